@@ -1,0 +1,156 @@
+"""Command line: ``python -m generator <command> ...``.
+
+One command with sane defaults: with no ``--kernel`` every command works on the
+embedded sample kernel (built from ``samples/kernel/`` on first use), so a
+newcomer sees real output at once.  Errors are one line on stderr and a
+nonzero exit; there is no traceback for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+from .errors import ClassifierError, UserError
+
+DEFAULT_FUNCTION = "vm_fault"
+EXIT_USER = 2
+EXIT_BUG = 3
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m generator", description="Ahead-of-time kinst/dtmalloc tooling.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    pr = sub.add_parser("probes", help="list kinst probe sites of a function, with kinst's metadata")
+    pr.add_argument("--kernel", help="ELF image: kernel, .ko or shared object (default: the embedded sample kernel)")
+    which = pr.add_mutually_exclusive_group()
+    which.add_argument("--function", help=f"function name, name@file or 0xADDRESS (default: {DEFAULT_FUNCTION})")
+    which.add_argument("--all", action="store_true", help="every function of the image")
+    pr.add_argument("--offset", type=_offset, help="only the instruction at this byte offset")
+    pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all)")
+    pr.add_argument(
+        "--prologue-rule",
+        choices=("any", "first"),
+        default="any",
+        help="frame-pointer rule: 'any' push %%rbp (newest kinst, default) or 'first' byte 0x55 (FreeBSD 14.0)",
+    )
+    pr.add_argument("--jobs", type=int, default=0, help="worker processes for --all (default: one per core)")
+    pr.set_defaults(run=cmd_probes)
+    return p
+
+
+def _offset(text: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"offset '{text}' is not a number")
+
+
+def resolve_kernel(path: Optional[str]) -> str:
+    """The image to read: ``path``, or the embedded sample kernel."""
+    if path:
+        return path
+    from .sample import sample_kernel
+
+    return str(sample_kernel())
+
+
+def cmd_probes(args: argparse.Namespace) -> int:
+    from . import report
+    from .image import KernelImage
+    from .probes import analyse, find_offset
+
+    img = KernelImage.open(resolve_kernel(args.kernel))
+    if args.all:
+        if args.offset is not None:
+            raise UserError("--offset needs --function, not --all")
+        return _probes_all(img, args)
+    func = img.lookup(args.function or DEFAULT_FUNCTION)
+    rep = analyse(img, func, args.prologue_rule)
+    if args.offset is not None:
+        find_offset(rep, args.offset)
+    out = report.function_json(rep, args.offset) if args.json else report.function_text(rep, args.offset)
+    sys.stdout.write(out + "\n")
+    return 0
+
+
+# --all: functions are analysed in forked workers that inherit the open image.
+_WORKER_IMG = None
+_WORKER_ARGS: Tuple[str, bool] = ("any", False)
+
+
+def _work(chunk: Tuple[int, int]) -> Tuple[List[str], int]:
+    from . import report
+    from .probes import analyse
+
+    rule, as_json = _WORKER_ARGS
+    funcs = _WORKER_IMG.functions()[chunk[0] : chunk[1]]
+    out, n = [], 0
+    for f in funcs:
+        rep = analyse(_WORKER_IMG, f, rule)
+        n += len(rep.probes)
+        out.append(report.function_json(rep) if as_json else report.function_text(rep))
+    return out, n
+
+
+def _chunks(total: int, size: int) -> List[Tuple[int, int]]:
+    return [(i, min(i + size, total)) for i in range(0, total, size)]
+
+
+def _probes_all(img, args: argparse.Namespace) -> int:
+    global _WORKER_IMG, _WORKER_ARGS
+    funcs = img.functions()
+    if not funcs:
+        raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
+    _WORKER_IMG, _WORKER_ARGS = img, (args.prologue_rule, args.json)
+    jobs = args.jobs or os.cpu_count() or 1
+    chunks = _chunks(len(funcs), 64)
+    show = progress_wanted(args.json)
+    done = 0
+    if jobs > 1 and len(chunks) > 1:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(jobs) as pool:
+            for lines, _ in pool.imap(_work, chunks):
+                done = _emit(lines, done, len(funcs), show)
+    else:
+        for c in chunks:
+            done = _emit(_work(c)[0], done, len(funcs), show)
+    if show:
+        sys.stderr.write("\n")
+    return 0
+
+
+def _emit(lines: List[str], done: int, total: int, show: bool) -> int:
+    sys.stdout.write("\n".join(lines) + "\n")
+    done += len(lines)
+    if show:
+        sys.stderr.write(f"\r{done}/{total} functions")
+        sys.stderr.flush()
+    return done
+
+
+def progress_wanted(json_mode: bool) -> bool:
+    """Progress goes to a terminal only: never in JSON mode or under CI."""
+    return not json_mode and not os.environ.get("CI") and sys.stderr.isatty()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = make_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UserError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return EXIT_USER
+    except ClassifierError as e:
+        sys.stderr.write(f"internal error (please report): {e}\n")
+        return EXIT_BUG
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130

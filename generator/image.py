@@ -1,0 +1,480 @@
+"""Stage 1: the kernel image.
+
+Reads an ELF64 x86-64 file of any of the kinds users hand us -- an ET_EXEC
+kernel (FreeBSD ``/boot/kernel/kernel``, Linux ``vmlinux``), an ET_REL module
+(``.ko``) or an ET_DYN shared object -- and answers the questions later stages
+ask: which functions are there, what bytes lie at an address, which relocation
+fills a field, what the build-id and architecture are.
+
+pyelftools parses the headers.  Symbol tables are unpacked in bulk with
+``struct`` because ``iter_symbols()`` runs at ~45 k symbols/s and a kernel has
+hundreds of thousands.
+
+ET_REL sections have no addresses.  Like FreeBSD's ``link_elf_obj.c`` we lay the
+SHF_ALLOC sections out one after another (honouring ``sh_addralign``) at a
+synthetic base, and apply the relocations whose symbols are defined in the
+file, so that displacements read from the bytes are the ones the loaded module
+will have.  Relocations against undefined symbols (kernel functions such as
+``__fentry__``) cannot be resolved offline; they are kept as ``Reloc`` records
+so that callers can name the symbolic target instead of a bogus address.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from .errors import UserError
+
+# e_machine -> ISA name.  Later ISAs (aarch64, riscv) plug in here and in
+# generator/isa/.
+ARCHITECTURES: Dict[str, str] = {
+    "EM_X86_64": "amd64",
+}
+
+# Base address given to the first section of an ET_REL file.  Nonzero so that
+# a zero displacement or a null pointer never looks like a valid address.
+REL_BASE = 0x10000
+
+_SHF_ALLOC = 0x2
+_SHF_EXECINSTR = 0x4
+_STT_FUNC = 2
+_STT_FILE = 4
+_STB_NAMES = {0: "local", 1: "global", 2: "weak"}
+_SHN_UNDEF = 0
+_SHN_ABS = 0xFFF1
+_SHN_COMMON = 0xFFF2
+
+# x86-64 relocation types we apply, as (name, width in bytes, pc-relative).
+_X64_RELOCS = {
+    1: ("R_X86_64_64", 8, False),
+    2: ("R_X86_64_PC32", 4, True),
+    4: ("R_X86_64_PLT32", 4, True),
+    10: ("R_X86_64_32", 4, False),
+    11: ("R_X86_64_32S", 4, False),
+    24: ("R_X86_64_PC64", 8, True),
+}
+
+
+@dataclass(frozen=True)
+class Section:
+    """One SHF_ALLOC section, with the address it has (or was given)."""
+
+    name: str
+    index: int
+    addr: int  # sh_addr, or the synthetic address for ET_REL
+    offset: int  # sh_offset in the file
+    size: int  # sh_size
+    executable: bool  # SHF_EXECINSTR
+    nobits: bool  # SHT_NOBITS: no bytes in the file
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function symbol: STT_FUNC with a nonzero size.
+
+    Aliases (several names at one address and size) are folded into one
+    Function; ``name`` is the first global name, ``aliases`` the others.
+    """
+
+    name: str
+    address: int
+    size: int
+    binding: str  # "global", "local" or "weak"
+    file: Optional[str]  # STT_FILE that precedes a local symbol
+    section: str
+    aliases: Tuple[str, ...] = ()
+
+    @property
+    def qualified(self) -> str:
+        """``name@file`` for a local symbol, the plain name otherwise."""
+        if self.binding == "local" and self.file:
+            return f"{self.name}@{self.file}"
+        return self.name
+
+
+@dataclass(frozen=True)
+class Reloc:
+    """A relocation that lands in an allocated section (ET_REL only)."""
+
+    address: int  # where the field is (synthetic address)
+    type: str  # R_X86_64_*
+    symbol: str  # symbol name ("" for a section symbol without a name)
+    addend: int
+    resolved: bool  # True when the symbol is defined in this file
+
+
+@dataclass(frozen=True)
+class _Sym:
+    name: str
+    value: int
+    size: int
+    type: int
+    bind: int
+    shndx: int
+    file: Optional[str]
+
+
+class KernelImage:
+    """A read-only view of one ELF image.  Open it with ``KernelImage.open``."""
+
+    def __init__(self, path: str, data: bytes, elf: ELFFile):
+        self.path = path
+        self._data = data
+        self._elf = elf
+        self.e_type: str = elf["e_type"]
+        self.machine: str = elf["e_machine"]
+        self.sections: List[Section] = self._layout_sections()
+        self._starts = [s.addr for s in self.sections]
+        self._relocated: Dict[int, bytes] = {}
+        self._relocs: Optional[List[Reloc]] = None
+        self._reloc_addrs: List[int] = []
+        self._symbols: Optional[List[_Sym]] = None
+        self._functions: Optional[List[Function]] = None
+
+    # -- opening ----------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str) -> "KernelImage":
+        """Open and validate ``path``; every problem is a one-line UserError."""
+        try:
+            with open(path, "rb") as f:
+                try:
+                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                except ValueError:  # empty file
+                    data = b""
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such file; pass --kernel PATH of an ELF image")
+        except IsADirectoryError:
+            raise UserError(f"{path}: is a directory; pass the kernel file itself")
+        except OSError as e:
+            raise UserError(f"{path}: cannot read: {e.strerror}")
+        _check_ident(path, data)
+        import io
+
+        try:
+            elf = ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
+            img = cls(path, data, elf)
+            img._check_shape()
+        except (ELFError, struct.error, ValueError, IndexError) as e:
+            raise UserError(f"{path}: corrupt or truncated ELF ({e}); re-copy the file")
+        return img
+
+    def _check_shape(self) -> None:
+        if self.machine not in ARCHITECTURES:
+            raise UserError(
+                f"{self.path}: unsupported architecture {self.machine}; "
+                f"kinstkit reads {', '.join(sorted(ARCHITECTURES))} images"
+            )
+        if self.e_type not in ("ET_EXEC", "ET_REL", "ET_DYN"):
+            raise UserError(f"{self.path}: ELF type {self.e_type} is not a kernel, module or shared object")
+        size = len(self._data)
+        for s in self.sections:
+            if not s.nobits and s.offset + s.size > size:
+                raise UserError(
+                    f"{self.path}: truncated: section {s.name} ends at byte "
+                    f"{s.offset + s.size} but the file has {size}; re-copy the file"
+                )
+
+    # -- identity ---------------------------------------------------------
+
+    @property
+    def arch(self) -> str:
+        """The ISA name (``amd64``) that selects ``generator.isa.<arch>``."""
+        return ARCHITECTURES[self.machine]
+
+    @property
+    def build_id(self) -> Optional[str]:
+        """The NT_GNU_BUILD_ID note as hex, or None when the image has none."""
+        for sec in self._elf.iter_sections():
+            if sec["sh_type"] != "SHT_NOTE":
+                continue
+            for note in sec.iter_notes():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    return note["n_desc"]
+        return None
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self._data).hexdigest()
+
+    # -- sections and bytes -----------------------------------------------
+
+    def _layout_sections(self) -> List[Section]:
+        out = []
+        next_addr = REL_BASE
+        for idx, sec in enumerate(self._elf.iter_sections()):
+            flags = sec["sh_flags"]
+            if not flags & _SHF_ALLOC or sec["sh_size"] == 0:
+                continue
+            addr = sec["sh_addr"]
+            if self.e_type == "ET_REL":
+                align = max(sec["sh_addralign"], 1)
+                addr = (next_addr + align - 1) // align * align
+                next_addr = addr + sec["sh_size"]
+            out.append(
+                Section(
+                    name=sec.name,
+                    index=idx,
+                    addr=addr,
+                    offset=sec["sh_offset"],
+                    size=sec["sh_size"],
+                    executable=bool(flags & _SHF_EXECINSTR),
+                    nobits=sec["sh_type"] == "SHT_NOBITS",
+                )
+            )
+        out.sort(key=lambda s: s.addr)
+        return out
+
+    def section_at(self, address: int) -> Optional[Section]:
+        i = bisect.bisect_right(self._starts, address) - 1
+        while i >= 0:
+            s = self.sections[i]
+            if s.addr <= address < s.addr + s.size:
+                return s
+            if s.addr + s.size <= address:
+                return None
+            i -= 1
+        return None
+
+    def section_by_index(self, index: int) -> Optional[Section]:
+        for s in self.sections:
+            if s.index == index:
+                return s
+        return None
+
+    def read(self, address: int, size: int) -> bytes:
+        """The bytes at ``address``; relocated for ET_REL.  Must lie in one section."""
+        s = self.section_at(address)
+        if s is None or address + size > s.addr + s.size:
+            raise UserError(
+                f"{self.path}: address {address:#x}+{size} is not inside one allocated section"
+            )
+        if s.nobits:
+            return bytes(size)
+        start = address - s.addr
+        if self.e_type == "ET_REL":
+            return self._section_bytes(s)[start : start + size]
+        return bytes(self._data[s.offset + start : s.offset + start + size])
+
+    def _section_bytes(self, s: Section) -> bytes:
+        """A section's bytes with the relocations we can resolve applied."""
+        cached = self._relocated.get(s.index)
+        if cached is not None:
+            return cached
+        buf = bytearray(self._data[s.offset : s.offset + s.size])
+        for r, width, pcrel, value in self._raw_relocs_for(s):
+            if not r.resolved:
+                continue
+            if pcrel:
+                value -= r.address
+            off = r.address - s.addr
+            if width == 8:
+                struct.pack_into("<Q", buf, off, value & 0xFFFFFFFFFFFFFFFF)
+            else:
+                struct.pack_into("<I", buf, off, value & 0xFFFFFFFF)
+        self._relocated[s.index] = bytes(buf)
+        return self._relocated[s.index]
+
+    # -- relocations (ET_REL) ---------------------------------------------
+
+    def _raw_relocs_for(self, s: Section) -> Iterator[Tuple[Reloc, int, bool, int]]:
+        syms = self.symbols()
+        for rsec in self._elf.iter_sections():
+            if rsec["sh_type"] not in ("SHT_RELA", "SHT_REL") or rsec["sh_info"] != s.index:
+                continue
+            is_rela = rsec["sh_type"] == "SHT_RELA"
+            fmt, step = ("<QQq", 24) if is_rela else ("<QQ", 16)
+            data = rsec.data()
+            for ent in struct.iter_unpack(fmt, data[: len(data) // step * step]):
+                r_offset, r_info = ent[0], ent[1]
+                addend = ent[2] if is_rela else 0
+                rtype, symidx = r_info & 0xFFFFFFFF, r_info >> 32
+                if rtype not in _X64_RELOCS or symidx >= len(syms):
+                    continue
+                name, width, pcrel = _X64_RELOCS[rtype]
+                sym = syms[symidx]
+                value, resolved = self._symbol_address(sym)
+                sname = sym.name
+                if not sname and sym.type == 3:  # STT_SECTION
+                    sec = self.section_by_index(sym.shndx)
+                    sname = sec.name if sec else ""
+                reloc = Reloc(s.addr + r_offset, name, sname, addend, resolved)
+                yield reloc, width, pcrel, value + addend
+
+    def _symbol_address(self, sym: _Sym) -> Tuple[int, bool]:
+        if sym.shndx in (_SHN_UNDEF, _SHN_COMMON):
+            return 0, False
+        if sym.shndx == _SHN_ABS:
+            return sym.value, True
+        if self.e_type != "ET_REL":
+            return sym.value, True
+        sec = self.section_by_index(sym.shndx)
+        if sec is None:
+            return 0, False
+        return sec.addr + sym.value, True
+
+    def relocations(self) -> List[Reloc]:
+        """All relocations into allocated sections, sorted by address (ET_REL)."""
+        if self._relocs is None:
+            out: List[Reloc] = []
+            if self.e_type == "ET_REL":
+                for s in self.sections:
+                    out.extend(r for r, _, _, _ in self._raw_relocs_for(s))
+            out.sort(key=lambda r: r.address)
+            self._relocs = out
+            self._reloc_addrs = [r.address for r in out]
+        return self._relocs
+
+    def relocs_in(self, address: int, size: int) -> List[Reloc]:
+        """Relocations whose field starts in ``[address, address + size)``."""
+        relocs = self.relocations()
+        lo = bisect.bisect_left(self._reloc_addrs, address)
+        hi = bisect.bisect_left(self._reloc_addrs, address + size)
+        return relocs[lo:hi]
+
+    # -- symbols ------------------------------------------------------------
+
+    def symbols(self) -> List[_Sym]:
+        """The symbol table (.symtab, else .dynsym), unpacked in bulk."""
+        if self._symbols is None:
+            sec = self._elf.get_section_by_name(".symtab") or self._elf.get_section_by_name(".dynsym")
+            self._symbols = [] if sec is None else _unpack_symbols(self._elf, sec)
+        return self._symbols
+
+    def functions(self) -> List[Function]:
+        """Every STT_FUNC with a size, aliases folded, sorted by address."""
+        if self._functions is None:
+            self._functions = _fold_functions(self, self.symbols())
+        return self._functions
+
+    def lookup(self, spec: str) -> Function:
+        """Find one function by ``name``, ``name@file`` or ``0xADDRESS``.
+
+        A local name defined in several files is ambiguous: the error lists
+        each candidate with the two ways to pick it.
+        """
+        funcs = self.functions()
+        if not funcs:
+            raise UserError(
+                f"{self.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file"
+            )
+        if spec.lower().startswith("0x"):
+            try:
+                addr = int(spec, 16)
+            except ValueError:
+                raise UserError(f"{spec}: not a hexadecimal address")
+            for f in funcs:
+                if f.address == addr:
+                    return f
+            raise UserError(f"{self.path}: no function starts at {spec}")
+        name, _, file = spec.partition("@")
+        cands = [f for f in funcs if name == f.name or name in f.aliases]
+        if file:
+            cands = [f for f in cands if f.file and (f.file == file or os.path.basename(f.file) == file)]
+        if not cands:
+            near = sorted({f.name for f in funcs if name and (name in f.name or f.name in name)})[:5]
+            hint = f"; similar: {', '.join(near)}" if near else ""
+            raise UserError(f"{self.path}: unknown function '{spec}'{hint}")
+        if len(cands) > 1:
+            globals_ = [f for f in cands if f.binding != "local"]
+            if len(globals_) == 1:
+                return globals_[0]
+            choices = "; ".join(f"{f.qualified} or {f.address:#x}" for f in cands)
+            raise UserError(f"{self.path}: function '{spec}' is ambiguous: pick one of {choices}")
+        return cands[0]
+
+    def function_bytes(self, f: Function) -> bytes:
+        return self.read(f.address, f.size)
+
+
+class _MmapStream:
+    """A minimal file object over an mmap, so pyelftools does not copy it."""
+
+    def __init__(self, m: mmap.mmap):
+        self._m = m
+        self._pos = 0
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._m)}[whence]
+        self._pos = base + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._m) if n is None or n < 0 else min(self._pos + n, len(self._m))
+        out = self._m[self._pos : end]
+        self._pos = max(self._pos, end)
+        return out
+
+
+def _check_ident(path: str, data: Sequence[int]) -> None:
+    """Reject non-ELF and 32-bit files before pyelftools sees them."""
+    if len(data) < 16 or bytes(data[:4]) != b"\x7fELF":
+        raise UserError(f"{path}: not an ELF file; pass a kernel, .ko or shared object")
+    if data[4] != 2:
+        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 (amd64) images")
+    if data[5] != 1:
+        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian amd64 images")
+    if len(data) < 64:
+        raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
+
+
+def _unpack_symbols(elf: ELFFile, sec) -> List[_Sym]:
+    strtab = elf.get_section(sec["sh_link"]).data()
+    data = sec.data()
+    out: List[_Sym] = []
+    file: Optional[str] = None
+    for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack(
+        "<IBBHQQ", data[: len(data) // 24 * 24]
+    ):
+        end = strtab.find(b"\0", st_name)
+        name = strtab[st_name:end].decode("utf-8", "replace") if end >= 0 else ""
+        stype, bind = st_info & 0xF, st_info >> 4
+        if stype == _STT_FILE:
+            file = name
+            continue
+        out.append(_Sym(name, st_value, st_size, stype, bind, st_shndx, file if bind == 0 else None))
+    return out
+
+
+def _fold_functions(img: KernelImage, syms: List[_Sym]) -> List[Function]:
+    """Group STT_FUNC symbols by (address, size); pick a stable primary name."""
+    groups: Dict[Tuple[int, int, Optional[str]], List[_Sym]] = {}
+    for s in syms:
+        if s.type != _STT_FUNC or s.size == 0 or s.shndx in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON):
+            continue
+        addr, ok = img._symbol_address(s)
+        if not ok:
+            continue
+        # Locals of different files never alias each other, even at one address.
+        key = (addr, s.size, s.file if s.bind == 0 else None)
+        groups.setdefault(key, []).append(s)
+    out = []
+    for (addr, size, _), group in groups.items():
+        group.sort(key=lambda s: (s.bind == 0, s.bind == 2, s.name))
+        primary = group[0]
+        sec = img.section_at(addr)
+        aliases = tuple(sorted({s.name for s in group[1:]} - {primary.name}))
+        out.append(
+            Function(
+                name=primary.name,
+                address=addr,
+                size=size,
+                binding=_STB_NAMES.get(primary.bind, "other"),
+                file=primary.file,
+                section=sec.name if sec else "?",
+                aliases=aliases,
+            )
+        )
+    out.sort(key=lambda f: (f.address, f.name))
+    return out

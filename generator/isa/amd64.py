@@ -1,0 +1,343 @@
+"""amd64: decode with capstone, classify the way kinst's ``kinst_isa.c`` does.
+
+Every ISA module offers the same names: ``ARCH``, ``PATCHVAL``,
+``TRAMP_SIZE``, ``MD_EXCLUDED``, ``decode()``, ``classify()`` and
+``frame_verdict()``; machine-independent code never branches on the ISA.
+
+capstone is the decoder of record: it decides instruction boundaries,
+mnemonics and operands.  The kinst metadata is computed from the raw bytes,
+following ``kinst_instr_dissect()`` field by field, and every RIP-relative
+verdict is cross-checked against capstone's operand text.  A disagreement
+raises ``ClassifierError`` instead of guessing.
+
+Where kinst is wrong we are right, and docs/refusals.md lists each case:
+- a SIB index of 100 without REX.X means no index (kinst uses %rsp);
+- a SIB base of 101 with mod 00 means disp32 and no base (kinst drops the
+  disp32), and with mod 01/10 it means %rbp/%r13 (kinst drops the base);
+- a prefixed short jump widens to prefixes + 5 or + 6 bytes (kinst always
+  uses 5 or 6, cutting the displacement);
+- loop/loope/loopne, far transfers, traps and the rest of ``REFUSED`` are
+  refused instead of being copied verbatim.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import List, Optional, Tuple
+
+import capstone
+
+from .. import records as R
+from ..errors import ClassifierError
+from . import amd64_tables as T
+
+ARCH = "amd64"
+PATCHVAL = 0xCC  # int3
+TRAMP_SIZE = 32  # template (<= 16) + jmp *0(%rip) (6) + address (8)
+MD_EXCLUDED: frozenset = frozenset()  # kinst_md_excluded() is empty on amd64
+
+
+class KinstFlag(enum.IntFlag):
+    """``KINST_F_*`` from kinst_isa.c; mirrored by the generated C header."""
+
+    CALL = 0x01  # instruction is a call
+    DIRECT_CALL = 0x02  # call rel32
+    RIPREL = 0x04  # position-dependent: needs a displacement fix-up
+    JMP = 0x08  # a jump (rel8/rel32, or ff /4 /5)
+    MOD_DIRECT = 0x10  # call operand is a register, not memory
+
+
+_F_CALL = int(KinstFlag.CALL)
+_F_DIRECT = int(KinstFlag.DIRECT_CALL)
+_F_RIPREL = int(KinstFlag.RIPREL)
+_F_JMP = int(KinstFlag.JMP)
+_F_MODDIR = int(KinstFlag.MOD_DIRECT)
+
+_md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+_md.syntax = capstone.CS_OPT_SYNTAX_ATT
+
+_RIP_DISP = re.compile(r"(-?0x[0-9a-f]+|-?\d+)?\(%[re]ip\)")
+
+RawInsn = Tuple[int, int, str, str]  # (offset, length, mnemonic, operands)
+
+
+def decode(code: bytes, address: int, limit: Optional[int] = None) -> Tuple[List[RawInsn], str]:
+    """Walk ``code`` from its start up to ``limit``; return instructions and a walk error.
+
+    ``code`` may run past ``limit`` (the symbol's size) so that an instruction
+    straddling the end decodes with its true length; the walk error then says
+    so instead of truncating silently.  Bytes capstone cannot decode become a
+    one-byte ``(bad)`` entry, so the walk goes on the way objdump's does, and
+    the entry is refused.  The walk error is "" when the last instruction ends
+    exactly at ``limit``.
+    """
+    if limit is None:
+        limit = len(code)
+    out: List[RawInsn] = []
+    off = 0
+    while off < limit:
+        start = off
+        for a, size, mnem, ops in _md.disasm_lite(code[off:] if off else code, address + off):
+            fixed = _fixed_length(code, off, size)
+            out.append((off, fixed, mnem, ops))
+            off += fixed
+            if fixed != size or off >= limit:
+                break  # restart capstone at the corrected boundary, or done
+        if off == start:
+            out.append((off, 1, "(bad)", ""))
+            off += 1
+    err = ""
+    if off != limit:
+        err = f"decode walk ends at +{off}, past the symbol's end at +{limit}"
+    return out, err
+
+
+def _fixed_length(code: bytes, off: int, size: int) -> int:
+    """Correct capstone's length for the opcodes in ``LENGTH_FIXES``."""
+    b0 = code[off]
+    if b0 != 0x0F and b0 not in T.PREFIXES:
+        return size
+    i = off
+    while i < len(code) and code[i] in T.PREFIXES:
+        i += 1
+    if i + 1 >= len(code) or (code[i], code[i + 1]) not in T.LENGTH_FIXES:
+        return size
+    return _modrm_end(code, i + 2) - off
+
+
+def _modrm_end(code: bytes, rm: int) -> int:
+    """Index just past ModR/M, SIB and displacement starting at ``rm``."""
+    if rm >= len(code):
+        return len(code)
+    modrm = code[rm]
+    mod, r_m = modrm >> 6, modrm & 7
+    end = rm + 1
+    if mod != 3 and r_m == 4:
+        sib = code[end] if end < len(code) else 0
+        end += 1
+        if mod == 0 and sib & 7 == 5:
+            end += 4
+    if mod == 1:
+        end += 1
+    elif mod == 2 or (mod == 0 and r_m == 5):
+        end += 4
+    return min(end, len(code))
+
+
+def modrm_index(b: bytes, opcidx: int) -> int:
+    """Index of the ModR/M byte of the instruction in ``b``, or -1."""
+    n = len(b)
+    op = b[opcidx]
+    if op == 0x0F:
+        if opcidx + 1 >= n:
+            return -1
+        op2 = b[opcidx + 1]
+        if op2 in (0x38, 0x3A):
+            idx = opcidx + 3
+        elif op2 in T.NO_MODRM_0F:
+            return -1
+        else:
+            idx = opcidx + 2
+    elif op == 0xC5:  # two-byte VEX, map 0f
+        idx = -1 if opcidx + 2 < n and b[opcidx + 2] == 0x77 else opcidx + 3
+    elif op == 0xC4:  # three-byte VEX
+        if opcidx + 3 < n and b[opcidx + 1] & 0x1F == 1 and b[opcidx + 3] == 0x77:
+            return -1
+        idx = opcidx + 4
+    elif op == 0x62:  # EVEX
+        idx = opcidx + 5
+    elif op == 0x8F and opcidx + 1 < n and b[opcidx + 1] & 0x1F >= 8:  # XOP
+        idx = opcidx + 4
+    elif op in T.MODRM_1:
+        idx = opcidx + 1
+    else:
+        return -1
+    return idx if idx < n else -1
+
+
+def _s8(x: int) -> int:
+    return x - 256 if x & 0x80 else x
+
+
+def _s32(b: bytes, i: int) -> int:
+    v = b[i] | b[i + 1] << 8 | b[i + 2] << 16 | b[i + 3] << 24
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
+    """Compute kinst's per-probe metadata and our verdict for one instruction.
+
+    Returns the fields of ``records.Probe`` from ``status`` to ``target``:
+    (status, reason, kind, flags, instlen, tinstlen, template, dispoff, disp,
+    reg1, reg2, scale, target).
+    """
+    ilen = len(b)
+    if mnemonic == "(bad)":
+        return (R.STATUS_SKIP, T.UNDECODABLE_REASON, R.KIND_SKIP, 0, ilen, ilen, bytes(16), 0, 0, 0, 0, 0, None)
+
+    # Skip prefixes, remember REX (kinst_instr_dissect's first loop).
+    rex = 0
+    i = 0
+    while i < ilen and b[i] in T.PREFIXES:
+        if b[i] & 0xF0 == 0x40:
+            rex = b[i]
+        i += 1
+    if i >= ilen:
+        raise ClassifierError(f"{address:#x}: only prefixes in {b.hex()}")
+    opcidx = i
+    op = b[opcidx]
+
+    flags = 0
+    dispoff = -1
+    disp = 0
+    reg1 = reg2 = scale = 0
+    rm = modrm_index(b, opcidx)
+
+    if op == 0x0F and opcidx + 1 < ilen and 0x80 <= b[opcidx + 1] <= 0x8F:
+        flags = _F_JMP | _F_RIPREL
+        dispoff = opcidx + 2
+        disp = _s32(b, dispoff)
+    elif op in T.JCC8 or op == 0xEB:
+        flags = _F_JMP | _F_RIPREL
+        dispoff = opcidx + 1
+        disp = _s8(b[dispoff])
+    elif op == 0xE9:
+        flags = _F_JMP | _F_RIPREL
+        dispoff = opcidx + 1
+        disp = _s32(b, dispoff)
+    elif op == 0xE8:
+        flags = _F_CALL | _F_DIRECT
+        dispoff = opcidx + 1
+        disp = _s32(b, dispoff)
+    elif op == 0xFF and rm >= 0:
+        reg = (b[rm] >> 3) & 7
+        if reg in (2, 3):  # as kinst; ff /3 (far) is refused below
+            flags = _F_CALL
+        elif reg in (4, 5):
+            flags = _F_JMP
+
+    if rm >= 0:
+        reg1 = reg2 = -1
+        modrm = b[rm]
+        mod, r_m = modrm >> 6, modrm & 7
+        if mod == 0 and r_m == 5:
+            flags |= _F_RIPREL
+            dispoff = rm + 1
+            disp = _s32(b, dispoff)
+        elif flags & _F_CALL:
+            havesib = mod != 3 and r_m == 4
+            dispoff = rm + (2 if havesib else 1)
+            if havesib:
+                sib = b[rm + 1]
+                base, index = sib & 7, (sib >> 3) & 7
+                scale = sib >> 6
+                if not (base == 5 and mod == 0):  # kinst: base != 5 only
+                    reg1 = base | (rex & 1) << 3
+                if index != 4 or rex & 2:  # kinst: always sets reg2
+                    reg2 = index | (rex & 2) << 2
+                if base == 5 and mod == 0:  # kinst: disp32 never read
+                    disp = _s32(b, dispoff)
+            else:
+                reg1 = r_m | (rex & 1) << 3
+            if mod == 1:
+                disp = _s8(b[dispoff])
+            elif mod == 2:
+                disp = _s32(b, dispoff)
+            elif mod == 3:
+                flags |= _F_MODDIR
+
+    _cross_check(b, address, flags, rm, dispoff, disp, mnemonic, operands)
+
+    # Template and kind (calls are emulated: no template, as in kinst).
+    tinstlen = ilen
+    kdispoff = 0
+    if flags & _F_CALL:
+        template = bytes(16)
+        if flags & _F_DIRECT:
+            kind = R.KIND_CALL_DIRECT
+        elif flags & _F_RIPREL:
+            kind = R.KIND_CALL_RIPREL
+        elif flags & _F_MODDIR:
+            kind = R.KIND_CALL_REG
+        else:
+            kind = R.KIND_CALL_MEM
+    elif flags & _F_RIPREL:
+        if not flags & _F_JMP or op in (0x0F, 0xE9, 0xFF):
+            t = bytearray(b)
+            t[dispoff : dispoff + 4] = bytes(4)
+            kdispoff = dispoff
+            kind = R.KIND_JCC32 if op == 0x0F else R.KIND_JMP32 if op == 0xE9 else R.KIND_RIPREL
+        elif op == 0xEB:
+            t = bytearray(b[:opcidx]) + b"\xe9\0\0\0\0"
+            kdispoff = opcidx + 1
+            tinstlen = opcidx + 5  # kinst: 5, wrong with prefixes
+            disp -= 3
+            kind = R.KIND_JMP_WIDEN
+        else:
+            t = bytearray(b[:opcidx]) + bytes((0x0F, op + 0x10)) + b"\0\0\0\0"
+            kdispoff = opcidx + 2
+            tinstlen = opcidx + 6  # kinst: 6, wrong with prefixes
+            disp -= 4
+            kind = R.KIND_JCC_WIDEN
+        template = bytes(t).ljust(16, b"\0")
+    else:
+        template = b.ljust(16, b"\0")
+        kind = R.KIND_TRAMPOLINE
+
+    target = None
+    if flags & _F_DIRECT or (flags & _F_JMP and flags & _F_RIPREL and op != 0xFF):
+        target = (address + ilen + _orig_disp(b, opcidx, op)) & 0xFFFFFFFFFFFFFFFF
+
+    status, reason = R.STATUS_OK, ""
+    base = mnemonic.rsplit(" ", 1)[-1]
+    refusal = T.REFUSED.get(base)
+    if refusal is None and base.startswith("mov") and operands.endswith(", %ss"):
+        refusal = T.SS_LOAD_REASON
+    if refusal is not None:
+        status, reason, kind = R.STATUS_SKIP, f"{base}: {refusal}", R.KIND_SKIP
+
+    return (status, reason, kind, flags, ilen, tinstlen, template, kdispoff, disp, reg1, reg2, scale, target)
+
+
+def _orig_disp(b: bytes, opcidx: int, op: int) -> int:
+    """The branch displacement as encoded (before kinst's -3/-4 widening)."""
+    if op == 0x0F:
+        return _s32(b, opcidx + 2)
+    if op in (0xE8, 0xE9):
+        return _s32(b, opcidx + 1)
+    return _s8(b[opcidx + 1])
+
+
+def _cross_check(b, address, flags, rm, dispoff, disp, mnemonic, operands) -> None:
+    """Our RIP-relative ModR/M verdict must agree with capstone's operands."""
+    ours = rm >= 0 and (b[rm] & 0xC7) == 0x05
+    m = _RIP_DISP.search(operands)
+    if ours != (m is not None):
+        raise ClassifierError(
+            f"{address:#x}: {b.hex()} ({mnemonic} {operands}): classifier says "
+            f"rip-relative={ours}, capstone disagrees"
+        )
+    if m is not None:
+        text = m.group(1) or "0"
+        if int(text, 0) != disp:
+            raise ClassifierError(
+                f"{address:#x}: {b.hex()} ({mnemonic} {operands}): displacement {disp:#x} "
+                f"at byte {dispoff} does not match capstone's {text}"
+            )
+
+
+def frame_verdict(insns: List[RawInsn], code: bytes, rule: str = "any") -> str:
+    """kinst's frame-pointer prologue rule; "" when the function passes.
+
+    ``any`` is the newest rule (some instruction starts with 0x55, push %rbp);
+    ``first`` is the FreeBSD 14.0 rule (the function's first byte is 0x55).
+    """
+    if rule == "first":
+        if code[:1] == b"\x55":
+            return ""
+        return "no frame-pointer prologue: first instruction is not push %rbp (kinst 14.0 rule)"
+    for off, _, _, _ in insns:
+        if code[off] == 0x55:
+            return ""
+    return "no frame-pointer prologue: no push %rbp in the function (kinst refuses possible exception handlers)"

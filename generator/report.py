@@ -1,0 +1,87 @@
+"""Text and JSON views of a ``FunctionReport``.
+
+Text is for people: one line per instruction, starting with the probe name a
+D script would use (``kinst::vm_fault:4``).  JSON is for programs: one object
+per function, with the field names of issue #2 and of kinst's
+``struct kinst_probe_md``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterable, Optional
+
+from .records import STATUS_OK, FunctionReport, Probe
+
+
+def probe_dict(p: Probe) -> Dict[str, Any]:
+    return {
+        "offset": p.offset,
+        "address": p.address,
+        "length": p.length,
+        "bytes": p.bytes.hex(),
+        "mnemonic": p.mnemonic,
+        "operands": p.operands,
+        "status": p.status,
+        "reason": p.reason,
+        "kind": p.kind,
+        "flags": p.flags,
+        "instlen": p.instlen,
+        "tinstlen": p.tinstlen,
+        "template": p.template.hex(),
+        "dispoff": p.dispoff,
+        "disp": p.disp,
+        "reg1": p.reg1,
+        "reg2": p.reg2,
+        "scale": p.scale,
+        "target": p.target,
+        "target_symbol": p.target_symbol,
+    }
+
+
+def function_dict(r: FunctionReport, offset: Optional[int] = None) -> Dict[str, Any]:
+    probes: Iterable[Probe] = r.probes
+    if offset is not None:
+        probes = [p for p in r.probes if p.offset == offset]
+    return {
+        "function": r.qualified,
+        "address": r.address,
+        "size": r.size,
+        "eligible": r.eligible,
+        "reason": r.reason,
+        "walk_error": r.walk_error,
+        "probes": [probe_dict(p) for p in probes],
+    }
+
+
+def function_json(r: FunctionReport, offset: Optional[int] = None) -> str:
+    return json.dumps(function_dict(r, offset), separators=(",", ":"))
+
+
+def _verdict(p: Probe) -> str:
+    if p.status == STATUS_OK:
+        return p.kind
+    return f"SKIP: {p.reason}"
+
+
+def probe_line(r: FunctionReport, p: Probe) -> str:
+    name = f"kinst::{r.name}:{p.offset}"
+    asm = f"{p.mnemonic} {p.operands}".strip()
+    extra = ""
+    if p.target_symbol:
+        extra = f" -> {p.target_symbol}"
+    return f"{name:<28} {p.bytes.hex(' '):<24} {asm:<40} {_verdict(p)}{extra}"
+
+
+def function_text(r: FunctionReport, offset: Optional[int] = None) -> str:
+    ok = sum(1 for p in r.probes if p.status == STATUS_OK)
+    head = f"{r.qualified} @ {r.address:#x}, {r.size} bytes, {len(r.probes)} instructions, {ok} probes"
+    if not r.eligible:
+        head += f"\n  function refused: {r.reason}"
+    if r.walk_error:
+        head += f"\n  WARNING: {r.walk_error}"
+    lines = [head]
+    for p in r.probes:
+        if offset is None or p.offset == offset:
+            lines.append(probe_line(r, p))
+    return "\n".join(lines)
