@@ -33,6 +33,11 @@ def make_parser() -> argparse.ArgumentParser:
     pr.add_argument("--offset", type=_offset, help="only the instruction at this byte offset")
     pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all)")
     pr.add_argument(
+        "--summary",
+        action="store_true",
+        help="per function: verdict and probe counts by kind, not every instruction (fast path for whole images)",
+    )
+    pr.add_argument(
         "--prologue-rule",
         choices=("any", "first"),
         default="any",
@@ -40,6 +45,15 @@ def make_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--jobs", type=int, default=0, help="worker processes for --all (default: one per core)")
     pr.set_defaults(run=cmd_probes)
+
+    sa = sub.add_parser("sample", help="build the embedded sample kernel and print its path")
+    sa.add_argument("--rebuild", action="store_true", help="rebuild even when the cached image is current")
+    sa.set_defaults(run=cmd_sample)
+
+    be = sub.add_parser("bench", help="time whole-image analysis against objdump -d on the same image")
+    be.add_argument("--image", help="image with >= 20 MiB of text (default: the largest libLLVM here)")
+    be.add_argument("--out", default="bench/results", help="results directory (default: bench/results)")
+    be.set_defaults(run=cmd_bench)
     return p
 
 
@@ -71,6 +85,12 @@ def cmd_probes(args: argparse.Namespace) -> int:
         return _probes_all(img, args)
     func = img.lookup(args.function or DEFAULT_FUNCTION)
     rep = analyse(img, func, args.prologue_rule)
+    if args.summary:
+        from .summary import from_report
+
+        rec = from_report(rep)
+        sys.stdout.write((report.summary_json(rec) if args.json else report.summary_text(rec)) + "\n")
+        return 0
     if args.offset is not None:
         find_offset(rep, args.offset)
     out = report.function_json(rep, args.offset) if args.json else report.function_text(rep, args.offset)
@@ -78,20 +98,46 @@ def cmd_probes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sample(args: argparse.Namespace) -> int:
+    from .sample import sample_kernel
+
+    sys.stdout.write(f"{sample_kernel(rebuild=args.rebuild)}\n")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .bench import run_bench
+
+    res = run_bench(args.image, Path(args.out))
+    sys.stdout.write((Path(args.out) / "analysis.md").read_text())
+    return 0 if res["runs"]["ours"]["instructions"] else 1
+
+
 # --all: functions are analysed in forked workers that inherit the open image.
 _WORKER_IMG = None
-_WORKER_ARGS: Tuple[str, bool] = ("any", False)
+_WORKER_ARGS: Tuple[str, bool, bool] = ("any", False, False)
 
 
 def _work(chunk: Tuple[int, int]) -> Tuple[List[str], int]:
-    from . import report
+    from . import report, summary
+    from .isa import isa_for
     from .probes import analyse
 
-    rule, as_json = _WORKER_ARGS
-    funcs = _WORKER_IMG.functions()[chunk[0] : chunk[1]]
+    rule, as_json, as_summary = _WORKER_ARGS
+    img = _WORKER_IMG
+    isa = isa_for(img.arch)
+    accel = summary.accelerator(isa)
+    funcs = img.functions()[chunk[0] : chunk[1]]
     out, n = [], 0
     for f in funcs:
-        rep = analyse(_WORKER_IMG, f, rule)
+        if as_summary:
+            rec = summary.fast(img, f, rule, isa, accel)
+            n += rec["instructions"]
+            out.append(report.summary_json(rec) if as_json else report.summary_text(rec))
+            continue
+        rep = analyse(img, f, rule, isa)
         n += len(rep.probes)
         out.append(report.function_json(rep) if as_json else report.function_text(rep))
     return out, n
@@ -106,7 +152,7 @@ def _probes_all(img, args: argparse.Namespace) -> int:
     funcs = img.functions()
     if not funcs:
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
-    _WORKER_IMG, _WORKER_ARGS = img, (args.prologue_rule, args.json)
+    _WORKER_IMG, _WORKER_ARGS = img, (args.prologue_rule, args.json, args.summary)
     jobs = args.jobs or os.cpu_count() or 1
     chunks = _chunks(len(funcs), 64)
     show = progress_wanted(args.json)

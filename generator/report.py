@@ -85,3 +85,21 @@ def function_text(r: FunctionReport, offset: Optional[int] = None) -> str:
         if offset is None or p.offset == offset:
             lines.append(probe_line(r, p))
     return "\n".join(lines)
+
+
+def summary_json(rec: Dict[str, Any]) -> str:
+    return json.dumps(rec, separators=(",", ":"))
+
+
+def summary_text(rec: Dict[str, Any]) -> str:
+    kinds = " ".join(f"{k}={v}" for k, v in rec["kinds"].items())
+    verdict = "eligible" if rec["eligible"] else f"refused: {rec['reason']}"
+    line = (
+        f"{rec['function']:<32} {rec['address']:#x} {rec['size']:>6}B "
+        f"{rec['instructions']:>5} insns {rec['probes']:>5} probes  {verdict}"
+    )
+    if kinds:
+        line += f"  [{kinds}]"
+    if rec["walk_error"]:
+        line += f"  WARNING: {rec['walk_error']}"
+    return line

@@ -1,0 +1,38 @@
+"""Shared fixtures: the embedded sample kernel and the real-world corpora.
+
+Every fixture whose input can be missing skips with a reason that names the
+input; none of them fakes one.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import List
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def sample_kernel() -> Path:
+    """The embedded sample kernel, built once per session."""
+    if not (shutil.which("clang") and shutil.which("ld.lld")) and not shutil.which("gcc"):
+        pytest.skip("no compiler for the sample kernel: install clang and lld (or gcc)")
+    from generator.sample import sample_kernel as build
+
+    return build()
+
+
+@pytest.fixture(scope="session")
+def debian_modules() -> List[Path]:
+    """A deterministic selection of Debian's linux-image .ko modules.
+
+    The 30 largest (most code) plus every 100th by name, so the selection
+    covers big drivers and a spread of small ones.
+    """
+    from corpus import debian_kernel_modules
+
+    mods = sorted(debian_kernel_modules())
+    largest = sorted(mods, key=lambda p: p.stat().st_size, reverse=True)[:30]
+    spread = mods[::100]
+    return sorted(set(largest) | set(spread))

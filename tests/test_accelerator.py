@@ -1,0 +1,89 @@
+"""The iced-x86 accelerator must give exactly the capstone path's summaries.
+
+``summary.fast`` (iced) and ``summary.from_report`` (capstone, the decoder of
+record) are compared function by function on real code nobody here wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from generator import summary
+from generator.image import KernelImage
+from generator.isa import isa_for
+from generator.isa import amd64_fast
+from generator.probes import analyse
+
+LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+
+
+def _mismatches(path: str, rule: str = "any", limit: int = 0):
+    img = KernelImage.open(path)
+    isa = isa_for(img.arch)
+    accel = summary.accelerator(isa)
+    assert accel is amd64_fast
+    funcs = img.functions()
+    if limit:
+        funcs = funcs[:limit]
+    bad = []
+    for f in funcs:
+        fast = summary.fast(img, f, rule, isa, accel)
+        slow = summary.from_report(analyse(img, f, rule, isa))
+        if fast != slow:
+            bad.append((f.name, fast, slow))
+    return len(funcs), bad
+
+
+def _lib(name: str) -> str:
+    p = LIBDIR / name
+    if not p.exists():
+        pytest.skip(f"{p} not present on this machine")
+    return str(p)
+
+
+@pytest.mark.parametrize("lib", ["libz.so.1", "libcrypto.so.3"])
+def test_accelerator_agrees_on_system_libraries(lib):
+    n, bad = _mismatches(_lib(lib))
+    assert n > 50
+    assert not bad, bad[:3]
+
+
+def test_accelerator_agrees_with_first_byte_rule():
+    n, bad = _mismatches(_lib("libz.so.1"), rule="first")
+    assert not bad, bad[:3]
+
+
+def test_accelerator_agrees_on_sample_kernel(sample_kernel):
+    n, bad = _mismatches(str(sample_kernel))
+    assert n > 20
+    assert not bad, bad[:3]
+
+
+def test_accelerator_agrees_on_debian_kernel_modules(debian_modules):
+    total = 0
+    for ko in debian_modules:
+        n, bad = _mismatches(str(ko))
+        total += n
+        assert not bad, (ko.name, bad[:3])
+    assert total > 500
+
+
+def test_summary_counts_every_kind_and_refusal(sample_kernel):
+    """The summary is not vacuous: the sample's zoo shows refusals and emulation kinds."""
+    img = KernelImage.open(str(sample_kernel))
+    isa = isa_for(img.arch)
+    kinds, skipped = set(), 0
+    for f in img.functions():
+        rec = summary.fast(img, f, "any", isa, amd64_fast)
+        kinds.update(rec["kinds"])
+        skipped += rec["skipped"]
+    assert skipped > 0
+    assert {"trampoline", "riprel", "call-direct", "call-reg", "call-mem", "jcc-widen", "jmp-rel32"} <= kinds
+
+
+def test_accelerator_declines_invalid_bytes():
+    """An encoding iced calls invalid goes back to capstone, the authority."""
+    code = bytes.fromhex("55 4889e5 9a0000000000 5dc3".replace(" ", ""))
+    assert amd64_fast.summarise(code, 0x1000, len(code)) is None
