@@ -17,6 +17,14 @@ from typing import List, Optional, Sequence, Tuple
 from .errors import ClassifierError, UserError
 
 DEFAULT_FUNCTION = "vm_fault"
+
+# generate --provider NAME -> "module:function" taking the parsed args.
+GENERATORS = {
+    "kinst": "generator.kinst_gen:generate",
+    "dtmalloc": "generator.dtmalloc_cli:generate",
+}
+# Modules that add their own subcommands with add_commands(subparsers).
+COMMAND_MODULES = ("generator.dtmalloc_cli",)
 EXIT_USER = 2
 EXIT_BUG = 3
 
@@ -45,6 +53,19 @@ def make_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--jobs", type=int, default=0, help="worker processes for --all (default: one per core)")
     pr.set_defaults(run=cmd_probes)
+
+    ge = sub.add_parser("generate", help="render a provider module's C sources from templates/")
+    ge.add_argument("--provider", choices=sorted(GENERATORS), default="kinst", help="which provider (default: kinst)")
+    ge.add_argument("--kernel", help="kernel image (default: the embedded sample kernel)")
+    ge.add_argument("--module", action="append", default=[], help="a .ko whose contents to include (repeatable)")
+    gwhich = ge.add_mutually_exclusive_group()
+    gwhich.add_argument("--function", action="append", default=[], help="kinst: a function to table (repeatable)")
+    gwhich.add_argument("--all", action="store_true", help="kinst: every eligible function")
+    ge.add_argument("--out", help="output directory (default: sys/modules/<provider>/)")
+    ge.set_defaults(run=cmd_generate)
+
+    for mod in COMMAND_MODULES:
+        _optional_module(mod, "add_commands", lambda f: f(sub))
 
     sa = sub.add_parser("sample", help="build the embedded sample kernel and print its path")
     sa.add_argument("--rebuild", action="store_true", help="rebuild even when the cached image is current")
@@ -96,6 +117,32 @@ def cmd_probes(args: argparse.Namespace) -> int:
     out = report.function_json(rep, args.offset) if args.json else report.function_text(rep, args.offset)
     sys.stdout.write(out + "\n")
     return 0
+
+
+def _optional_module(name: str, attr: str, use) -> None:
+    """Call ``use(module.attr)`` if that module exists yet."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            raise
+        return
+    use(getattr(mod, attr))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import importlib
+
+    modname, _, func = GENERATORS[args.provider].partition(":")
+    try:
+        mod = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name != modname:
+            raise
+        raise UserError(f"the {args.provider} generator is not implemented yet")
+    return getattr(mod, func)(args)
 
 
 def cmd_sample(args: argparse.Namespace) -> int:

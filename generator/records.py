@@ -28,6 +28,21 @@ KIND_CALL_MEM = "call-mem"  # ff /2 through memory: emulated
 KIND_CALL_RIPREL = "call-riprel"  # ff /2 through (%rip): emulated
 KIND_SKIP = "skip"
 
+# The kinds a generated table can hold, in the order of their C enum values
+# (enum kinst_kind in the rendered kinst_core.h): (kind, C name, comment).
+TABLE_KINDS = (
+    (KIND_TRAMPOLINE, "KINST_K_TRAMPOLINE", "copied verbatim, then jmp back"),
+    (KIND_RIPREL, "KINST_K_RIPREL", "copied, disp32 rewritten for the trampoline"),
+    (KIND_JMP32, "KINST_K_JMP32", "jmp rel32, disp32 rewritten"),
+    (KIND_JCC32, "KINST_K_JCC32", "jcc rel32, disp32 rewritten"),
+    (KIND_JMP_WIDEN, "KINST_K_JMP_WIDEN", "jmp rel8 widened to rel32"),
+    (KIND_JCC_WIDEN, "KINST_K_JCC_WIDEN", "jcc rel8 widened to rel32"),
+    (KIND_CALL_DIRECT, "KINST_K_CALL_DIRECT", "call rel32, emulated"),
+    (KIND_CALL_REG, "KINST_K_CALL_REG", "call through a register, emulated"),
+    (KIND_CALL_MEM, "KINST_K_CALL_MEM", "call through memory, emulated"),
+    (KIND_CALL_RIPREL, "KINST_K_CALL_RIPREL", "call through (%rip) memory, emulated"),
+)
+
 STATUS_OK = "ok"
 STATUS_SKIP = "skip"
 
