@@ -40,8 +40,10 @@ _MAX_INSN = 15
 
 def excluded(name: str, isa: ModuleType) -> str:
     """kinst's name-based verdict: the reason, or "" when the name is allowed."""
-    if name in isa.MD_EXCLUDED:
-        return f"excluded by name ({isa.ARCH}): {name}"
+    md = isa.MD_EXCLUDED
+    if name in md:
+        why = md[name] if isinstance(md, dict) else "listed by the ISA"
+        return f"excluded by name ({isa.ARCH}): {why}"
     if name in EXCLUDED_NAMES:
         return f"excluded by name: {EXCLUDED_NAMES[name]}"
     if name.startswith(EXCLUDED_EXCEPTIONS):
@@ -67,7 +69,9 @@ def analyse(img: KernelImage, func: Function, rule: str = "any", isa: Optional[M
     reason = excluded(func.name, isa)
     if not reason:
         reason = isa.frame_verdict(insns, code, rule)
-    probes = [_probe(img, isa, func, code, insn, reason) for insn in insns]
+    context = getattr(isa, "context_refusals", None)
+    regions = context(insns) if context is not None and not reason else {}
+    probes = [_probe(img, isa, func, code, insn, reason, regions) for insn in insns]
     return R.FunctionReport(
         name=func.name,
         qualified=func.qualified,
@@ -80,7 +84,7 @@ def analyse(img: KernelImage, func: Function, rule: str = "any", isa: Optional[M
     )
 
 
-def _probe(img: KernelImage, isa: ModuleType, func: Function, code: bytes, insn, func_reason: str) -> R.Probe:
+def _probe(img: KernelImage, isa: ModuleType, func: Function, code: bytes, insn, func_reason: str, regions) -> R.Probe:
     off, length, mnem, ops = insn
     raw = code[off : off + length]
     addr = func.address + off
@@ -89,10 +93,14 @@ def _probe(img: KernelImage, isa: ModuleType, func: Function, code: bytes, insn,
     target, target_symbol = fields[12], None
     if target is not None and length >= 5 and img.e_type == "ET_REL":
         target, target_symbol = _reloc_target(img, addr, length, target)
-    if off + length > func.size:
-        status, reason, kind = R.STATUS_SKIP, "extends past the symbol's end", R.KIND_SKIP
-    elif func_reason and status == R.STATUS_OK:
+    # The function's verdict comes first (kinst never looks at the instructions
+    # of a refused function), then the walk, then regions, then the instruction.
+    if func_reason:
         status, reason, kind = R.STATUS_SKIP, f"function refused: {func_reason}", R.KIND_SKIP
+    elif off + length > func.size:
+        status, reason, kind = R.STATUS_SKIP, "extends past the symbol's end", R.KIND_SKIP
+    elif off in regions and status == R.STATUS_OK:
+        status, reason, kind = R.STATUS_SKIP, regions[off], R.KIND_SKIP
     return R.Probe(off, addr, length, raw, mnem, ops, status, reason, kind, *fields[3:12], target, target_symbol)
 
 

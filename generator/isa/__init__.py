@@ -2,7 +2,8 @@
 
 Each module (``amd64.py``; later ``aarch64.py``, ``riscv.py``) exposes the
 same interface -- ``ARCH``, ``PATCHVAL``, ``TRAMP_SIZE``, ``MD_EXCLUDED``,
-``decode()``, ``classify()``, ``frame_verdict()`` -- the way kinst keeps one
+``decode()``, ``classify()``, ``frame_verdict()``, and optionally
+``context_refusals()`` for hazards that span instructions -- the way kinst keeps one
 ``kinst_isa.c`` per architecture behind ``kinst.h``.
 """
 

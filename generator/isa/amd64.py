@@ -1,8 +1,9 @@
 """amd64: decode with capstone, classify the way kinst's ``kinst_isa.c`` does.
 
 Every ISA module offers the same names: ``ARCH``, ``PATCHVAL``,
-``TRAMP_SIZE``, ``MD_EXCLUDED``, ``decode()``, ``classify()`` and
-``frame_verdict()``; machine-independent code never branches on the ISA.
+``TRAMP_SIZE``, ``MD_EXCLUDED``, ``decode()``, ``classify()``,
+``context_refusals()`` and ``frame_verdict()``; machine-independent code never
+branches on the ISA.
 
 capstone is the decoder of record: it decides instruction boundaries,
 mnemonics and operands.  The kinst metadata is computed from the raw bytes,
@@ -16,15 +17,19 @@ Where kinst is wrong we are right, and docs/refusals.md lists each case:
   disp32), and with mod 01/10 it means %rbp/%r13 (kinst drops the base);
 - a prefixed short jump widens to prefixes + 5 or + 6 bytes (kinst always
   uses 5 or 6, cutting the displacement);
+- a REX byte counts only when it immediately precedes the opcode, and 0xf1
+  (int1) is an opcode, not a prefix;
+- ud0/ud1 take a ModR/M byte (capstone 5 decodes them as two bytes);
 - loop/loope/loopne, far transfers, traps and the rest of ``REFUSED`` are
-  refused instead of being copied verbatim.
+  refused instead of being copied verbatim, and so is the region after a load
+  of the %gs selector (``context_refusals``).
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import capstone
 
@@ -35,7 +40,21 @@ from . import amd64_tables as T
 ARCH = "amd64"
 PATCHVAL = 0xCC  # int3
 TRAMP_SIZE = 32  # template (<= 16) + jmp *0(%rip) (6) + address (8)
-MD_EXCLUDED: frozenset = frozenset()  # kinst_md_excluded() is empty on amd64
+# Functions refused by name on amd64, with the reason.  kinst_md_excluded() is
+# empty on amd64; these are kinstkit's additions (docs/refusals.md).  Both are
+# bhyve (vmm.ko) world-switch routines that begin with push %rbp, so kinst's
+# prologue rule accepts them.
+MD_EXCLUDED: Dict[str, str] = {
+    "vmx_enter_guest": (
+        "bhyve VMX world switch: from the guest-state restore to VM entry, and from VM exit to the host-state "
+        "restore, %rsp points at the vmxctx structure, so a #BP pushes its trap frame into it; guest registers "
+        "and %cr2 are live"
+    ),
+    "svm_launch": (
+        "bhyve SVM world switch: vmload loads the guest's GS base before vmrun and the host's comes back only "
+        "afterwards; a #BP in between runs the trap handler with the guest GS base"
+    ),
+}
 
 
 class KinstFlag(enum.IntFlag):
@@ -59,6 +78,13 @@ _md.syntax = capstone.CS_OPT_SYNTAX_ATT
 
 _RIP_DISP = re.compile(r"(-?0x[0-9a-f]+|-?\d+)?\(%[re]ip\)")
 
+# Hot-path aliases of the tables (one global lookup instead of two).
+_PREFIXES = T.PREFIXES
+_MODRM_1 = T.MODRM_1
+_JCC8 = T.JCC8
+_REFUSED = T.REFUSED
+_LENGTH_FIX_MNEMONICS = frozenset(T.LENGTH_FIXES.values())
+
 RawInsn = Tuple[int, int, str, str]  # (offset, length, mnemonic, operands)
 
 
@@ -79,7 +105,9 @@ def decode(code: bytes, address: int, limit: Optional[int] = None) -> Tuple[List
     while off < limit:
         start = off
         for a, size, mnem, ops in _md.disasm_lite(code[off:] if off else code, address + off):
-            fixed = _fixed_length(code, off, size)
+            # Only capstone's "ud0"/"ud1" have a wrong length; skip the byte
+            # check for everything else.
+            fixed = _fixed_length(code, off, size) if mnem in _LENGTH_FIX_MNEMONICS else size
             out.append((off, fixed, mnem, ops))
             off += fixed
             if fixed != size or off >= limit:
@@ -149,7 +177,7 @@ def modrm_index(b: bytes, opcidx: int) -> int:
         idx = opcidx + 5
     elif op == 0x8F and opcidx + 1 < n and b[opcidx + 1] & 0x1F >= 8:  # XOP
         idx = opcidx + 4
-    elif op in T.MODRM_1:
+    elif op in _MODRM_1:
         idx = opcidx + 1
     else:
         return -1
@@ -176,12 +204,14 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
     if mnemonic == "(bad)":
         return (R.STATUS_SKIP, T.UNDECODABLE_REASON, R.KIND_SKIP, 0, ilen, ilen, bytes(16), 0, 0, 0, 0, 0, None)
 
-    # Skip prefixes, remember REX (kinst_instr_dissect's first loop).
+    # Skip prefixes, remember REX (kinst_instr_dissect's first loop).  A REX
+    # byte counts only when it is the last prefix: the CPU ignores one that a
+    # legacy prefix follows (kinst keeps it, and would emulate `41 2e ff d3`,
+    # call *%rbx, as call *%r11).
     rex = 0
     i = 0
-    while i < ilen and b[i] in T.PREFIXES:
-        if b[i] & 0xF0 == 0x40:
-            rex = b[i]
+    while i < ilen and b[i] in _PREFIXES:
+        rex = b[i] if b[i] & 0xF0 == 0x40 else 0
         i += 1
     if i >= ilen:
         raise ClassifierError(f"{address:#x}: only prefixes in {b.hex()}")
@@ -198,7 +228,7 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
         flags = _F_JMP | _F_RIPREL
         dispoff = opcidx + 2
         disp = _s32(b, dispoff)
-    elif op in T.JCC8 or op == 0xEB:
+    elif op in _JCC8 or op == 0xEB:
         flags = _F_JMP | _F_RIPREL
         dispoff = opcidx + 1
         disp = _s8(b[dispoff])
@@ -217,11 +247,13 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
         elif reg in (4, 5):
             flags = _F_JMP
 
+    rip_modrm = False
     if rm >= 0:
         reg1 = reg2 = -1
         modrm = b[rm]
         mod, r_m = modrm >> 6, modrm & 7
         if mod == 0 and r_m == 5:
+            rip_modrm = True
             flags |= _F_RIPREL
             dispoff = rm + 1
             disp = _s32(b, dispoff)
@@ -247,7 +279,10 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
             elif mod == 3:
                 flags |= _F_MODDIR
 
-    _cross_check(b, address, flags, rm, dispoff, disp, mnemonic, operands)
+    # Only RIP-relative operands print "(%rip)" (or "(%eip)"); the common case
+    # costs one substring test.
+    if rip_modrm or "ip)" in operands:
+        _cross_check(b, address, rip_modrm, dispoff, disp, mnemonic, operands)
 
     # Template and kind (calls are emulated: no template, as in kinst).
     tinstlen = ilen
@@ -267,7 +302,10 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
             t = bytearray(b)
             t[dispoff : dispoff + 4] = bytes(4)
             kdispoff = dispoff
-            kind = R.KIND_JCC32 if op == 0x0F else R.KIND_JMP32 if op == 0xE9 else R.KIND_RIPREL
+            if not flags & _F_JMP or op == 0xFF:
+                kind = R.KIND_RIPREL  # ModR/M rip-relative, including jmp *disp(%rip)
+            else:
+                kind = R.KIND_JCC32 if op == 0x0F else R.KIND_JMP32
         elif op == 0xEB:
             t = bytearray(b[:opcidx]) + b"\xe9\0\0\0\0"
             kdispoff = opcidx + 1
@@ -290,9 +328,10 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
         target = (address + ilen + _orig_disp(b, opcidx, op)) & 0xFFFFFFFFFFFFFFFF
 
     status, reason = R.STATUS_OK, ""
-    base = mnemonic.rsplit(" ", 1)[-1]
-    refusal = T.REFUSED.get(base)
-    if refusal is None and base.startswith("mov") and operands.endswith(", %ss"):
+    sp = mnemonic.rfind(" ")  # "rep stosq", "bnd jmp", "notrack jmpq"
+    base = mnemonic if sp < 0 else mnemonic[sp + 1 :]
+    refusal = _REFUSED.get(base)
+    if refusal is None and operands.endswith(", %ss") and base.startswith("mov"):
         refusal = T.SS_LOAD_REASON
     if refusal is not None:
         status, reason, kind = R.STATUS_SKIP, f"{base}: {refusal}", R.KIND_SKIP
@@ -309,9 +348,8 @@ def _orig_disp(b: bytes, opcidx: int, op: int) -> int:
     return _s8(b[opcidx + 1])
 
 
-def _cross_check(b, address, flags, rm, dispoff, disp, mnemonic, operands) -> None:
+def _cross_check(b, address, ours, dispoff, disp, mnemonic, operands) -> None:
     """Our RIP-relative ModR/M verdict must agree with capstone's operands."""
-    ours = rm >= 0 and (b[rm] & 0xC7) == 0x05
     m = _RIP_DISP.search(operands)
     if ours != (m is not None):
         raise ClassifierError(
@@ -325,6 +363,28 @@ def _cross_check(b, address, flags, rm, dispoff, disp, mnemonic, operands) -> No
                 f"{address:#x}: {b.hex()} ({mnemonic} {operands}): displacement {disp:#x} "
                 f"at byte {dispoff} does not match capstone's {text}"
             )
+
+
+def context_refusals(insns: List[RawInsn]) -> Dict[int, str]:
+    """Offsets refused because of an instruction before them, with the reason.
+
+    kinst looks at one instruction at a time; some hazards are regions.  The
+    one handled here: after a load of the %gs selector and up to the
+    wrmsr/wrgsbase that restores the GS base (inclusive, since the probe
+    fires before the instruction runs), or to the function's end.
+    """
+    out: Dict[int, str] = {}
+    inside = False
+    for off, _, mnem, ops in insns:
+        if inside:
+            out[off] = T.GS_REGION_REASON
+            if mnem.startswith(T.GS_RESTORERS):
+                inside = False
+        elif ops.endswith("%gs"):
+            inside = (ops == "%gs" or ops.endswith(", %gs")) and mnem.startswith(T.GS_WRITERS)
+        elif mnem.startswith(T.GS_FAR_LOAD):
+            inside = True
+    return out
 
 
 def frame_verdict(insns: List[RawInsn], code: bytes, rule: str = "any") -> str:

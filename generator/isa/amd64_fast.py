@@ -39,6 +39,8 @@ REFUSED_ICED = frozenset(
 _NEXT = FlowControl.NEXT
 _MOV = Mnemonic.MOV
 _SS = Register.SS
+_GS = Register.GS
+_GS_LOADERS = (Mnemonic.MOV, Mnemonic.POP, Mnemonic.LGS)
 _INVALID = Code.INVALID
 
 
@@ -55,7 +57,9 @@ def _special_codes() -> bytes:
     for c in range(count):
         probe = Instruction.create(c)
         mn = probe.mnemonic
-        if probe.flow_control != _NEXT or mn in REFUSED_ICED or c == _INVALID or (mn == _MOV and "SREG" in _code_name(c)):
+        name = _code_name(c)
+        gs_load = name.startswith(("POPW_GS", "POPD_GS", "POPQ_GS", "LGS_"))
+        if probe.flow_control != _NEXT or mn in REFUSED_ICED or c == _INVALID or (mn == _MOV and "SREG" in name) or gs_load:
             table[c] = 1
     return bytes(table)
 
@@ -97,6 +101,9 @@ def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
         if special[c] or ins.is_ip_rel_memory_operand:
             if c == _INVALID:
                 return None
+            mn = ins.mnemonic
+            if mn in _GS_LOADERS and (mn == Mnemonic.LGS or ins.op0_register == _GS):
+                return None  # a %gs load opens amd64.context_refusals' region: let the capstone path count it
             kind = _kind(code, off, ins.len, ins, ins.mnemonic)
             if kind is None:
                 skipped += 1

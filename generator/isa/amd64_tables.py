@@ -29,7 +29,9 @@ def _bytes(*ranges: object) -> FrozenSet[int]:
 
 
 # Legacy prefixes: group 1 (lock, rep), group 2 (segments), 66, 67; REX.
-PREFIXES = _bytes((0xF0, 0xF3), 0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, (0x40, 0x4F))
+# NOTE: kinst's prefix loop takes 0xf0-0xf3, so int1 (f1) counts as a prefix there
+# and trips its KASSERT; f1 is an opcode, not a prefix.
+PREFIXES = _bytes(0xF0, 0xF2, 0xF3, 0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, (0x40, 0x4F))
 
 # One-byte opcodes with a ModR/M byte (64-bit mode; c4/c5/62/8f handled apart).
 MODRM_1 = _bytes(
@@ -51,36 +53,67 @@ NO_MODRM_0F = _bytes(
     (0xC8, 0xCF),  # bswap
 )
 
-# Opcodes (after prefixes) whose length capstone gets wrong, with the length
-# rule to use instead: "modrm" means opcode bytes + ModR/M (+SIB +disp).
+# Opcodes (after prefixes) whose length capstone gets wrong, with the
+# mnemonic capstone prints for them; the right length is opcode bytes + ModR/M
+# (+ SIB + displacement).  decode() only looks at instructions with these
+# mnemonics.
 LENGTH_FIXES = {
-    (0x0F, 0xB9): "modrm",  # ud1 r, r/m
-    (0x0F, 0xFF): "modrm",  # ud0 r, r/m
+    (0x0F, 0xB9): "ud1",  # ud1 r, r/m
+    (0x0F, 0xFF): "ud0",  # ud0 r, r/m
 }
 
 # Short (rel8) conditional jumps and their rel32 forms.
 JCC8 = _bytes((0x70, 0x7F))
 
 # Instructions kinstkit refuses to probe, by capstone base mnemonic.
+# docs/refusals.md explains each entry and says whether kinst agrees.
 _IRQ = "may set IF and enable interrupts; kinst cannot tell whether the per-thread or per-CPU trampoline is safe (kinst refuses it too)"
-_UD = "deliberate #UD trap; the handler would see the trampoline's address instead of the original one (assertion and bug tables break)"
-_FAR = "far transfer through a memory pointer; kinst would emulate ff /3 as a near call or copy ff /5 verbatim, both wrong"
+_STI = (
+    "enables interrupts after the next instruction, which in a trampoline is the jump back, so 'sti; hlt' and "
+    "'sti; mwait' lose their wakeup guarantee (kinst refuses it too, as it may enable interrupts)"
+)
+_WAIT = (
+    "waits for an interrupt; FreeBSD's idle loops run it right after sti, whose one-instruction shadow keeps the "
+    "wakeup interrupt from arriving first; a probe here takes that interrupt on the way into the trampoline and "
+    "the CPU then sleeps with the wakeup already consumed"
+)
+_UD = (
+    "deliberate #UD trap; run from the trampoline, the fault and the panic it raises report the trampoline's "
+    "address, and a kernel that looks the address up (BUG/WARN tables) misreads it"
+)
+_LCALL = "far call through memory (ff /3); kinst emulates it as a near call: the target is the offset alone and no %cs is pushed"
+_LJMP = (
+    "far jump through memory (ff /5), reloading %cs; kinst copies it verbatim, which would work, but it only occurs "
+    "in mode-switch code; refused as a precaution, as Linux kprobes does"
+)
 _LOOP = "rel8 branch with no rel32 form; kinst copies it verbatim, so from the trampoline it would branch to the wrong address"
-_INT = "software interrupt; it would enter the IDT from the trampoline with the wrong return address"
-_IRET = "returns from an exception frame; a probe here nests #BP inside the exception-return path"
+_RCXZ = "rel8 branch with no rel32 form (kinst refuses it: 'no straightforward way to translate this instruction')"
+_INT = "software interrupt; the handler would see the trampoline's address as the return address"
+_IRET = (
+    "returns from an exception frame: it may set IF (as popf), on the way to user mode it runs after swapgs, "
+    "and FreeBSD's trap() recognises a faulting doreti_iret by its address, which a trampoline copy lacks"
+)
+_TO_USER = "returns to user mode after swapgs; a #BP here runs the kernel's trap handler with the user GS base"
+_VMENTRY = (
+    "VM entry: the guest's %cr2 (not part of the VMCS) is already loaded and any L1D/MDS flush already done; "
+    "a #BP here runs DTrace in between, clobbering %cr2 on any fault and refilling the caches the flush emptied"
+)
 REFUSED: Dict[str, str] = {
     "popf": _IRQ,
     "popfq": _IRQ,
     "popfw": _IRQ,
-    "sti": _IRQ,
+    "sti": _STI,
+    "hlt": _WAIT,
+    "mwait": _WAIT,
+    "mwaitx": _WAIT,
     "loop": _LOOP,
     "loope": _LOOP,
     "loopne": _LOOP,
-    "jrcxz": "rel8 branch with no rel32 form (kinst refuses it: 'no straightforward way to translate this instruction')",
-    "jecxz": "rel8 branch with no rel32 form (kinst refuses it: 'no straightforward way to translate this instruction')",
+    "jrcxz": _RCXZ,
+    "jecxz": _RCXZ,
     "int3": "breakpoint: kinst's own patch value; it belongs to a debugger or another tracer",
     "int": _INT,
-    "int1": "icebp debug trap; it would be taken from the trampoline",
+    "int1": "icebp (#DB) trap; the debug handler would see the trampoline's address (kinst's prefix scan also takes f1 for a prefix)",
     "into": _INT,
     "ud0": _UD,
     "ud1": _UD,
@@ -89,25 +122,40 @@ REFUSED: Dict[str, str] = {
     "iretl": _IRET,
     "iretw": _IRET,
     "iret": _IRET,
-    "lcall": _FAR,
-    "lcalll": _FAR,
-    "lcallq": _FAR,
-    "lcallw": _FAR,
-    "ljmp": _FAR,
-    "ljmpl": _FAR,
-    "ljmpq": _FAR,
-    "ljmpw": _FAR,
+    "lcall": _LCALL,
+    "lcalll": _LCALL,
+    "lcallq": _LCALL,
+    "lcallw": _LCALL,
+    "ljmp": _LJMP,
+    "ljmpl": _LJMP,
+    "ljmpq": _LJMP,
+    "ljmpw": _LJMP,
     "xbegin": "transaction start with a rel32 abort address relative to the instruction; copied into a trampoline the abort path is wrong, and the int3 aborts the transaction",
     "swapgs": "switches the GS base; a #BP taken here runs DTrace with the wrong per-CPU pointer",
-    "sysretq": "returns to user mode; a #BP here runs with the user GS base",
-    "sysretl": "returns to user mode; a #BP here runs with the user GS base",
-    "sysexit": "returns to user mode; a #BP here runs with the user GS base",
-    "sysexitq": "returns to user mode; a #BP here runs with the user GS base",
+    "sysretq": _TO_USER,
+    "sysretl": _TO_USER,
+    "sysexit": _TO_USER,
+    "sysexitl": _TO_USER,
+    "sysexitq": _TO_USER,
+    "vmlaunch": _VMENTRY,
+    "vmresume": _VMENTRY,
 }
 
 # A load of SS inhibits interrupts and debug traps for one instruction; in a
 # trampoline that instruction would be the jump back, not the original next one.
 SS_LOAD_REASON = "loads %ss, which shadows the next instruction; in a trampoline that is the jump back"
+
+# Loading the %gs selector also loads the GS base from the descriptor, and the
+# amd64 kernel keeps its per-CPU pointer there.  FreeBSD's load_gs() is
+# "pushfq; cli; rdmsr; movw %0,%%gs; wrmsr; popfq": until the wrmsr puts the
+# base back, a #BP would run the trap handler with a bogus curthread/pcpu.
+GS_WRITERS = ("mov", "pop")  # with %gs as the destination operand
+GS_FAR_LOAD = "lgs"  # lgs m16:xx, r: %gs is implicit in capstone's operands
+GS_RESTORERS = ("wrmsr", "wrgsbase")  # mnemonic prefixes ("wrgsbaseq")
+GS_REGION_REASON = (
+    "follows a load of the %gs selector, which trashes the kernel GS base until the next wrmsr/wrgsbase "
+    "restores it (FreeBSD's load_gs()); a #BP here would find curthread and the per-CPU data through a bogus base"
+)
 
 # capstone's mnemonic for a byte sequence it cannot decode.
 UNDECODABLE_REASON = "capstone cannot decode these bytes"
