@@ -1,0 +1,182 @@
+"""The generated dtmalloc provider: deterministic, and compiling as far as this machine allows.
+
+The portable core is compiled with gcc and with clang for FreeBSD (-Wall
+-Wextra -Werror, freestanding, no headers) and run in user space against
+Python's probe-name rule.  The FreeBSD glue is compiled against the stand-in
+headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, and against a
+real FreeBSD sys/ tree when SYSDIR names one (the test skips, naming SYSDIR,
+otherwise: no FreeBSD headers exist here).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from dtmalloc_fixtures import (
+    LAYOUT_12, RELEASE_12, RELEASE_14, SRC, Fixtures, assert_one_line_error, require, run_cli, shared,
+)
+from generator.mallocs import discover, probe_name
+
+REPO = Path(__file__).resolve().parent.parent
+GENERATED = ["dtmalloc.list", "dtmalloc_core.c", "dtmalloc_core.h", "dtmalloc_glue.c", "dtmalloc_table.c",
+             "dtmalloc_types.md"]
+PORTABLE = ["dtmalloc_core.c", "dtmalloc_table.c"]
+STRICT = ["-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0", "-nostdinc", "-mcmodel=kernel", "-mno-red-zone",
+                 "-fno-pic"]
+STUBS = SRC / "stubsys"
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory: pytest.TempPathFactory) -> Fixtures:
+    return shared(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def inputs(fx: Fixtures):
+    return str(fx.kernel(*RELEASE_14)), str(fx.module())
+
+
+@pytest.fixture(scope="module")
+def generated(inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("gen") / "dtmalloc"
+    kernel, module = inputs
+    res = run_cli("generate", "--provider", "dtmalloc", "--kernel", kernel, "--module", module, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == [str(out / n) for n in GENERATED]
+    return out
+
+
+def _cc(argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+
+
+def test_same_inputs_give_identical_files(generated: Path, inputs, tmp_path: Path) -> None:
+    copy = tmp_path / "first"
+    shutil.copytree(generated, copy)
+    kernel, module = inputs
+    res = run_cli("generate", "--provider", "dtmalloc", "--kernel", kernel, "--module", module, "--out", str(generated))
+    assert res.returncode == 0, res.stderr
+    match, mismatch, errors = filecmp.cmpfiles(copy, generated, GENERATED, shallow=False)
+    assert (mismatch, errors) == ([], []) and len(match) == len(GENERATED)
+    header = (generated / "dtmalloc_glue.c").read_text().splitlines()
+    assert any(kernel in line for line in header[:10]) and not any("Date" in line for line in header[:10])
+
+
+def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
+    kernel, module = inputs
+    d = discover(kernel, [module])
+    core = (generated / "dtmalloc_table.c").read_text()
+    probes = [line.split("\"")[1] for line in core.splitlines() if ".dk_probe = " in line]
+    assert probes == sorted(t.probe for t in d.probed)
+    assert '.dk_name = "tab\\011and newline\\012",' in core
+    assert '.dk_symbol = "M_MODDEV@mod_a.c",' in core and '.dk_file = "mod_a.ko",' in core
+    doc = (generated / "dtmalloc_types.md").read_text()
+    assert doc.count("| `dtmalloc::") == len(d.types) == 11
+    assert "duplicate: probes go to M_CACHE@subr_b.c in kernel" in doc
+    listing = (generated / "dtmalloc.list").read_text().splitlines()
+    assert listing[-1].split() == ["-", "dtmalloc", "temp", "free"]
+    glue = (generated / "dtmalloc_glue.c").read_text()
+    assert "CTASSERT(M_VERSION == 2024042901UL);" in glue
+    assert "CTASSERT(__FreeBSD_version <= 1400097);" in glue
+    assert "mtip = &mtp->ks_mti;" in glue
+
+
+@pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
+def test_core_compiles_freestanding(generated: Path, cc: List[str], tmp_path: Path) -> None:
+    require(cc[0])
+    for src in PORTABLE:
+        res = _cc([*cc, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], generated)
+        assert res.returncode == 0, res.stderr
+    portable = "".join((generated / n).read_text() for n in (*PORTABLE, "dtmalloc_core.h"))
+    assert "#include <" not in portable
+
+
+def test_core_runs_the_probe_name_rule(generated: Path, inputs, tmp_path: Path) -> None:
+    require("gcc")
+    exe = tmp_path / "core_test"
+    res = _cc(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I.", str(SRC / "core_test.c"), *PORTABLE,
+               "-o", str(exe)], generated)
+    assert res.returncode == 0, res.stderr
+    d = discover(*inputs[:1], [inputs[1]])
+    cases = [t.raw.decode() for t in d.types] + ["not a type", "x" * 300, "a\x0bb\x0cc\rd"]
+    run = subprocess.run([str(exe), *cases], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout
+    lines = run.stdout.splitlines()
+    known = sorted(t.probe for t in d.probed)
+    for case, line in zip(cases, lines):
+        name, index = line.split("\t")
+        assert name == probe_name(case.encode())
+        assert int(index) == (known.index(name) if name in known else -1)
+    assert lines[-1] == f"table {len(known)} ok"
+
+
+def _glue(generated: Path, cc: List[str], version: str, m_version: str, out: Path) -> subprocess.CompletedProcess:
+    return _cc([*cc, "-std=c99", "-ffreestanding", "-nostdinc", "-D_KERNEL", "-Wall", "-Wextra", "-Werror",
+                f"-I{STUBS}", f"-DSTUB_FREEBSD_VERSION={version}", f"-DSTUB_M_VERSION={m_version}",
+                "-c", "dtmalloc_glue.c", "-o", str(out)], generated)
+
+
+@pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
+def test_glue_compiles_against_stand_in_headers(generated: Path, cc: List[str], tmp_path: Path) -> None:
+    require(cc[0])
+    res = _glue(generated, cc, "1400097", "2024042901UL", tmp_path / "glue.o")
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize("version, m_version", [("1400097", "2020110501UL"), ("1400100", "2024042901UL"),
+                                                ("1302001", "2024042901UL")],
+                         ids=["other-M_VERSION", "newer-headers", "other-major"])
+def test_glue_refuses_a_tree_that_is_not_the_targets(generated: Path, version: str, m_version: str,
+                                                      tmp_path: Path) -> None:
+    require("gcc")
+    res = _glue(generated, ["gcc"], version, m_version, tmp_path / "glue.o")
+    assert res.returncode != 0 and "static assertion failed" in res.stderr
+
+
+def test_glue_against_sysdir(generated: Path, tmp_path: Path) -> None:
+    """The real build: bsd.kmod.mk against the FreeBSD sys/ tree in $SYSDIR."""
+    sysdir = os.environ.get("SYSDIR")
+    if not sysdir or not (Path(sysdir) / "sys" / "malloc.h").is_file():
+        pytest.skip("SYSDIR is not set to a FreeBSD sys/ tree (needs sys/malloc.h); the glue build against it is skipped")
+    make = shutil.which("bmake") or shutil.which("make")
+    if make is None or (Path(make).name == "make" and os.uname().sysname != "FreeBSD"):
+        pytest.skip("SYSDIR is set but no BSD make (bmake) is installed to run bsd.kmod.mk")
+    work = tmp_path / "build"
+    shutil.copytree(generated, work)
+    shutil.copy(REPO / "sys" / "modules" / "dtmalloc" / "Makefile", work / "Makefile")
+    res = subprocess.run([make, f"SYSDIR={sysdir}", "WITHOUT_CTF=yes"], cwd=work, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (work / "dtmalloc.ko").is_file()
+
+
+def test_makefile_uses_bsd_kmod_mk() -> None:
+    text = (REPO / "sys" / "modules" / "dtmalloc" / "Makefile").read_text()
+    assert ".include <bsd.kmod.mk>" in text
+    assert "KMOD=\tdtmalloc" in text
+    srcs = " ".join(line for line in text.splitlines() if line.startswith("SRCS"))
+    assert set(srcs.split()) >= {"dtmalloc_glue.c", "dtmalloc_core.c", "dtmalloc_table.c"}
+
+
+def test_default_out_and_sample_kernel(sample_kernel, tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    res = run_cli("generate", "--provider", "dtmalloc", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    core = (out / "dtmalloc_table.c").read_text()
+    assert '.dk_probe = "BIO_buffer",' in core and str(sample_kernel) in core
+
+
+def test_freebsd_12_is_refused(fx: Fixtures, tmp_path: Path) -> None:
+    k = str(fx.kernel(*RELEASE_12, *LAYOUT_12))
+    assert_one_line_error(
+        run_cli("generate", "--provider", "dtmalloc", "--kernel", k, "--out", str(tmp_path / "o")),
+        "does not generate a dtmalloc provider for FreeBSD 12",
+    )
+    assert not (tmp_path / "o").exists()
