@@ -9,15 +9,18 @@ same core and table with its own glue (``generator/harness.py``).
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
+import struct
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 from .image import KernelImage
 from .isa import isa_for
 from .isa.amd64 import KinstFlag
 from .plan import ProbePlan, c_bytes, c_kind, make_plan
-from .probes import analyse
+from .probes import EXCLUDED_EXCEPTIONS, EXCLUDED_NAMES, EXCLUDED_PREFIXES, analyse
 from .records import TABLE_KINDS
 from .render import REPO, Input, render_tree
 
@@ -78,6 +81,86 @@ def context(plan: ProbePlan) -> Dict[str, Any]:
         "tramp_size": amd64.TRAMP_SIZE,
         "flags": [{"name": f"KINST_F_{f.name}", "value": int(f), "doc": _FLAG_DOCS[f]} for f in KinstFlag],
         "kinds": [{"name": c, "value": i, "doc": doc} for i, (_, c, doc) in enumerate(TABLE_KINDS)],
+        **glue_context(plan),
+    }
+
+
+# ELF e_type values (the 16-bit field at offset 16 of the ELF header).
+_ET_EXEC = 2
+
+
+def c_string(text: str, width: int = 0) -> str:
+    """A C string literal: quotes, backslashes, '?' (trigraphs) and non-printable bytes escaped.
+
+    With ``width``, long text becomes adjacent literals of about that many
+    characters, broken after spaces, one per continuation line (style(9)).
+    """
+
+    def escape(part: str) -> str:
+        out = []
+        for b in part.encode("utf-8"):
+            ch = chr(b)
+            if ch in '"\\?':
+                out.append("\\" + ch)
+            elif 0x20 <= b < 0x7F:
+                out.append(ch)
+            else:
+                out.append(f"\\{b:03o}")
+        return "".join(out)
+
+    if not width:
+        return f'"{escape(text)}"'
+    pieces, cur = [], ""
+    for word in re.findall(r"\S+\s*|\s+", text):
+        w = escape(word)
+        if cur and len(cur) + len(w) > width:
+            pieces.append(cur)
+            cur = ""
+        cur += w
+    pieces.append(cur)
+    return "\n\t    ".join(f'"{p}"' for p in pieces)
+
+
+def linker_names(image: str) -> Tuple[str, str, bool]:
+    """(lf->filename, DTrace module name, is a kernel) for the image a table was made from.
+
+    FreeBSD names the kernel's linker file "kernel" and a module's by its file
+    name; DTrace module names drop ".ko" (fbt, and dtrace_module_unloaded()
+    when it removes a module's probes).
+    """
+    with open(image, "rb") as f:
+        head = f.read(18)
+    e_type = struct.unpack_from("<H", head, 16)[0] if len(head) == 18 else 0
+    if e_type == _ET_EXEC:
+        return "kernel", "kernel", True
+    name = os.path.basename(image)
+    return name, name[:-3] if name.endswith(".ko") and len(name) > 3 else name, False
+
+
+def glue_context(plan: ProbePlan) -> Dict[str, Any]:
+    """What kinst_glue.c.j2 needs beyond the table: names, lookup order, exclusions."""
+    file_name, dtrace_module, is_kernel = linker_names(plan.image)
+    names = [f.name for f in plan.funcs]
+    # The anchor gives the load bias: a global function (its name is unique in
+    # the image), else one whose name is unique in the table.
+    anchor = next((i for i, f in enumerate(plan.funcs) if f.qualified == f.name), -1)
+    if anchor < 0:
+        anchor = next((i for i, n in enumerate(names) if names.count(n) == 1), -1)
+    md = isa_for(plan.arch).MD_EXCLUDED
+    excluded_names = {**EXCLUDED_NAMES, **(md if isinstance(md, dict) else {n: "listed by the ISA" for n in md})}
+    return {
+        "module_file": file_name,
+        "module_file_c": c_string(file_name),
+        "dtrace_module": dtrace_module,
+        "dtrace_module_c": c_string(dtrace_module),
+        "table_is_kernel": int(is_kernel),
+        "anchor": anchor,
+        "anchor_name": names[anchor] if anchor >= 0 else "none",
+        # strcmp() order: bytes, then index so that equal names keep table order.
+        "byname": sorted(range(len(names)), key=lambda i: (names[i].encode("utf-8"), i)),
+        "excluded_names": [{"name": c_string(n), "why": c_string(w, 56)} for n, w in sorted(excluded_names.items())],
+        "excluded_prefixes": [{"name": c_string(p), "why": c_string(w, 56)} for p, w in EXCLUDED_PREFIXES],
+        "excluded_exceptions": [c_string(e) for e in EXCLUDED_EXCEPTIONS],
     }
 
 

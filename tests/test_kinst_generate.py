@@ -1,0 +1,365 @@
+"""The generated kinst provider: deterministic, compiling, and the glue's logic run.
+
+What this machine can check, in order of strength:
+
+* the portable core and the table compile with gcc and with clang for
+  FreeBSD (freestanding, kernel code model, -Wall -Wextra -Werror), also with
+  the warnings FreeBSD's kernel builds add;
+* the same inputs give byte-identical files, whose headers name the
+  generator, the input and its build-id and sha256, and whose KINST_F_* and
+  enum kinst_kind values are the Python ones;
+* the FreeBSD glue compiles against the stand-in kernel headers in
+  tests/fixtures/kinst/kinst_standin.h, and *runs* over stand-in kernel
+  services (tests/fixtures/kinst/glue_world.c): load and the build-id check,
+  resolution with a load bias, provide/ioctl/condense, every table probe
+  armed, hit and disarmed with its trampoline or call target checked, and
+  unload -- for a kernel table and for a .ko table;
+* against a real FreeBSD sys/ tree only when $SYSDIR names one (skipped,
+  naming SYSDIR, otherwise: there is none here).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from generator import __version__
+from generator.isa.amd64 import KinstFlag
+from generator.records import TABLE_KINDS
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "kinst"
+RENDERED = ["kinst_core.c", "kinst_core.h", "kinst_glue.c", "kinst_refused.txt", "kinst_table.c"]
+CORE_SOURCES = ["kinst_core.c", "kinst_table.c"]
+
+STRICT = ["-std=c99", "-ffreestanding", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-Wall", "-Wextra", "-Werror"]
+FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0"]
+COMPILERS = {"gcc": ["gcc"], "clang-freebsd": FREEBSD_CLANG}
+# sys/conf/kern.mk CWARNFLAGS: what a kmod build adds to -Wall.
+KERNEL_WARNINGS = ["-Wredundant-decls", "-Wnested-externs", "-Wstrict-prototypes", "-Wmissing-prototypes",
+                   "-Wpointer-arith", "-Wcast-qual", "-Wundef", "-Wno-pointer-sign"]
+
+
+def require(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+
+
+def generate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "generator", "generate", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=600)
+
+
+def render(out: Path, *args: str) -> Path:
+    res = generate("--provider", "kinst", *args, "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[1:] == [str(out / n) for n in RENDERED]
+    return out
+
+
+@pytest.fixture(scope="module")
+def trees(sample_kernel: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """The sample kernel rendered for one function and for --all."""
+    base = tmp_path_factory.mktemp("kinst")
+    return {
+        "single": render(base / "single", "--kernel", str(sample_kernel), "--function", "vm_fault"),
+        "all": render(base / "all", "--kernel", str(sample_kernel), "--all"),
+    }
+
+
+def cc(argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+
+
+# --- (a) the core and the table compile ----------------------------------
+
+
+@pytest.mark.parametrize("which", ["single", "all"])
+@pytest.mark.parametrize("compiler", sorted(COMPILERS))
+def test_core_and_table_compile(trees: Dict[str, Path], which: str, compiler: str, tmp_path: Path) -> None:
+    argv = COMPILERS[compiler]
+    require(argv[0])
+    for src in CORE_SOURCES:
+        res = cc([*argv, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], trees[which])
+        assert res.returncode == 0, f"{compiler} {src}:\n{res.stderr}"
+
+
+@pytest.mark.parametrize("compiler", sorted(COMPILERS))
+def test_core_compiles_with_kernel_warnings(trees: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
+    """The kmod build adds kern.mk's CWARNFLAGS; the core must pass them too."""
+    argv = COMPILERS[compiler]
+    require(argv[0])
+    for src in CORE_SOURCES:
+        res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-nostdinc", "-c", src, "-o", str(tmp_path / "x.o")],
+                 trees["all"])
+        assert res.returncode == 0, f"{compiler} {src}:\n{res.stderr}"
+
+
+# --- (b) determinism -------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["single", "all"])
+def test_same_inputs_give_identical_trees(trees: Dict[str, Path], sample_kernel: Path, which: str,
+                                          tmp_path: Path) -> None:
+    args = ["--kernel", str(sample_kernel)] + (["--all"] if which == "all" else ["--function", "vm_fault"])
+    again = render(tmp_path / "again", *args)
+    assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in trees[which].iterdir()) == RENDERED
+    match, mismatch, errors = filecmp.cmpfiles(trees[which], again, RENDERED, shallow=False)
+    assert (mismatch, errors) == ([], []), mismatch
+
+
+# --- (c) the header names generator, input, build-id, sha256 --------------
+
+
+def build_id(path: Path) -> str:
+    with open(path, "rb") as f:
+        for sec in ELFFile(f).iter_sections():
+            if sec["sh_type"] == "SHT_NOTE":
+                for note in sec.iter_notes():
+                    if note["n_type"] == "NT_GNU_BUILD_ID":
+                        return note["n_desc"]
+    return ""
+
+
+def test_headers_name_generator_and_input(trees: Dict[str, Path], sample_kernel: Path) -> None:
+    sha = hashlib.sha256(sample_kernel.read_bytes()).hexdigest()
+    bid = build_id(sample_kernel)
+    assert re.fullmatch(r"[0-9a-f]{40}", bid)
+    for which, tree in trees.items():
+        for name in RENDERED:
+            head = "\n".join((tree / name).read_text().splitlines()[:12])
+            assert f"Generated by kinstkit {__version__} from templates/kinst/{name}.j2" in head, (which, name)
+            assert f"Input: {sample_kernel}" in head and f"build-id {bid}" in head and f"sha256 {sha}" in head
+            assert "Do not edit" in head
+    table = (trees["all"] / "kinst_table.c").read_text()
+    assert f'.kt_build_id = "{bid}",' in table
+
+
+# --- (d) encodings: the C header equals the Python owners -----------------
+
+
+def test_core_header_encodings_match_python(trees: Dict[str, Path]) -> None:
+    header = (trees["single"] / "kinst_core.h").read_text()
+    flags = {m[0]: int(m[1], 16) for m in re.findall(r"#define\s+KINST_F_(\w+)\s+(0x[0-9a-fA-F]+)", header)}
+    assert flags == {f.name: int(f) for f in KinstFlag}
+    enum = re.search(r"enum kinst_kind \{(.*?)\};", header, re.S).group(1)
+    kinds = [(m[0], int(m[1])) for m in re.findall(r"(KINST_K_\w+)\s*=\s*(\d+)", enum)]
+    assert kinds == [(c, i) for i, (_, c, _) in enumerate(TABLE_KINDS)]
+
+
+# --- (e) the glue against a FreeBSD sys/ tree ------------------------------
+
+
+def sysdir_or_skip() -> Path:
+    sysdir = os.environ.get("SYSDIR")
+    if not sysdir or not (Path(sysdir) / "sys" / "dtrace_bsd.h").is_file():
+        pytest.skip("SYSDIR is not set to a FreeBSD sys/ tree (needs sys/dtrace_bsd.h); "
+                    "the kinst glue build against it is skipped")
+    return Path(sysdir).resolve()
+
+
+def kmod_flags(sysdir: Path, work: Path) -> List[str]:
+    """FreeBSD's amd64 kmod compile line: sys/conf/kmod.mk, kern.mk and OPENZFS_CFLAGS, plus the Makefile's."""
+    zinc = sysdir / "contrib" / "openzfs" / "include"
+    return [
+        *FREEBSD_CLANG, "-O2", "-pipe", "-fno-strict-aliasing", "-std=iso9899:1999",
+        # kmod.mk
+        "-D_KERNEL", "-DKLD_MODULE", "-nostdinc", f"-I{work}", f"-I{sysdir}", f"-I{sysdir}/contrib/ck/include",
+        "-fno-common", "-include", str(work / "opt_global.h"),
+        # kern.mk, amd64 and clang
+        "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-mcmodel=kernel", "-mno-red-zone",
+        "-mno-mmx", "-mno-sse", "-msoft-float", "-fno-asynchronous-unwind-tables", "-mno-aes", "-mno-avx",
+        "-ffreestanding", "-fwrapv", "-fstack-protector",
+        "-Wall", *KERNEL_WARNINGS, "-D__printf__=__freebsd_kprintf__", "-Wno-unknown-pragmas", "-Werror",
+        # OPENZFS_CFLAGS, as the Makefile adds them
+        "-D_SYS_VMEM_H_", "-D__KERNEL__", "-DSMP", f"-I{zinc}", f"-I{zinc}/os/freebsd", f"-I{zinc}/os/freebsd/spl",
+        f"-I{zinc}/os/freebsd/zfs", f"-I{sysdir}/cddl/compat/opensolaris",
+        f"-I{sysdir}/cddl/contrib/opensolaris/uts/common", "-include", f"{zinc}/os/freebsd/spl/sys/ccompile.h",
+        # the Makefile, after bsd.kmod.mk
+        "-include", f"{sysdir}/cddl/compat/opensolaris/sys/debug_compat.h",
+    ]
+
+
+def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
+    """On FreeBSD, `make` with bsd.kmod.mk; elsewhere clang with kmod.mk's flags against $SYSDIR."""
+    sysdir = sysdir_or_skip()
+    work = tmp_path / "kinst"
+    shutil.copytree(trees["all"], work)
+    shutil.copy(REPO / "sys" / "modules" / "kinst" / "Makefile", work / "Makefile")
+    share_mk = sysdir.parent / "share" / "mk"
+    if os.uname().sysname == "FreeBSD":
+        argv = ["make", f"SYSDIR={sysdir}", "WITHOUT_CTF=yes"]
+        if share_mk.is_dir():
+            argv[1:1] = ["-m", str(share_mk)]
+        res = subprocess.run(argv, cwd=work, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (work / "kinst.ko").is_file()
+        return
+    require("clang")
+    require("awk")
+    for link, target in (("machine", "amd64"), ("x86", "x86"), ("i386", "i386")):
+        (work / link).symlink_to(sysdir / target / "include")
+    (work / "opt_global.h").write_text("")
+    for flag, name in (("-h", "vnode_if.h"), ("-p", "vnode_if_newproto.h"), ("-q", "vnode_if_typedef.h")):
+        res = subprocess.run(["awk", "-f", str(sysdir / "tools" / "vnode_if.awk"),
+                              str(sysdir / "kern" / "vnode_if.src"), flag], cwd=work, capture_output=True, text=True)
+        assert res.returncode == 0 and (work / name).is_file(), res.stderr
+    for src in ("kinst_glue.c", *CORE_SOURCES):
+        res = cc([*kmod_flags(sysdir, work), "-c", src, "-o", src[:-2] + ".o"], work)
+        assert res.returncode == 0, f"{src}:\n{res.stderr}"
+
+
+def test_makefile_builds_the_rendered_sources() -> None:
+    text = (REPO / "sys" / "modules" / "kinst" / "Makefile").read_text()
+    assert re.search(r"^KMOD=\s+kinst$", text, re.M)
+    srcs = " ".join(line for line in text.splitlines() if line.startswith("SRCS"))
+    assert all(n in srcs.split() for n in ("kinst_glue.c", "kinst_core.c", "kinst_table.c", "vnode_if.h"))
+    assert ".include <bsd.kmod.mk>" in text and "${OPENZFS_CFLAGS}" in text
+    assert "debug_compat.h" in text.split(".include <bsd.kmod.mk>")[1]
+
+
+# --- the glue on this machine: stand-in headers and a stand-in kernel ------
+
+
+def standin_tree(glue: Path, root: Path) -> Path:
+    """Every <...> header kinst_glue.c includes, as a file that includes kinst_standin.h."""
+    for header in re.findall(r"^#include <([^>]+)>", glue.read_text(), re.M):
+        path = root / header
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('#include "kinst_standin.h"\n')
+    return root
+
+
+@pytest.mark.parametrize("compiler", sorted(COMPILERS))
+def test_glue_compiles_against_standins(trees: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
+    argv = COMPILERS[compiler]
+    require(argv[0])
+    for which, tree in trees.items():
+        stubs = standin_tree(tree / "kinst_glue.c", tmp_path / which)
+        res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-Wshadow", "-nostdinc", "-D_KERNEL", f"-I{stubs}",
+                  f"-I{FIXTURES}", "-c", "kinst_glue.c", "-o", str(tmp_path / "glue.o")], tree)
+        assert res.returncode == 0, f"{compiler} {which}:\n{res.stderr}"
+
+
+def image_files(image: Path, out: Path) -> List[str]:
+    """The image's allocated sections as glue_host maps them, and its function symbols."""
+    from generator.image import KernelImage
+
+    img = KernelImage.open(str(image))
+    secs = [s for s in img.sections if s.size]
+    base = min(s.addr for s in secs)
+    data = bytearray(max(s.addr + s.size for s in secs) - base)
+    for s in secs:
+        if not s.nobits:
+            data[s.addr - base : s.addr + s.size - base] = img.read(s.addr, s.size)
+    (out / f"{image.name}.img").write_bytes(f"{base:x}\n".encode() + bytes(data))
+    syms = [f"{n} {f.address:x} {f.size:x}" for f in img.functions() for n in (f.name, *f.aliases)]
+    (out / f"{image.name}.syms").write_text("\n".join(syms) + "\n")
+    return [str(out / f"{image.name}.img"), str(out / f"{image.name}.syms")]
+
+
+def run_world(tree: Path, work: Path, scenario: str, kernel: Path, build_id_arg: str,
+              module: Optional[Path] = None) -> str:
+    require("gcc")
+    work.mkdir(parents=True, exist_ok=True)
+    stubs = standin_tree(tree / "kinst_glue.c", work / "stubs")
+    flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    res = cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{stubs}", f"-I{FIXTURES}", f"-I{tree}",
+              "-c", str(FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], work)
+    assert res.returncode == 0, res.stderr
+    exe = work / "glue_host"
+    res = cc(["gcc", *flags, f"-I{FIXTURES}", str(FIXTURES / "glue_host.c"), str(work / "world.o"),
+              str(tree / "kinst_core.c"), str(tree / "kinst_table.c"), "-o", str(exe)], work)
+    assert res.returncode == 0, res.stderr
+    argv = [str(exe), scenario, *image_files(kernel, work), build_id_arg]
+    if module is not None:
+        argv += [module.name, *image_files(module, work)]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    last = run.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(rf"{scenario}: \d+ checks, 0 failed, \d+ probes, \d+ trampoline pages", last), last
+    return run.stdout
+
+
+@pytest.mark.parametrize("which", ["single", "all"])
+def test_glue_runs_a_kernel_table(trees: Dict[str, Path], sample_kernel: Path, which: str, tmp_path: Path) -> None:
+    out = run_world(trees[which], tmp_path, "kernel", sample_kernel, build_id(sample_kernel))
+    # Refusals are one line each, with the reason.
+    assert "kinst: vm_fault:2 is not a probe of the generated table" in out
+    assert re.search(r"kinst: not enabling kernel:\w+:0: the live bytes differ", out)
+
+
+def test_glue_refuses_another_kernel(trees: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:
+    out = run_world(trees["single"], tmp_path, "build-id", sample_kernel, "0" * 40)
+    line = [x for x in out.splitlines() if x.startswith("kinst:")]
+    assert line == [f"kinst: table made for kernel build-id {build_id(sample_kernel)}, running kernel is "
+                    f"{'0' * 40}: not loading"]
+
+
+@pytest.fixture(scope="module")
+def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernel module (ET_REL, ld -r) built from two of the sample kernel's sources."""
+    from generator.errors import UserError
+    from generator.sample import find_toolchain
+
+    try:
+        tc = find_toolchain()
+    except UserError as e:
+        pytest.skip(str(e))
+    out = tmp_path_factory.mktemp("ko")
+    objs = []
+    for src in ("vm_fault.c", "kern_exit.c"):
+        obj = out / src.replace(".c", ".o")
+        res = cc([tc.cc, *tc.cflags(), f"-I{REPO / 'samples' / 'kernel'}", "-c", str(REPO / "samples" / "kernel" / src),
+                  "-o", str(obj)], out)
+        assert res.returncode == 0, res.stderr
+        objs.append(str(obj))
+    ko = out / "fixmod.ko"
+    res = cc([tc.ld, "-r", "-o", str(ko), *objs], out)
+    assert res.returncode == 0, res.stderr
+    return ko
+
+
+def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path: Path) -> None:
+    tree = render(tmp_path / "gen", "--kernel", str(module_ko), "--all")
+    glue = (tree / "kinst_glue.c").read_text()
+    assert '#define\tKINST_FILE\t\t"fixmod.ko"' in glue and 'kinst_modname[] = "fixmod";' in glue
+    assert "#define\tKINST_TABLE_KERNEL\t0" in glue
+    # A module table is not held to the kernel's build-id.
+    run_world(tree, tmp_path / "world", "module", sample_kernel, "0" * 40, module_ko)
+
+
+def test_glue_data_for_the_kernel(trees: Dict[str, Path]) -> None:
+    glue = (trees["all"] / "kinst_glue.c").read_text()
+    assert '#define\tKINST_FILE\t\t"kernel"' in glue and 'kinst_modname[] = "kernel";' in glue
+    assert "#define\tKINST_TABLE_KERNEL\t1" in glue
+    table = (trees["all"] / "kinst_table.c").read_text()
+    names = re.findall(r'\.kf_name = "([^"]*)"', table)
+    block = re.search(r"kinst_byname\[\] = \{(.*?)\};", glue, re.S).group(1)
+    byname = [int(x) for x in re.findall(r"^\t(\d+),$", block, re.M)]
+    assert [names[i] for i in byname] == sorted(names, key=lambda n: n.encode())
+    from generator.probes import EXCLUDED_NAMES, EXCLUDED_PREFIXES
+
+    for name in EXCLUDED_NAMES:
+        assert f'{{ "{name}",' in glue
+    for prefix, _ in EXCLUDED_PREFIXES:
+        assert f'{{ "{prefix}",' in glue
+
+
+def test_invoke_generate(sample_kernel: Path, tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "invoke", "generate", "--kernel", str(sample_kernel),
+                          "--function", "vm_fault", "--function", "malloc", "--out", str(tmp_path / "o")],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    table = (tmp_path / "o" / "kinst_table.c").read_text()
+    assert set(re.findall(r'\.kf_name = "([^"]*)"', table)) == {"vm_fault", "malloc"}
