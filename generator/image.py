@@ -15,21 +15,29 @@ SHF_ALLOC sections out one after another (honouring ``sh_addralign``) at a
 synthetic base, and apply the relocations whose symbols are defined in the
 file, so that displacements read from the bytes are the ones the loaded module
 will have.  Relocations against undefined symbols (kernel functions such as
-``__fentry__``) cannot be resolved offline; they are kept as ``Reloc`` records
-so that callers can name the symbolic target instead of a bogus address.
+``__fentry__``) cannot be resolved offline, nor can types we do not apply (GOT,
+TLS); they are kept as unresolved ``Reloc`` records so that callers can name
+the symbolic target instead of a bogus address.  Relocations index the raw
+symbol table, so ``symbols()`` keeps every entry, STT_FILE included.
+
+Every malformed-file failure, whether found in ``open`` or later by a lazily
+parsing method, is a one-line ``UserError``.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
+import io
 import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 
 from .errors import UserError
@@ -47,11 +55,38 @@ REL_BASE = 0x10000
 _SHF_ALLOC = 0x2
 _SHF_EXECINSTR = 0x4
 _STT_FUNC = 2
+_STT_SECTION = 3
 _STT_FILE = 4
 _STB_NAMES = {0: "local", 1: "global", 2: "weak"}
 _SHN_UNDEF = 0
 _SHN_ABS = 0xFFF1
 _SHN_COMMON = 0xFFF2
+
+# What pyelftools and struct raise on malformed bytes.  Caught where the file
+# is parsed (eagerly in ``open``, lazily in the guarded methods) and turned into
+# a one-line UserError: bad input is never a traceback.
+_PARSE_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError, OverflowError)
+
+_T = TypeVar("_T")
+
+
+def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Turn a parse error inside a lazily-parsing method into a UserError."""
+
+    @functools.wraps(method)
+    def wrapper(self: "KernelImage", *args, **kwargs) -> _T:
+        try:
+            return method(self, *args, **kwargs)
+        except _PARSE_ERRORS as e:
+            raise _corrupt(self.path, e) from None
+
+    return wrapper
+
+
+def _corrupt(path: str, e: BaseException) -> UserError:
+    detail = " ".join(str(e).split()) or type(e).__name__
+    return UserError(f"{path}: corrupt or truncated ELF ({detail}); re-copy the file")
+
 
 # x86-64 relocation types we apply, as (name, width in bytes, pc-relative).
 _X64_RELOCS = {
@@ -62,6 +97,16 @@ _X64_RELOCS = {
     11: ("R_X86_64_32S", 4, False),
     24: ("R_X86_64_PC64", 8, True),
 }
+
+# Types we do not apply (GOT, TLS, narrow fields).  They are still listed, as
+# unresolved, so that a field they fill is never read as its final value.
+_X64_UNAPPLIED = {
+    3: "R_X86_64_GOT32", 9: "R_X86_64_GOTPCREL", 12: "R_X86_64_16", 13: "R_X86_64_PC16", 14: "R_X86_64_8",
+    15: "R_X86_64_PC8", 19: "R_X86_64_TLSGD", 20: "R_X86_64_TLSLD", 21: "R_X86_64_DTPOFF32",
+    22: "R_X86_64_GOTTPOFF", 23: "R_X86_64_TPOFF32", 26: "R_X86_64_GOTPC32", 41: "R_X86_64_GOTPCRELX",
+    42: "R_X86_64_REX_GOTPCRELX",
+}
+_R_X86_64_NONE = 0
 
 
 @dataclass(frozen=True)
@@ -109,7 +154,7 @@ class Reloc:
     type: str  # R_X86_64_*
     symbol: str  # symbol name ("" for a section symbol without a name)
     addend: int
-    resolved: bool  # True when the symbol is defined in this file
+    resolved: bool  # True when applied: a type we apply, against a symbol defined here
 
 
 @dataclass(frozen=True)
@@ -134,6 +179,8 @@ class KernelImage:
         self.machine: str = elf["e_machine"]
         self.sections: List[Section] = self._layout_sections()
         self._starts = [s.addr for s in self.sections]
+        self._by_index: Dict[int, Section] = {s.index: s for s in self.sections}
+        self._rela_for: Optional[Dict[int, List[object]]] = None
         self._relocated: Dict[int, bytes] = {}
         self._relocs: Optional[List[Reloc]] = None
         self._reloc_addrs: List[int] = []
@@ -158,14 +205,12 @@ class KernelImage:
         except OSError as e:
             raise UserError(f"{path}: cannot read: {e.strerror}")
         _check_ident(path, data)
-        import io
-
         try:
             elf = ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
             img = cls(path, data, elf)
             img._check_shape()
-        except (ELFError, struct.error, ValueError, IndexError) as e:
-            raise UserError(f"{path}: corrupt or truncated ELF ({e}); re-copy the file")
+        except _PARSE_ERRORS as e:
+            raise _corrupt(path, e) from None
         return img
 
     def _check_shape(self) -> None:
@@ -192,6 +237,7 @@ class KernelImage:
         return ARCHITECTURES[self.machine]
 
     @property
+    @_guarded
     def build_id(self) -> Optional[str]:
         """The NT_GNU_BUILD_ID note as hex, or None when the image has none."""
         for sec in self._elf.iter_sections():
@@ -245,11 +291,9 @@ class KernelImage:
         return None
 
     def section_by_index(self, index: int) -> Optional[Section]:
-        for s in self.sections:
-            if s.index == index:
-                return s
-        return None
+        return self._by_index.get(index)
 
+    @_guarded
     def read(self, address: int, size: int) -> bytes:
         """The bytes at ``address``; relocated for ET_REL.  Must lie in one section."""
         s = self.section_at(address)
@@ -275,39 +319,62 @@ class KernelImage:
                 continue
             if pcrel:
                 value -= r.address
-            off = r.address - s.addr
-            if width == 8:
-                struct.pack_into("<Q", buf, off, value & 0xFFFFFFFFFFFFFFFF)
-            else:
-                struct.pack_into("<I", buf, off, value & 0xFFFFFFFF)
+            fmt, mask = ("<Q", 0xFFFFFFFFFFFFFFFF) if width == 8 else ("<I", 0xFFFFFFFF)
+            struct.pack_into(fmt, buf, r.address - s.addr, value & mask)
         self._relocated[s.index] = bytes(buf)
         return self._relocated[s.index]
 
     # -- relocations (ET_REL) ---------------------------------------------
 
+    def _rela_sections(self) -> Dict[int, List[object]]:
+        """Relocation sections by the index of the section they apply to."""
+        if self._rela_for is None:
+            out: Dict[int, List[object]] = {}
+            for rsec in self._elf.iter_sections():
+                if rsec["sh_type"] in ("SHT_RELA", "SHT_REL"):
+                    out.setdefault(rsec["sh_info"], []).append(rsec)
+            self._rela_for = out
+        return self._rela_for
+
     def _raw_relocs_for(self, s: Section) -> Iterator[Tuple[Reloc, int, bool, int]]:
+        """Each relocation of ``s`` we understand, with its width, pc-relativity
+        and ``S + A``.  SHT_REL keeps its addend in the unrelocated field."""
         syms = self.symbols()
-        for rsec in self._elf.iter_sections():
-            if rsec["sh_type"] not in ("SHT_RELA", "SHT_REL") or rsec["sh_info"] != s.index:
-                continue
+        raw = b"" if s.nobits else self._data[s.offset : s.offset + s.size]
+        for rsec in self._rela_sections().get(s.index, ()):
             is_rela = rsec["sh_type"] == "SHT_RELA"
             fmt, step = ("<QQq", 24) if is_rela else ("<QQ", 16)
             data = rsec.data()
             for ent in struct.iter_unpack(fmt, data[: len(data) // step * step]):
                 r_offset, r_info = ent[0], ent[1]
-                addend = ent[2] if is_rela else 0
                 rtype, symidx = r_info & 0xFFFFFFFF, r_info >> 32
-                if rtype not in _X64_RELOCS or symidx >= len(syms):
+                if rtype == _R_X86_64_NONE or symidx >= len(syms):
                     continue
-                name, width, pcrel = _X64_RELOCS[rtype]
+                applied = rtype in _X64_RELOCS
+                name, width, pcrel = _X64_RELOCS.get(rtype) or (_X64_UNAPPLIED.get(rtype, f"R_X86_64_{rtype}"), 1, False)
+                if r_offset + width > s.size:
+                    raise UserError(
+                        f"{self.path}: corrupt relocation: {name} at offset {r_offset:#x} lies outside "
+                        f"section {s.name} ({s.size} bytes); re-copy the file"
+                    )
+                addend = ent[2] if is_rela else _implicit_addend(raw, r_offset, width)
                 sym = syms[symidx]
                 value, resolved = self._symbol_address(sym)
-                sname = sym.name
-                if not sname and sym.type == 3:  # STT_SECTION
-                    sec = self.section_by_index(sym.shndx)
-                    sname = sec.name if sec else ""
-                reloc = Reloc(s.addr + r_offset, name, sname, addend, resolved)
+                resolved = resolved and applied
+                reloc = Reloc(s.addr + r_offset, name, self._reloc_symbol_name(sym), addend, resolved)
                 yield reloc, width, pcrel, value + addend
+
+    def _reloc_symbol_name(self, sym: _Sym) -> str:
+        """The symbol's name; a section symbol (no name) is named after its section."""
+        if sym.name or sym.type != _STT_SECTION:
+            return sym.name
+        sec = self.section_by_index(sym.shndx)
+        if sec is not None:
+            return sec.name
+        try:
+            return self._elf.get_section(sym.shndx).name
+        except _PARSE_ERRORS:
+            return ""
 
     def _symbol_address(self, sym: _Sym) -> Tuple[int, bool]:
         if sym.shndx in (_SHN_UNDEF, _SHN_COMMON):
@@ -321,6 +388,7 @@ class KernelImage:
             return 0, False
         return sec.addr + sym.value, True
 
+    @_guarded
     def relocations(self) -> List[Reloc]:
         """All relocations into allocated sections, sorted by address (ET_REL)."""
         if self._relocs is None:
@@ -342,6 +410,7 @@ class KernelImage:
 
     # -- symbols ------------------------------------------------------------
 
+    @_guarded
     def symbols(self) -> List[_Sym]:
         """The symbol table (.symtab, else .dynsym), unpacked in bulk."""
         if self._symbols is None:
@@ -349,6 +418,7 @@ class KernelImage:
             self._symbols = [] if sec is None else _unpack_symbols(self._elf, sec)
         return self._symbols
 
+    @_guarded
     def functions(self) -> List[Function]:
         """Every STT_FUNC with a size, aliases folded, sorted by address."""
         if self._functions is None:
@@ -417,8 +487,17 @@ class _MmapStream:
         return out
 
 
+def _implicit_addend(raw: Sequence[int], off: int, width: int) -> int:
+    """SHT_REL: the addend is the field's (signed) value before relocation."""
+    if off + width > len(raw):
+        return 0
+    return int.from_bytes(bytes(raw[off : off + width]), "little", signed=True)
+
+
 def _check_ident(path: str, data: Sequence[int]) -> None:
     """Reject non-ELF and 32-bit files before pyelftools sees them."""
+    if len(data) == 0:
+        raise UserError(f"{path}: empty file; pass a kernel, .ko or shared object")
     if len(data) < 16 or bytes(data[:4]) != b"\x7fELF":
         raise UserError(f"{path}: not an ELF file; pass a kernel, .ko or shared object")
     if data[4] != 2:
@@ -442,7 +521,7 @@ def _unpack_symbols(elf: ELFFile, sec) -> List[_Sym]:
         stype, bind = st_info & 0xF, st_info >> 4
         if stype == _STT_FILE:
             file = name
-            continue
+        # Every entry is kept, STT_FILE too: relocations index this list.
         out.append(_Sym(name, st_value, st_size, stype, bind, st_shndx, file if bind == 0 else None))
     return out
 
