@@ -24,7 +24,7 @@ GENERATORS = {
     "dtmalloc": "generator.dtmalloc_cli:generate",
 }
 # Modules that add their own subcommands with add_commands(subparsers).
-COMMAND_MODULES = ("generator.dtmalloc_cli",)
+COMMAND_MODULES = ("generator.dtmalloc_cli", "generator.harness")
 EXIT_USER = 2
 EXIT_BUG = 3
 
@@ -66,6 +66,10 @@ def make_parser() -> argparse.ArgumentParser:
 
     for mod in COMMAND_MODULES:
         _optional_module(mod, "add_commands", lambda f: f(sub))
+
+    from .oracle import add_verify_parser
+
+    add_verify_parser(sub)
 
     sa = sub.add_parser("sample", help="build the embedded sample kernel and print its path")
     sa.add_argument("--rebuild", action="store_true", help="rebuild even when the cached image is current")

@@ -514,3 +514,18 @@ def test_gs_reads_and_overrides_open_no_region():
     # mov %gs,%eax; mov %gs:0x0,%rax; mov %rax,%gs:0x8; nop
     insns = _insns("8c e8 65 48 8b 04 25 00 00 00 00 65 48 89 04 25 08 00 00 00 90")
     assert amd64.context_refusals(insns) == {}
+
+
+def test_addr32_call_through_memory_is_refused():
+    """67 ff 10 (addr32 call *(%eax)): the CPU truncates the address to 32
+    bits, the emulation would not (found by the harness on real execution)."""
+    from generator.isa import amd64, amd64_fast
+
+    b = bytes.fromhex("67ff10")
+    fields = amd64.classify(b, 0x1000, "callq", "*(%eax)")
+    assert fields[0] == "skip" and "addr32" in fields[1]
+    code = bytes.fromhex("554889e567ff105dc3")
+    s = amd64_fast.summarise(code, 0x1000, len(code))
+    assert s.skipped == 1 and s.kinds.get("call-mem", 0) == 0
+    # A register call ignores the address-size prefix: still emulated.
+    assert amd64.classify(bytes.fromhex("67ffd0"), 0x1000, "callq", "*%rax")[0] == "ok"

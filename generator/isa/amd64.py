@@ -113,12 +113,30 @@ def decode(code: bytes, address: int, limit: Optional[int] = None) -> Tuple[List
             if fixed != size or off >= limit:
                 break  # restart capstone at the corrected boundary, or done
         if off == start:
-            out.append((off, 1, "(bad)", ""))
-            off += 1
+            # capstone cannot decode these bytes.  The instruction is refused
+            # either way; its length comes from iced-x86 when iced knows it
+            # (newer extensions such as ENQCMDS), so the walk stays on the
+            # real boundaries.  Otherwise the length is unknown and
+            # context_refusals() refuses everything after it.
+            size = _iced_length(code, off, address)
+            out.append((off, size or 1, BAD, SIZED_BY_ICED if size else ""))
+            off += size or 1
     err = ""
     if off != limit:
         err = f"decode walk ends at +{off}, past the symbol's end at +{limit}"
     return out, err
+
+
+BAD = "(bad)"  # mnemonic of bytes capstone cannot decode
+SIZED_BY_ICED = "length from iced-x86"  # operands text of such an entry whose length is known
+
+
+def _iced_length(code: bytes, off: int, address: int) -> int:
+    """The length iced-x86 gives the instruction at ``off``, or 0 if it cannot either."""
+    from iced_x86 import Code, Decoder
+
+    ins = Decoder(64, code[off : off + 15], ip=address + off).decode()
+    return 0 if ins.code == Code.INVALID else ins.len
 
 
 def _fixed_length(code: bytes, off: int, size: int) -> int:
@@ -333,6 +351,8 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> tuple:
     refusal = _REFUSED.get(base)
     if refusal is None and operands.endswith(", %ss") and base.startswith("mov"):
         refusal = T.SS_LOAD_REASON
+    if refusal is None and kind in (R.KIND_CALL_MEM, R.KIND_CALL_RIPREL) and 0x67 in b[:opcidx]:
+        refusal = T.ADDR32_CALL_REASON
     if refusal is not None:
         status, reason, kind = R.STATUS_SKIP, f"{base}: {refusal}", R.KIND_SKIP
 
@@ -375,7 +395,13 @@ def context_refusals(insns: List[RawInsn]) -> Dict[int, str]:
     """
     out: Dict[int, str] = {}
     inside = False
+    lost = ""
     for off, _, mnem, ops in insns:
+        if lost:
+            out[off] = lost
+            continue
+        if mnem == BAD and ops != SIZED_BY_ICED:
+            lost = f"follows bytes no decoder could size at +{off}: instruction boundaries after them are unknown"
         if inside:
             out[off] = T.GS_REGION_REASON
             if mnem.startswith(T.GS_RESTORERS):

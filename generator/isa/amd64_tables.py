@@ -157,5 +157,10 @@ GS_REGION_REASON = (
     "restores it (FreeBSD's load_gs()); a #BP here would find curthread and the per-CPU data through a bogus base"
 )
 
+# An indirect call through memory with an address-size (0x67) prefix computes
+# a 32-bit effective address; the emulation computes it in 64 bits.  kinst has
+# the same gap; compilers never emit it, but the harness found it in hand code.
+ADDR32_CALL_REASON = "addr32 call through memory: its 32-bit effective address would be computed in 64 bits by the emulation"
+
 # capstone's mnemonic for a byte sequence it cannot decode.
 UNDECODABLE_REASON = "capstone cannot decode these bytes"
