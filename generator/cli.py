@@ -78,6 +78,7 @@ def make_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="time whole-image analysis against objdump -d on the same image")
     be.add_argument("--image", help="image with >= 20 MiB of text (default: the largest libLLVM here)")
     be.add_argument("--out", default="bench/results", help="results directory (default: bench/results)")
+    be.add_argument("--skip-harness", action="store_true", help="only the analysis benchmark, not the harness one")
     be.set_defaults(run=cmd_bench)
     return p
 
@@ -161,8 +162,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from .bench import run_bench
 
+    from .harness import bench_harness
+
     res = run_bench(args.image, Path(args.out))
-    sys.stdout.write((Path(args.out) / "analysis.md").read_text())
+    sys.stdout.write((Path(args.out) / "analysis.md").read_text() + "\n")
+    if not args.skip_harness:
+        bench_harness(Path(args.out))
+        sys.stdout.write((Path(args.out) / "harness.md").read_text())
     return 0 if res["runs"]["ours"]["instructions"] else 1
 
 

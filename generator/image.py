@@ -34,7 +34,7 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from elftools.common.exceptions import ELFError
 from elftools.construct.core import ConstructError
@@ -109,6 +109,65 @@ _X64_UNAPPLIED = {
 _R_X86_64_NONE = 0
 
 
+class _Shdr(NamedTuple):
+    """A raw section header: spec names, no pyelftools section object.
+
+    pyelftools builds a full object per section on iteration, and for
+    .hash/.gnu.hash that means parsing the whole table -- a third of a second
+    on libLLVM.  We only need the header fields and the bytes.
+    """
+
+    name: str
+    sh_type: int
+    sh_flags: int
+    sh_addr: int
+    sh_offset: int
+    sh_size: int
+    sh_link: int
+    sh_info: int
+    sh_addralign: int
+    sh_entsize: int
+
+
+_SHT_SYMTAB = 2
+_SHT_RELA = 4
+_SHT_NOTE = 7
+_SHT_NOBITS = 8
+_SHT_REL = 9
+_SHT_DYNSYM = 11
+
+
+def _section_headers(data: Sequence[int], elf: ELFFile) -> List[_Shdr]:
+    """Every section header, read with ``struct`` (extended numbering included)."""
+    hdr = elf.header
+    shoff, shnum, shentsize, shstrndx = hdr["e_shoff"], hdr["e_shnum"], hdr["e_shentsize"], hdr["e_shstrndx"]
+    if shoff == 0:
+        return []
+    if shentsize != 64:
+        raise ValueError(f"section header size {shentsize}, expected 64")
+    fmt = struct.Struct("<IIQQQQIIQQ")
+    first = fmt.unpack_from(data, shoff)
+    if shnum == 0:
+        shnum = first[5]  # sh_size of section 0
+    if shstrndx == 0xFFFF:
+        shstrndx = first[6]  # sh_link of section 0
+    if shoff + shnum * 64 > len(data):
+        raise ValueError(f"section headers end at byte {shoff + shnum * 64}, past the file's end")
+    raw = [fmt.unpack_from(data, shoff + i * 64) for i in range(shnum)]
+    if shstrndx >= shnum:
+        raise ValueError(f"section name table index {shstrndx} is past the {shnum} sections")
+    strtab = b""
+    if 0 < shstrndx < shnum:
+        st = raw[shstrndx]
+        strtab = bytes(data[st[4] : st[4] + st[5]])
+    out = []
+    for r in raw:
+        end = strtab.find(b"\0", r[0])
+        name = strtab[r[0] : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+        out.append(_Shdr(name, *r[1:]))
+    return out
+
+
 @dataclass(frozen=True)
 class Section:
     """One SHF_ALLOC section, with the address it has (or was given)."""
@@ -157,8 +216,9 @@ class Reloc:
     resolved: bool  # True when applied: a type we apply, against a symbol defined here
 
 
-@dataclass(frozen=True)
-class _Sym:
+class _Sym(NamedTuple):
+    """One symbol table entry (a NamedTuple: kernels have hundreds of thousands)."""
+
     name: str
     value: int
     size: int
@@ -177,6 +237,7 @@ class KernelImage:
         self._elf = elf
         self.e_type: str = elf["e_type"]
         self.machine: str = elf["e_machine"]
+        self._shdrs: List[_Shdr] = _section_headers(data, elf)
         self.sections: List[Section] = self._layout_sections()
         self._starts = [s.addr for s in self.sections]
         self._by_index: Dict[int, Section] = {s.index: s for s in self.sections}
@@ -240,12 +301,20 @@ class KernelImage:
     @_guarded
     def build_id(self) -> Optional[str]:
         """The NT_GNU_BUILD_ID note as hex, or None when the image has none."""
-        for sec in self._elf.iter_sections():
-            if sec["sh_type"] != "SHT_NOTE":
+        for sec in self._shdrs:
+            if sec.sh_type != _SHT_NOTE:
                 continue
-            for note in sec.iter_notes():
-                if note["n_type"] == "NT_GNU_BUILD_ID":
-                    return note["n_desc"]
+            data = self._data[sec.sh_offset : sec.sh_offset + sec.sh_size]
+            pos = 0
+            while pos + 12 <= len(data):
+                namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
+                name_end = pos + 12 + namesz
+                desc = pos + 12 + (namesz + 3) // 4 * 4
+                if desc + descsz > len(data):
+                    break
+                if ntype == 3 and bytes(data[pos + 12 : name_end]).rstrip(b"\0") == b"GNU":
+                    return bytes(data[desc : desc + descsz]).hex()
+                pos = desc + (descsz + 3) // 4 * 4
         return None
 
     def sha256(self) -> str:
@@ -256,24 +325,24 @@ class KernelImage:
     def _layout_sections(self) -> List[Section]:
         out = []
         next_addr = REL_BASE
-        for idx, sec in enumerate(self._elf.iter_sections()):
-            flags = sec["sh_flags"]
-            if not flags & _SHF_ALLOC or sec["sh_size"] == 0:
+        for idx, sec in enumerate(self._shdrs):
+            flags = sec.sh_flags
+            if not flags & _SHF_ALLOC or sec.sh_size == 0:
                 continue
-            addr = sec["sh_addr"]
+            addr = sec.sh_addr
             if self.e_type == "ET_REL":
-                align = max(sec["sh_addralign"], 1)
+                align = max(sec.sh_addralign, 1)
                 addr = (next_addr + align - 1) // align * align
-                next_addr = addr + sec["sh_size"]
+                next_addr = addr + sec.sh_size
             out.append(
                 Section(
                     name=sec.name,
                     index=idx,
                     addr=addr,
-                    offset=sec["sh_offset"],
-                    size=sec["sh_size"],
+                    offset=sec.sh_offset,
+                    size=sec.sh_size,
                     executable=bool(flags & _SHF_EXECINSTR),
-                    nobits=sec["sh_type"] == "SHT_NOBITS",
+                    nobits=sec.sh_type == _SHT_NOBITS,
                 )
             )
         out.sort(key=lambda s: s.addr)
@@ -330,9 +399,9 @@ class KernelImage:
         """Relocation sections by the index of the section they apply to."""
         if self._rela_for is None:
             out: Dict[int, List[object]] = {}
-            for rsec in self._elf.iter_sections():
-                if rsec["sh_type"] in ("SHT_RELA", "SHT_REL"):
-                    out.setdefault(rsec["sh_info"], []).append(rsec)
+            for rsec in self._shdrs:
+                if rsec.sh_type in (_SHT_RELA, _SHT_REL):
+                    out.setdefault(rsec.sh_info, []).append(rsec)
             self._rela_for = out
         return self._rela_for
 
@@ -342,9 +411,9 @@ class KernelImage:
         syms = self.symbols()
         raw = b"" if s.nobits else self._data[s.offset : s.offset + s.size]
         for rsec in self._rela_sections().get(s.index, ()):
-            is_rela = rsec["sh_type"] == "SHT_RELA"
+            is_rela = rsec.sh_type == _SHT_RELA
             fmt, step = ("<QQq", 24) if is_rela else ("<QQ", 16)
-            data = rsec.data()
+            data = bytes(self._data[rsec.sh_offset : rsec.sh_offset + rsec.sh_size])
             for ent in struct.iter_unpack(fmt, data[: len(data) // step * step]):
                 r_offset, r_info = ent[0], ent[1]
                 rtype, symidx = r_info & 0xFFFFFFFF, r_info >> 32
@@ -371,10 +440,9 @@ class KernelImage:
         sec = self.section_by_index(sym.shndx)
         if sec is not None:
             return sec.name
-        try:
-            return self._elf.get_section(sym.shndx).name
-        except _PARSE_ERRORS:
-            return ""
+        if 0 <= sym.shndx < len(self._shdrs):
+            return self._shdrs[sym.shndx].name
+        return ""
 
     def _symbol_address(self, sym: _Sym) -> Tuple[int, bool]:
         if sym.shndx in (_SHN_UNDEF, _SHN_COMMON):
@@ -414,8 +482,9 @@ class KernelImage:
     def symbols(self) -> List[_Sym]:
         """The symbol table (.symtab, else .dynsym), unpacked in bulk."""
         if self._symbols is None:
-            sec = self._elf.get_section_by_name(".symtab") or self._elf.get_section_by_name(".dynsym")
-            self._symbols = [] if sec is None else _unpack_symbols(self._elf, sec)
+            by_type = {sec.sh_type: sec for sec in reversed(self._shdrs)}
+            sec = by_type.get(_SHT_SYMTAB) or by_type.get(_SHT_DYNSYM)
+            self._symbols = [] if sec is None else _unpack_symbols(self._data, self._shdrs, sec)
         return self._symbols
 
     @_guarded
@@ -508,9 +577,12 @@ def _check_ident(path: str, data: Sequence[int]) -> None:
         raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
 
 
-def _unpack_symbols(elf: ELFFile, sec) -> List[_Sym]:
-    strtab = elf.get_section(sec["sh_link"]).data()
-    data = sec.data()
+def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
+    if not 0 <= sec.sh_link < len(shdrs):
+        raise ValueError(f"symbol table {sec.name} links to missing string table {sec.sh_link}")
+    st = shdrs[sec.sh_link]
+    strtab = bytes(raw[st.sh_offset : st.sh_offset + st.sh_size])
+    data = bytes(raw[sec.sh_offset : sec.sh_offset + sec.sh_size])
     out: List[_Sym] = []
     file: Optional[str] = None
     for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack(
@@ -540,10 +612,12 @@ def _fold_functions(img: KernelImage, syms: List[_Sym]) -> List[Function]:
         groups.setdefault(key, []).append(s)
     out = []
     for (addr, size, _), group in groups.items():
-        group.sort(key=lambda s: (s.bind == 0, s.bind == 2, s.name))
+        aliases: Tuple[str, ...] = ()
+        if len(group) > 1:
+            group.sort(key=lambda s: (s.bind == 0, s.bind == 2, s.name))
+            aliases = tuple(sorted({s.name for s in group[1:]} - {group[0].name}))
         primary = group[0]
         sec = img.section_at(addr)
-        aliases = tuple(sorted({s.name for s in group[1:]} - {primary.name}))
         out.append(
             Function(
                 name=primary.name,

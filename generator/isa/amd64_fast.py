@@ -16,7 +16,6 @@ other instruction is a plain trampoline, exactly as ``amd64.classify`` says.
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Dict, NamedTuple, Optional
 
 from iced_x86 import Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnemonic, Register
@@ -44,26 +43,46 @@ _GS_LOADERS = (Mnemonic.MOV, Mnemonic.POP, Mnemonic.LGS)
 _INVALID = Code.INVALID
 
 
-def _special_codes() -> bytes:
-    """Per iced ``Code``: 1 when the instruction needs a closer look.
+# Per-code actions of the hot loop.  A code either fixes the kind by itself
+# (a rel8 jcc is always widened, a call rel32 always emulated), or needs the
+# operands (DETAIL), or is refused outright (REFUSE), or is left to capstone
+# (DECLINE).  Zero means "plain instruction": a trampoline, or riprel if its
+# memory operand is %rip-relative.
+KIND_CODES = {kind: i + 1 for i, (kind, _, _) in enumerate(R.TABLE_KINDS)}
+KIND_NAMES = {i: kind for kind, i in KIND_CODES.items()}
+_RIPREL = KIND_CODES[R.KIND_RIPREL]
+DETAIL = 253
+REFUSE = 254
+DECLINE = 255
 
-    That is any control transfer (flow control other than NEXT), a refused
-    mnemonic, a load of a segment register, or an invalid encoding.  Flow
-    control and mnemonic depend only on the code, so one table lookup replaces
-    three attribute reads per instruction.
-    """
-    count = max(v for k, v in vars(Code).items() if k.isupper() and isinstance(v, int)) + 1
-    table = bytearray(count)
-    for c in range(count):
-        probe = Instruction.create(c)
-        mn = probe.mnemonic
-        name = _code_name(c)
-        gs_load = name.startswith(("POPW_GS", "POPD_GS", "POPQ_GS", "LGS_"))
-        if probe.flow_control != _NEXT or mn in REFUSED_ICED or c == _INVALID or (mn == _MOV and "SREG" in name) or gs_load:
-            table[c] = 1
-        if c == _INVALID or _BEYOND_CAPSTONE.intersection(probe.cpuid_features()):
-            table[c] = 2
-    return bytes(table)
+# (flow control, code-name suffix) -> kind fixed by the code alone.
+_FIXED = {
+    (FlowControl.CONDITIONAL_BRANCH, "_REL8_64"): R.KIND_JCC_WIDEN,
+    (FlowControl.CONDITIONAL_BRANCH, "_REL32_64"): R.KIND_JCC32,
+    (FlowControl.UNCONDITIONAL_BRANCH, "_REL8_64"): R.KIND_JMP_WIDEN,
+    (FlowControl.UNCONDITIONAL_BRANCH, "_REL32_64"): R.KIND_JMP32,
+    (FlowControl.CALL, "_REL32_64"): R.KIND_CALL_DIRECT,
+}
+
+
+def _action(c: int) -> int:
+    """What the hot loop does with an instruction of iced code ``c``."""
+    probe = Instruction.create(c)
+    mn = probe.mnemonic
+    name = _code_name(c)
+    if c == _INVALID or _BEYOND_CAPSTONE.intersection(probe.cpuid_features()):
+        return DECLINE
+    if mn in REFUSED_ICED:
+        return REFUSE
+    if (mn == _MOV and "SREG" in name) or name.startswith(("POPW_GS", "POPD_GS", "POPQ_GS", "LGS_")):
+        return DETAIL  # %ss loads are refused, %gs loads open a refused region
+    flow = probe.flow_control
+    if flow == _NEXT or flow in (FlowControl.RETURN, FlowControl.XBEGIN_XABORT_XEND):
+        return 0
+    for (f, suffix), kind in _FIXED.items():
+        if flow == f and name.endswith(suffix) and (mn, f) != (Mnemonic.JMPE, f):
+            return KIND_CODES[kind]
+    return DETAIL  # indirect calls and jumps, far transfers, anything unusual
 
 
 # CPUID features of instructions capstone 5 cannot decode (found by
@@ -80,14 +99,14 @@ _BEYOND_CAPSTONE = frozenset(
     )
     if hasattr(CpuidFeature, name)
 )
+_CODE_NAMES = {v: k for k, v in vars(Code).items() if k.isupper() and isinstance(v, int)}
 
 
 def _code_name(c: int) -> str:
     return _CODE_NAMES.get(c, "")
 
 
-_CODE_NAMES = {v: k for k, v in vars(Code).items() if k.isupper() and isinstance(v, int)}
-SPECIAL = _special_codes()
+ACTIONS = bytes(_action(c) for c in range(max(_CODE_NAMES) + 1))
 
 
 class Summary(NamedTuple):
@@ -104,58 +123,45 @@ class Summary(NamedTuple):
 def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
     """Summarise the function whose bytes (plus a tail) are ``code``.
 
-    Returns None when iced meets an encoding it calls invalid; the caller then
-    uses the capstone path, which is the authority on such bytes.
+    Only the symbol's own ``limit`` bytes are decoded, so an instruction that
+    straddles the end comes out truncated, that is invalid.  Returns None for
+    any invalid encoding (that one included) and for anything beyond
+    capstone; the caller then uses the capstone path, the authority on such
+    bytes and on walk errors.
+
+    The loop is the hot path of ``probes --all --summary``: per instruction it
+    reads the code, one table entry and, for plain instructions, whether the
+    memory operand is %rip-relative.
     """
-    special = SPECIAL
-    kinds: Counter = Counter()
-    skipped = 0
+    actions = ACTIONS
+    counts = [0] * 256
     frame = code[:1] == b"\x55"
-    off = n = 0
-    for ins in Decoder(64, code, ip=address):
-        if off >= limit:
-            break
-        c = ins.code
-        if special[c] or ins.is_ip_rel_memory_operand:
-            if special[c] == 2:  # invalid, or beyond capstone: the capstone path decides
-                return None
+    n = 0
+    for n, ins in enumerate(Decoder(64, code[:limit], ip=address), 1):
+        a = actions[ins.code]
+        if a == 0:
+            if ins.is_ip_rel_memory_operand:
+                counts[_RIPREL] += 1
+        elif a < DETAIL:
+            counts[a] += 1
+        elif a == REFUSE:
+            counts[REFUSE] += 1
+        elif a == DECLINE:
+            return None
+        else:
             mn = ins.mnemonic
             if mn in _GS_LOADERS and (mn == Mnemonic.LGS or ins.op0_register == _GS):
-                return None  # a %gs load opens amd64.context_refusals' region: let the capstone path count it
-            kind = _kind(code, off, ins.len, ins, ins.mnemonic)
-            if kind is None:
-                skipped += 1
-            else:
-                kinds[kind] += 1
-        if not frame and code[off] == 0x55:
+                return None  # a %gs load opens amd64.context_refusals' region: the capstone path counts it
+            kind = _kind(code, ins.ip - address, ins.len, ins, mn)
+            counts[REFUSE if kind is None else KIND_CODES[kind]] += 1
+        if not frame and code[ins.ip - address] == 0x55:
             frame = True
-        n += 1
-        off += ins.len
-    if off < limit:
-        return None  # ran out of bytes: let the capstone path report it
-    walk = "" if off == limit else f"decode walk ends at +{off}, past the symbol's end at +{limit}"
-    if off > limit:
-        # The straddling instruction is refused by probes.py; mirror it.
-        last = _last_kind(code, limit, address)
-        if last is not None:
-            kinds[last] -= 1
-            skipped += 1
+    skipped = counts[REFUSE]
+    kinds = {KIND_NAMES[i]: counts[i] for i in KIND_NAMES if counts[i]}
     plain = n - skipped - sum(kinds.values())
     if plain:
-        kinds[R.KIND_TRAMPOLINE] += plain
-    return Summary(n, dict(kinds), skipped, frame, code[:1] == b"\x55", walk)
-
-
-def _last_kind(code: bytes, limit: int, address: int) -> Optional[str]:
-    """Kind given to the instruction that straddles ``limit`` (None if refused)."""
-    dec = Decoder(64, code, ip=address)
-    ins = Instruction()
-    off = 0
-    while True:
-        dec.decode_out(ins)
-        if off + ins.len > limit:
-            return _kind(code, off, ins.len, ins, ins.mnemonic)
-        off += ins.len
+        kinds[R.KIND_TRAMPOLINE] = kinds.get(R.KIND_TRAMPOLINE, 0) + plain
+    return Summary(n, kinds, skipped, frame, code[:1] == b"\x55", "")
 
 
 def _kind(code: bytes, off: int, ln: int, ins: Instruction, mn: int) -> Optional[str]:
