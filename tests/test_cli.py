@@ -149,3 +149,28 @@ def test_foreign_architecture(tmp_path):
     p = tmp_path / "arm.so"
     p.write_bytes(bytes(data))
     assert_one_line_error(run("probes", "--kernel", str(p)), "unsupported architecture", "EM_AARCH64")
+
+
+def _on_a_terminal(tmp_path, cmd: str, ci: bool) -> str:
+    """Run ``cmd`` with stdout/stderr on a pseudo-terminal (util-linux script)."""
+    script = shutil.which("script")
+    if not script:
+        pytest.skip("script (util-linux) not installed: no way to give the command a terminal")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci:
+        env["CI"] = "true"
+    log = tmp_path / "tty.log"
+    subprocess.run([script, "-qec", cmd, str(log)], env=env, stdin=subprocess.DEVNULL, check=True, timeout=300)
+    return log.read_text(errors="replace")
+
+
+def test_all_shows_progress_on_a_terminal_only(tmp_path):
+    if not Path(LIBZ).exists():
+        pytest.skip(f"{LIBZ} not present")
+    from generator.image import KernelImage
+
+    total = len(KernelImage.open(LIBZ).functions())
+    base = f"{sys.executable} -m generator probes --kernel {LIBZ} --all --summary"
+    assert f"{total}/{total} functions" in _on_a_terminal(tmp_path, base + " > /dev/null", ci=False)
+    assert "functions" not in _on_a_terminal(tmp_path, base + " > /dev/null", ci=True)
+    assert "functions" not in _on_a_terminal(tmp_path, base + " --json > /dev/null", ci=False)
