@@ -7,11 +7,13 @@ function -- instruction count, probes by kind, refusals, the frame-pointer
 verdict and the walk check -- and the tests prove, function by function on
 real images, that the summary equals one computed from the capstone path
 (``tests/test_accelerator.py``).  Anything it is unsure about (an invalid
-encoding) falls back to the capstone path for that function.
+encoding, an instruction capstone cannot decode, a %gs load) falls back to
+the capstone path for that function.
 
-Only "interesting" instructions -- branches, calls, traps, RIP-relative
-operands and the refused mnemonics -- get a kind from their raw bytes; every
-other instruction is a plain trampoline, exactly as ``amd64.classify`` says.
+Each iced ``Code`` maps to one action in ``ACTIONS``, computed once at
+import: most codes fix the kind by themselves (plain, a widened jcc, a direct
+call, refused); only indirect calls and jumps, segment loads and the like look
+at their operands (``_kind``, from the raw bytes, as ``amd64.classify`` does).
 """
 
 from __future__ import annotations
