@@ -164,4 +164,155 @@ def generate(c, provider=None, kernel=None, function=None, all=False, out=None, 
     _gen(c, *words)
 
 
-ns = Collection(probes, verify_decoder, sample, bench, test, malloc_types, dscript, harness, generate)
+@task(
+    help={
+        "guest": "standin (default) or freebsd (with --image or --release)",
+        "image": "FreeBSD VM image to boot (read-only; each run gets an overlay)",
+        "release": "FreeBSD release whose official image vm-image fetches, e.g. 14.3-RELEASE",
+        "script": "guest script to run instead of the default checks",
+        "timeout": "whole-run limit in seconds (default: the guest's, longer under TCG)",
+        "keep": "keep the overlay and meta disk in the run directory",
+        "json": "print the result as one JSON object",
+        "modules": "directory of .ko files (default: build/<kernel-build-id>/; none for the stand-in)",
+        "accel": "auto (default: kvm only when it really works), kvm or tcg",
+        "dry_run": "print the commands; start nothing",
+    }
+)
+def vm_test(c, guest=None, image=None, release=None, script=None, timeout=None, keep=False, json=False,
+            modules=None, accel=None, dry_run=False):
+    """Boot a VM, load the built modules, run the dtrace checks, collect results, always tear down."""
+    words = ["vm-test"] + _opt("--guest", guest) + _opt("--image", image) + _opt("--release", release)
+    words += _opt("--script", script) + _opt("--timeout", timeout) + _opt("--modules", modules) + _opt("--accel", accel)
+    words += ["--keep"] if keep else []
+    words += ["--json"] if json else []
+    words += ["--dry-run"] if dry_run else []
+    _gen(c, *words)
+
+
+@task(
+    help={
+        "guest": "standin (default) or freebsd (with --image or --release)",
+        "image": "FreeBSD VM image to boot",
+        "release": "FreeBSD release, e.g. 14.3-RELEASE",
+        "modules": "directory of .ko files to put on the meta disk",
+        "accel": "auto, kvm or tcg",
+    }
+)
+def vm_shell(c, guest=None, image=None, release=None, modules=None, accel=None):
+    """Boot the vm-test VM with its serial console on this terminal (Ctrl-A X quits)."""
+    words = ["vm-shell"] + _opt("--guest", guest) + _opt("--image", image) + _opt("--release", release)
+    words += _opt("--modules", modules) + _opt("--accel", accel)
+    _gen(c, *words, pty=True)
+
+
+@task(help={"release": "e.g. 14.3-RELEASE", "flavor": "BASIC-CLOUDINIT (default) or BASIC-CI"})
+def vm_image(c, release, flavor=None):
+    """Download, verify (CHECKSUM.SHA256) and cache an official FreeBSD VM image."""
+    _gen(c, "vm-image", "--release", release, *_opt("--flavor", flavor))
+
+
+
+@task(
+    iterable=["function", "malloc_module", "dep_module", "module_path"],
+    help={
+        "kernel": "target kernel (default: /boot/kernel/kernel on FreeBSD, else the sample kernel)",
+        "sysdir": "the target's FreeBSD sys/ tree (default: /usr/src/sys on FreeBSD, $SYSDIR)",
+        "release": "use the sys/ tree and kernel that fetch-release cached, e.g. 14.3-RELEASE",
+        "modules": "comma-separated: kinst,dtmalloc (default: both)",
+        "target": "target architecture (amd64)",
+        "function": "kinst: a function to table (repeatable; default: vm_fault)",
+        "all": "kinst: every eligible function",
+        "malloc_module": "dtmalloc: a .ko whose malloc types to include (repeatable)",
+        "dep_module": "check-ko: a dependency .ko (repeatable)",
+        "module_path": "check-ko: a directory of dependency .ko files (repeatable)",
+        "out": "build root (default: build/)",
+        "src": "where to generate the sources (default: sys/modules/)",
+        "cross": "cross-build with clang + ld.lld even on FreeBSD",
+    },
+)
+def build(c, kernel=None, sysdir=None, release=None, modules=None, target=None, function=None, all=False,
+          malloc_module=None, dep_module=None, module_path=None, out=None, src=None, cross=False):
+    """Generate, compile and link the provider modules into build/<kernel-build-id>/*.ko, then check them."""
+    words = ["build"] + _opt("--kernel", kernel) + _opt("--sysdir", sysdir) + _opt("--release", release)
+    words += _opt("--modules", modules) + _opt("--target", target) + _opt("--out", out) + _opt("--src", src)
+    words += [w for f in function or [] for w in ("--function", f)] + (["--all"] if all else [])
+    words += [w for m in malloc_module or [] for w in ("--malloc-module", m)]
+    words += [w for m in dep_module or [] for w in ("--dep-module", m)]
+    words += [w for d in module_path or [] for w in ("--module-path", d)]
+    words += ["--cross"] if cross else []
+    _gen(c, *words)
+
+
+@task(
+    help={
+        "release": "e.g. 14.3-RELEASE",
+        "mirror": "mirror base URL (default: $KINSTKIT_FREEBSD_MIRROR or https://download.freebsd.org)",
+        "cache": "cache directory (default: ~/.cache/kinstkit)",
+        "dists": "comma-separated sets (default: src.txz,kernel.txz,kernel-dbg.txz)",
+        "force": "download again even when the cache is complete",
+    }
+)
+def fetch_release(c, release, mirror=None, cache=None, dists=None, force=False):
+    """Download src.txz, kernel.txz, kernel-dbg.txz, verify them against the MANIFEST, unpack into a cache."""
+    words = ["fetch-release", "--release", release] + _opt("--mirror", mirror) + _opt("--cache", cache)
+    words += _opt("--dists", dists) + (["--force"] if force else [])
+    _gen(c, *words)
+
+
+@task(
+    positional=["file"],
+    iterable=["dep_module", "module_path"],
+    help={
+        "file": "the .ko to check",
+        "kernel": "target kernel (default: /boot/kernel/kernel on FreeBSD, else the sample kernel)",
+        "dep_module": "a dependency .ko such as dtrace.ko (repeatable)",
+        "module_path": "a directory of dependency .ko files (repeatable; default: the kernel's directory)",
+        "target": "target architecture (amd64)",
+        "json": "one JSON array of reports",
+    },
+)
+def check_ko(c, file, kernel=None, dep_module=None, module_path=None, target=None, json=False):
+    """Offline checks of a .ko: ELF type and machine, module metadata, sysinit, undefined symbols."""
+    words = ["check-ko", file] + _opt("--kernel", kernel) + _opt("--target", target)
+    words += [w for m in dep_module or [] for w in ("--dep-module", m)]
+    words += [w for d in module_path or [] for w in ("--module-path", d)]
+    words += ["--json"] if json else []
+    _gen(c, *words)
+
+
+@task(
+    help={
+        "host": "ssh destination (user@host); default: this FreeBSD host",
+        "vm": "a VM reachable as ssh host NAME",
+        "modules": "comma-separated: kinst,dtmalloc (default: both)",
+        "build": "the build/<kernel-build-id>/ directory (default: the running kernel's)",
+    }
+)
+def load(c, host=None, vm=None, modules=None, build=None):
+    """kldload the built modules after checking the running kernel's build-id against the tables'."""
+    _gen(c, "load", *_opt("--host", host), *_opt("--vm", vm), *_opt("--modules", modules), *_opt("--build", build))
+
+
+@task(help={"host": "ssh destination (user@host)", "vm": "a VM reachable as ssh host NAME",
+            "modules": "comma-separated: kinst,dtmalloc (default: both)"})
+def unload(c, host=None, vm=None, modules=None):
+    """kldunload the modules."""
+    _gen(c, "unload", *_opt("--host", host), *_opt("--vm", vm), *_opt("--modules", modules))
+
+
+@task(
+    iterable=["release"],
+    help={
+        "release": "a FreeBSD release for the matrix (repeatable; default: 14.2-RELEASE, 14.3-RELEASE)",
+        "modules": "comma-separated: kinst,dtmalloc (default: both)",
+        "out": "output directory (default: .ci/generated/)",
+    },
+)
+def ci_config(c, release=None, modules=None, out=None):
+    """Write a GitHub Actions workflow and a Cirrus CI file that build the modules for FreeBSD releases."""
+    words = ["ci-config"] + [w for r in release or [] for w in ("--release", r)]
+    _gen(c, *words, *_opt("--modules", modules), *_opt("--out", out))
+
+
+ns = Collection(probes, verify_decoder, sample, bench, test, malloc_types, dscript, harness, generate,
+                vm_test, vm_shell, vm_image, build, fetch_release, check_ko, load, unload, ci_config)

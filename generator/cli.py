@@ -24,7 +24,7 @@ GENERATORS = {
     "dtmalloc": "generator.dtmalloc_cli:generate",
 }
 # Modules that add their own subcommands with add_commands(subparsers).
-COMMAND_MODULES = ("generator.dtmalloc_cli", "generator.harness")
+COMMAND_MODULES = ("generator.dtmalloc_cli", "generator.harness", "generator.vmtest_cli", "generator.build_cli")
 EXIT_USER = 2
 EXIT_BUG = 3
 
@@ -78,7 +78,8 @@ def make_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="time whole-image analysis against objdump -d on the same image")
     be.add_argument("--image", help="image with >= 20 MiB of text (default: the largest libLLVM here)")
     be.add_argument("--out", default="bench/results", help="results directory (default: bench/results)")
-    be.add_argument("--skip-harness", action="store_true", help="only the analysis benchmark, not the harness one")
+    be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
+    be.add_argument("--skip-vm", action="store_true", help="skip the stand-in VM cycle benchmark")
     be.set_defaults(run=cmd_bench)
     return p
 
@@ -168,7 +169,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     sys.stdout.write((Path(args.out) / "analysis.md").read_text() + "\n")
     if not args.skip_harness:
         bench_harness(Path(args.out))
-        sys.stdout.write((Path(args.out) / "harness.md").read_text())
+        sys.stdout.write((Path(args.out) / "harness.md").read_text() + "\n")
+    if not args.skip_vm:
+        from vm.bench import bench_vm
+
+        bench_vm(Path(args.out))
+        sys.stdout.write((Path(args.out) / "vm.md").read_text())
     return 0 if res["runs"]["ours"]["instructions"] else 1
 
 

@@ -1,0 +1,27 @@
+"""kinstkit's VM runner: boot a guest, run checks in it, collect results, always tear down.
+
+The pipeline (docs/vm-test.md):
+
+    VMConfig -> validate() -> make_plan() -> pure *_args() builders -> run() -> VMResult
+
+- ``vm.config``: ``VMConfig`` (documented defaults), the ``GUESTS`` table, ``validate()``;
+- ``vm.accel``: whether ``-accel kvm`` really works here, and why (else TCG);
+- ``vm.metadisk``: the meta disk, a tar on a second virtio-blk disk that carries
+  the guest script, its expected-output specs and the modules in, and the
+  results out (FreeBSD CI's protocol);
+- ``vm.console``: the serial console watcher (hook markers, panic detection);
+- ``vm.qemu`` and ``vm.bhyve``: the two backends, as argv builders plus a
+  backend class each;
+- ``vm.standin``: the stand-in Linux guest made from Debian packages;
+- ``vm.freebsd``: official FreeBSD VM images (download, verify, cache) and the
+  cloud-init NoCloud seed that runs the hook;
+- ``vm.runner``: ``run()``, the supervisor that enforces the timeouts and tears down;
+- ``vm.bench``: ``bench_vm()``, the stand-in guest's whole cycle, timed.
+
+Guest-side files live in ``vm/guest/``.
+"""
+
+from .config import GUESTS, VMConfig, VMError, validate
+from .runner import VMResult, make_plan, run
+
+__all__ = ["GUESTS", "VMConfig", "VMError", "VMResult", "make_plan", "run", "validate"]

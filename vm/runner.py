@@ -1,0 +1,839 @@
+"""``run()``: one VM run from config to result, torn down whatever happens.
+
+    validate(cfg) -> make_plan(cfg) -> prepare (overlay, meta disk, seed)
+      -> start the VM monitor in its own session, console to a pipe
+      -> supervise: log the console, watch for the hook's markers and panics,
+         enforce the boot and whole-run limits (SIGTERM, then SIGKILL
+         kill_after later, as ``timeout -k`` does)
+      -> teardown: stop the monitor, destroy what the backend made, read the
+         results back from the meta disk, remove the overlay and meta disk
+         (kept with ``keep``), then look for leftovers in the process table
+      -> VMResult
+
+Teardown runs on every path: a normal end, a limit, a panic, an exception,
+Ctrl-C (SIGINT) or SIGTERM to the runner.  While it runs SIGINT and SIGTERM
+are ignored, so a second Ctrl-C cannot cut it short.  The monitor also gets
+PR_SET_PDEATHSIG=SIGKILL, so even a runner killed with SIGKILL takes its VM
+with it; the overlay such a runner leaves is removed by the next run
+(``sweep_stale``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import math
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from . import accel as accel_mod
+from . import metadisk
+from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend, validate
+from .console import ConsoleWatcher
+from .plan import Plan
+from .qemu import QemuBackend, Stage, VMExit, have_qemu_img
+
+KEEP_RUNS = 30  # run directories kept under runs_dir; older ones are pruned
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the runner."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# --- results -----------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    """One verdict of the run."""
+
+    name: str
+    status: str  # pass, fail, error or skip
+    detail: str = ""
+    exit: Optional[int] = None  # the guest command's exit status, where there was one
+    output: str = ""  # the command's output (for failures: what went wrong)
+
+    def to_json(self) -> Dict[str, object]:
+        return {"name": self.name, "status": self.status, "detail": self.detail, "exit": self.exit,
+                "output": self.output}
+
+
+@dataclass
+class VMResult:
+    """What a run found: the verdict, per-check results, timings, where the logs are."""
+
+    status: str  # pass, fail or error
+    end: str  # poweroff, timeout, boot-timeout, panic, interrupted, vm-exit, error, dry-run
+    guest: str
+    backend: str
+    accel: Dict[str, object]
+    run_dir: str
+    console_log: str
+    timings: Dict[str, Optional[float]]
+    checks: List[Check]
+    vm_exit: Optional[Dict[str, object]] = None
+    panic: Optional[str] = None
+    leftovers: List[str] = field(default_factory=list)
+    kept: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    commands: List[List[str]] = field(default_factory=list)
+    console_tail: List[str] = field(default_factory=list)
+    signal: Optional[int] = None  # the signal that interrupted the run
+
+    @property
+    def exit_status(self) -> int:
+        if self.end == "interrupted":
+            return 128 + (self.signal or signal.SIGINT)
+        return 0 if self.status == "pass" else 1
+
+    def to_json(self) -> Dict[str, object]:
+        return {
+            "status": self.status, "end": self.end, "guest": self.guest, "backend": self.backend,
+            "accel": self.accel, "run_dir": self.run_dir, "console_log": self.console_log,
+            "timings": self.timings, "vm_exit": self.vm_exit, "panic": self.panic,
+            "checks": [c.to_json() for c in self.checks], "leftovers": self.leftovers, "kept": self.kept,
+            "notes": self.notes, "commands": self.commands, "console_tail": self.console_tail,
+            "signal": self.signal,
+        }
+
+    def text(self) -> str:
+        lines = [f"vm-test {self.guest} ({self.backend}, {self.accel.get('name')}): {self.status.upper()} "
+                 f"[{self.end}]"]
+        lines.append(f"  accelerator: {self.accel.get('name')}: {self.accel.get('reason')}")
+        t = self.timings
+        lines.append("  timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if v is not None))
+        for c in self.checks:
+            extra = f" (exit {c.exit})" if c.exit is not None else ""
+            lines.append(f"  {c.status.upper():5} {c.name}{extra}{': ' + c.detail if c.detail else ''}")
+            if c.status in ("fail", "error") and c.output:
+                out = c.output.rstrip("\n").splitlines()
+                # a panic reads from its first line; anything else from its end
+                for line in (out[:20] if c.name == "panic" else out[-20:]):
+                    lines.append(f"        | {line}")
+        if self.panic:
+            lines.append(f"  panic: {self.panic}")
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        if self.kept:
+            lines.append("  kept: " + ", ".join(self.kept))
+        lines.append(f"  console log: {self.console_log}")
+        lines.append(f"  result: {Path(self.run_dir) / 'result.json'}")
+        if self.status != "pass" and self.console_tail and not any(c.output for c in self.checks if c.status != "pass"):
+            lines.append("  console (last lines):")
+            lines += [f"        | {line}" for line in self.console_tail[-15:]]
+        return "\n".join(lines) + "\n"
+
+
+# --- planning ----------------------------------------------------------------------
+
+
+def new_run_id(guest: str) -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{guest}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
+    """Every choice of the run made: backend, accelerator, limits, inputs, paths."""
+    spec = GUESTS[cfg.guest]
+    backend = resolve_backend(cfg)
+    run_id = run_id or new_run_id(cfg.guest)
+    runs = Path(cfg.runs_dir) if cfg.runs_dir else RUNS
+    run_dir = runs / run_id
+    notes: List[str] = []
+    kernel = initrd = None
+    append = ""
+    seed = None
+    login = False
+    info: Dict[str, object] = {"run_id": run_id, "guest": cfg.guest}
+
+    if cfg.guest == "standin":
+        from . import standin
+
+        try:
+            assets = standin.assets(fetch=not cfg.dry_run)
+        except VMError:
+            if not cfg.dry_run:
+                raise
+            assets = standin.StandinAssets(standin.STANDIN / "<kernel>/vmlinux", "vmlinux-pvh",
+                                           standin.STANDIN / "initramfs-<hash>.cpio.gz",
+                                           standin.STANDIN / "system.raw", "<not downloaded yet>")
+            notes.append("the stand-in kernel is not cached yet; a real run downloads and builds it")
+        kernel, initrd, base, base_format = assets.kernel, assets.initramfs, assets.system_disk, "raw"
+        append = " ".join(filter(None, [assets.append, cfg.extra_append]))
+        info["kernel"] = f"{assets.package} ({assets.kernel_kind})"
+    else:
+        from . import freebsd
+
+        if cfg.release:
+            if cfg.dry_run:
+                base = freebsd.cached_image(cfg.release, cfg.flavor) or Path(
+                    freebsd.IMAGES / cfg.release / Path(freebsd.image_url(cfg.release, cfg.flavor)[0]).name[:-3])
+                if not base.exists():
+                    notes.append(f"{base.name} is not cached yet: a real run downloads and verifies it (vm-image)")
+            else:
+                base = freebsd.fetch_image(cfg.release, cfg.flavor, mirror=cfg.mirror)
+            login = freebsd.FLAVORS[cfg.flavor].hook == "login"
+        else:
+            base = Path(cfg.image).resolve()
+            login = "BASIC-CI" in base.name
+        base_format = freebsd.image_format(base) if base.exists() else "raw"
+        seed = run_dir / "seed.iso"
+        info["image"] = str(base)
+
+    if backend == "qemu":
+        choice = accel_mod.choose(cfg.accel, None if cfg.dry_run else _kvm_probe(cfg))
+    else:
+        choice = accel_mod.AccelChoice("vmm", "bhyve runs on the vmm hypervisor (VT-x/AMD-V)")
+    timeouts = Timeouts.for_run(cfg, spec, choice.emulated)
+    if cfg.interactive and cfg.timeout is None:
+        # vm-shell: the person at the console decides when it ends.
+        timeouts = Timeouts(boot=math.inf, run=math.inf, kill_after=cfg.kill_after, panic_grace=cfg.panic_grace)
+
+    overlay_format = "qcow2" if backend == "qemu" and have_qemu_img() else "raw"
+    if backend == "qemu" and overlay_format == "raw":
+        notes.append("qemu-img not found: the system disk is a sparse copy, not a qcow2 overlay")
+    overlay = run_dir / ("system.qcow2" if overlay_format == "qcow2" else "system.raw")
+
+    script = Path(cfg.script) if cfg.script else spec.script
+    expect = (Path(cfg.expect) if cfg.expect else None) if cfg.script else spec.expect
+    if cfg.modules:
+        modules_dir: Optional[Path] = Path(cfg.modules)
+    elif spec.wants_modules:
+        modules_dir = default_modules_dir()
+        if modules_dir is None:
+            notes.append("no built modules (build/<kernel-build-id>/*.ko): run `invoke build` or pass --modules; "
+                         "the module checks are skipped")
+    else:
+        modules_dir = None
+    modules = tuple(metadisk.module_files(modules_dir))
+    if modules_dir is not None:
+        info["modules_dir"] = str(modules_dir)
+        info["modules"] = [p.name for p in modules]
+
+    return Plan(
+        run_id=run_id, name=f"kinstkit-{run_id.rsplit('-', 2)[-2]}-{run_id.rsplit('-', 1)[-1]}",
+        guest=spec, backend=backend, accel=choice, timeouts=timeouts,
+        memory_mib=cfg.memory_mib or spec.memory_mib, cpus=cfg.cpus or spec.cpus,
+        run_dir=run_dir, base=base, base_format=base_format, overlay=overlay, overlay_format=overlay_format,
+        meta=run_dir / "meta.tar", seed=seed, kernel=kernel, initrd=initrd, append=append,
+        interactive=cfg.interactive, keep=cfg.keep, console=cfg.console, loader=cfg.loader,
+        network=cfg.network, login=login, script=script, expect=expect, modules_dir=modules_dir,
+        modules=modules, extra=tuple((Path(s), n) for s, n in cfg.extra), notes=tuple(notes), info=info,
+    )
+
+
+def _kvm_probe(cfg: VMConfig):
+    """The stand-in kernel, booted under KVM to its marker: the quick probe of vm.accel.
+
+    The kernel is looked up only when the probe runs; None from the probe means
+    no probe kernel could be had.
+    """
+
+    def probe(limit: float) -> Optional[Tuple[bool, float, str]]:
+        from . import standin
+        from .qemu import QEMU
+
+        try:
+            assets = standin.assets(fetch=cfg.guest == "standin")
+        except VMError:
+            return None
+
+        argv = [QEMU, "-nodefaults", "-no-user-config", "-no-reboot", "-machine", "pc", "-m", "256",
+                "-accel", "kvm", "-cpu", "host", "-kernel", str(assets.kernel), "-initrd", str(assets.initramfs),
+                "-append", assets.append, "-display", "none", "-serial", "stdio", "-monitor", "none"]
+        t0 = time.monotonic()
+        proc = _spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        watcher = ConsoleWatcher()
+        try:
+            fd = proc.stdout.fileno()
+            while time.monotonic() - t0 < limit:
+                r, _, _ = select.select([fd], [], [], 0.2)
+                if r:
+                    data = os.read(fd, 65536)
+                    if not data:
+                        break
+                    watcher.feed(data)
+                    if watcher.first("hook-start"):
+                        return True, time.monotonic() - t0, "reached the marker"
+            tail = " / ".join(line for line in watcher.tail(3) if line.strip())
+            return False, time.monotonic() - t0, tail[-160:] or "no console output"
+        finally:
+            _stop(proc, 1.0)
+
+    return probe
+
+
+# --- processes ---------------------------------------------------------------------
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _child_setup(parent: int) -> None:
+    """In the child, before exec: die with the runner even if it is SIGKILLed (Linux),
+    and take the stop signals the runner blocked around the fork."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the runner died before prctl took effect
+            os._exit(1)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
+
+def _spawn(argv: List[str], *, new_session: bool = True, on_started=None, **kw) -> subprocess.Popen:
+    """Start a child with SIGINT/SIGTERM held until ``on_started`` has recorded it,
+    so that an interrupt can never leave a child nobody knows about."""
+    parent = os.getpid()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        proc = subprocess.Popen(argv, start_new_session=new_session, preexec_fn=lambda: _child_setup(parent), **kw)
+        if on_started is not None:
+            on_started(proc)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return proc
+
+
+def _signal_group(proc: subprocess.Popen, sig: int, group: bool) -> None:
+    try:
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(proc: subprocess.Popen, kill_after: float, group: bool = True) -> None:
+    """``timeout -k``: SIGTERM, then SIGKILL ``kill_after`` seconds later; reap."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM, group)
+        try:
+            proc.wait(timeout=kill_after)
+        except subprocess.TimeoutExpired:
+            pass
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGKILL, group)
+        proc.wait()
+    if group:
+        _signal_group(proc, signal.SIGKILL, True)  # anything the monitor left in its group
+
+
+def processes() -> List[Tuple[int, int, str]]:
+    """(pid, process group, command line) of every process, from /proc (or ps)."""
+    out = []
+    proc = Path("/proc")
+    if (proc / "self" / "stat").exists():
+        for d in proc.iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                stat = (d / "stat").read_text()
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if fields[0] == "Z":
+                continue  # a zombie holds nothing
+            out.append((int(d.name), int(fields[2]), cmd))
+        return out
+    ps = subprocess.run(["ps", "-ax", "-o", "pid=", "-o", "pgid=", "-o", "state=", "-o", "command="],
+                        capture_output=True, text=True).stdout
+    for line in ps.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) == 4 and not parts[2].startswith("Z"):
+            out.append((int(parts[0]), int(parts[1]), parts[3]))
+    return out
+
+
+def leftover_processes(run_dir: Path, groups: List[int]) -> List[str]:
+    me = os.getpid()
+    found = []
+    for pid, pgid, cmd in processes():
+        if pid == me:
+            continue
+        if pgid in groups or str(run_dir) in cmd:
+            found.append(f"process {pid} ({cmd[:120]})")
+    return found
+
+
+# --- files -------------------------------------------------------------------------
+
+
+def sparse_copy(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` keeping holes (SEEK_DATA/SEEK_HOLE), so a 5 GB image with 1 GB of data is quick."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        pos = 0
+        while pos < size:
+            try:
+                data_at = os.lseek(fi.fileno(), pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # only a hole remains
+                    break
+                data_at = pos  # no SEEK_DATA here: copy everything
+            try:
+                hole_at = os.lseek(fi.fileno(), data_at, os.SEEK_HOLE)
+            except OSError:
+                hole_at = size
+            fi.seek(data_at)
+            fo.seek(data_at)
+            left = hole_at - data_at
+            while left > 0:
+                chunk = fi.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                fo.write(chunk)
+                left -= len(chunk)
+            pos = hole_at
+        fo.truncate(size)
+    os.chmod(dst, 0o644)
+
+
+def sweep_stale(runs: Path) -> List[str]:
+    """Remove the disks of runs whose runner died without tearing down (SIGKILL); prune old runs."""
+    removed = []
+    if not runs.is_dir():
+        return removed
+    dirs = sorted((d for d in runs.iterdir() if d.is_dir()), key=lambda d: d.name)
+    for d in dirs:
+        owner = d / "owner.pid"
+        if not owner.exists():
+            continue
+        try:
+            pid = int(owner.read_text().split()[0])
+            os.kill(pid, 0)
+            continue  # still running
+        except (ValueError, IndexError):
+            pass
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        for name in ("system.qcow2", "system.raw", "meta.tar", "seed.iso"):
+            if (d / name).exists():
+                (d / name).unlink()
+                removed.append(str(d / name))
+        owner.unlink()
+    finished = [d for d in dirs if (d / "result.json").exists() and not (d / "owner.pid").exists()]
+    for d in finished[:-KEEP_RUNS] if len(finished) > KEEP_RUNS else []:
+        kept = [p for p in d.iterdir() if p.name in ("system.qcow2", "system.raw", "meta.tar")]
+        if not kept:  # never prune what --keep kept
+            shutil.rmtree(d, ignore_errors=True)
+    return removed
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupted while the VM runs (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    """Teardown must finish: a second Ctrl-C is ignored while it runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+# --- the run -----------------------------------------------------------------------
+
+
+def make_backend(plan: Plan):
+    if plan.backend == "bhyve":
+        from .bhyve import BhyveBackend
+
+        return BhyveBackend(plan)
+    return QemuBackend(plan)
+
+
+class _Run:
+    """The mutable state of one run, for the supervisor and teardown."""
+
+    def __init__(self, plan: Plan, backend):
+        self.plan = plan
+        self.backend = backend
+        self.t0 = time.monotonic()
+        self.end = "error"
+        self.error: Optional[str] = None
+        self.proc: Optional[subprocess.Popen] = None
+        self.groups: List[int] = []
+        self.vm_exit: Optional[VMExit] = None
+        self.watcher: Optional[ConsoleWatcher] = None
+        self.log = None
+        self.t_vm_end: Optional[float] = None
+        self.limit_hit: Optional[str] = None
+        self.signal: Optional[int] = None
+
+
+def run(cfg: VMConfig) -> VMResult:
+    """Boot, check, collect, tear down (see the module docstring)."""
+    validate(cfg)
+    plan = make_plan(cfg)
+    backend = make_backend(plan)
+    if cfg.dry_run:
+        return _dry_run(plan, backend)
+    runs = plan.run_dir.parent
+    runs.mkdir(parents=True, exist_ok=True)
+    notes = list(plan.notes)
+    for stale in sweep_stale(runs):
+        notes.append(f"removed a stale disk of a killed run: {stale}")
+    plan.run_dir.mkdir()
+    (plan.run_dir / "owner.pid").write_text(f"{os.getpid()}\n")
+    st = _Run(plan, backend)
+    reraise: Optional[BaseException] = None
+    with _signals_raise():
+        try:
+            backend.preflight()
+            _prepare(plan, backend)
+            _supervise(st)
+        except Interrupted as e:
+            st.end, st.error, st.signal = "interrupted", f"{e} received: stopped the VM and tore down", e.signum
+        except KeyboardInterrupt:
+            st.end, st.error, st.signal = "interrupted", "SIGINT received: stopped the VM and tore down", signal.SIGINT
+        except VMError as e:
+            st.end, st.error = "error", str(e)
+        except Exception as e:  # a bug: tear down, record, then let it show
+            st.end, st.error = "error", f"{type(e).__name__}: {e}"
+            reraise = e
+        finally:
+            with _signals_ignored():
+                result = _teardown(st, notes)
+    if reraise is not None:
+        raise reraise
+    return result
+
+
+def _prepare(plan: Plan, backend) -> None:
+    backend.make_overlay()
+    info = dict(plan.info, accel=plan.accel.name, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    metadisk.build(plan.meta, metadisk.MetaContents(
+        script=plan.script, expect=plan.expect, modules=plan.modules, extra=plan.extra,
+        auto_shutdown=not plan.interactive, interactive=plan.interactive, info=info))
+    if plan.seed is not None:
+        from .freebsd import make_seed
+
+        make_seed(plan.seed, plan.run_id)
+
+
+def _responders(plan: Plan):
+    import re
+
+    if not plan.login:
+        return ()
+    # BASIC-CI has no nuageinit: log in as root (no password) and run the hook from the seed CD.
+    hook = b"mount -t cd9660 /dev/iso9660/cidata /mnt && sh /mnt/user-data\n"
+    return ((re.compile(r"login: $"), b"root\n"), (re.compile(r"# $"), hook))
+
+
+def _supervise(st: _Run) -> None:
+    plan = st.plan
+    # vm-shell: QEMU itself writes the log (chardev logfile); the runner must not.
+    st.log = None if plan.interactive else open(plan.console_log, "ab")
+    st.watcher = ConsoleWatcher(st.log, _responders(plan))
+    vmm_log = open(plan.vmm_log, "ab")
+    try:
+        for stage in st.backend.stages():
+            _run_stage(st, stage, vmm_log)
+            if st.end != "running":
+                return
+    finally:
+        vmm_log.close()
+
+
+def _run_stage(st: _Run, stage: Stage, vmm_log) -> None:
+    plan, to, w = st.plan, st.plan.timeouts, st.watcher
+    assert w is not None
+    if stage.interactive:
+        # vm-shell: the terminal is the console; QEMU logs it (chardev logfile).
+        st.groups = []
+        st.proc = _spawn(stage.argv, new_session=False, stderr=vmm_log)
+        st.end = "running"
+        with _signals_ignored():  # Ctrl-C belongs to the guest
+            try:
+                code = st.proc.wait(timeout=None if math.isinf(to.run) else max(0.0, to.run - (time.monotonic() - st.t0)))
+            except subprocess.TimeoutExpired:
+                st.end, st.limit_hit = "timeout", f"the whole-run limit ({to.run:.0f} s) passed"
+                return
+        st.vm_exit = st.backend.interpret_exit(code)
+        st.t_vm_end = time.monotonic()
+        st.end = "poweroff" if st.vm_exit.ok else "vm-exit"
+        # The console went to the terminal (and QEMU's log): read the log for the markers.
+        w.log = None
+        try:
+            w.feed(plan.console_log.read_bytes())
+        except OSError:
+            pass
+        return
+
+    reader = st.backend.console_reader()
+    def started(proc: subprocess.Popen) -> None:
+        st.proc = proc
+        st.groups.append(proc.pid)
+
+    _spawn(stage.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if stage.console_from_stdout else vmm_log,
+           stderr=vmm_log, on_started=started)
+    assert st.proc is not None
+    st.end = "running"
+    fds = [st.proc.stdout.fileno()] if stage.console_from_stdout else []
+    if reader is not None:
+        fds.append(reader)
+    for fd in fds:
+        os.set_blocking(fd, False)
+    panic_at: Optional[float] = None
+    open_fds = list(fds)
+    while True:
+        now = time.monotonic()
+        elapsed = now - st.t0
+        if panic_at is not None and now >= panic_at:
+            st.end = "panic"
+            return
+        if w.first("hook-start") is None and elapsed >= to.boot:
+            st.end, st.limit_hit = "boot-timeout", f"no hook-start marker within the boot limit ({to.boot:.0f} s)"
+            return
+        if elapsed >= to.run:
+            st.end, st.limit_hit = "timeout", f"the whole-run limit ({to.run:.0f} s) passed"
+            return
+        wait = min(0.25, max(0.0, to.run - elapsed))
+        if panic_at is not None:
+            wait = min(wait, max(0.0, panic_at - now))
+        if open_fds:
+            ready, _, _ = select.select(open_fds, [], [], wait)
+        else:
+            ready = []
+            time.sleep(wait)
+        for fd in ready:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError as e:
+                if e.errno == errno.EIO:  # nmdm: the other side closed
+                    data = b""
+                else:
+                    raise
+            if not data:
+                open_fds.remove(fd)
+                continue
+            events, replies = w.feed(data)
+            for r in replies:
+                try:
+                    st.proc.stdin.write(r)
+                    st.proc.stdin.flush()
+                except (BrokenPipeError, OSError):
+                    pass
+            if panic_at is None and any(e.kind == "panic" for e in events):
+                panic_at = time.monotonic() + to.panic_grace
+        code = st.proc.poll()
+        if code is not None and (not open_fds or reader is not None or not stage.console_from_stdout):
+            _drain(fds, w)
+            st.t_vm_end = time.monotonic()
+            st.vm_exit = st.backend.interpret_exit(code)
+            if panic_at is not None:
+                st.end = "panic"
+            elif not stage.is_vm:
+                if code != 0:
+                    st.end = "vm-exit"
+                    st.error = f"{stage.name} failed with exit status {code}"
+                else:
+                    st.end = "running"  # the loader is done; the VM stage follows
+                return
+            else:
+                st.end = "poweroff" if st.vm_exit.ok else "vm-exit"
+            return
+
+
+def _drain(fds: List[int], w: ConsoleWatcher) -> None:
+    for fd in fds:
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                break
+            w.feed(data)
+
+
+def _teardown(st: _Run, notes: List[str]) -> VMResult:
+    plan = st.plan
+    t_stop = time.monotonic()
+    if st.proc is not None:
+        running = st.proc.poll() is None
+        t_term = time.monotonic()
+        _stop(st.proc, plan.timeouts.kill_after, group=bool(st.groups))
+        if running:
+            # QEMU exits 0 on SIGTERM: what matters is that the runner ended it.
+            how = "SIGKILL" if time.monotonic() - t_term >= plan.timeouts.kill_after else "SIGTERM"
+            st.vm_exit = VMExit(st.proc.returncode, "stopped", False, f"stopped by the runner ({how})")
+        elif st.vm_exit is None:
+            st.vm_exit = st.backend.interpret_exit(st.proc.returncode)
+        if st.t_vm_end is None:
+            st.t_vm_end = time.monotonic()
+    problems = st.backend.cleanup()
+    if st.watcher is not None and st.proc is not None and st.proc.stdout is not None:
+        _drain([st.proc.stdout.fileno()], st.watcher)
+    if st.proc is not None:
+        for pipe in (st.proc.stdin, st.proc.stdout):
+            try:
+                if pipe:
+                    pipe.close()
+            except OSError:
+                pass
+    if st.log is not None:
+        st.log.close()
+    t_collect = time.monotonic()
+    results = metadisk.read_results(plan.meta, save_to=plan.run_dir / "out") if plan.meta.exists() else None
+    t_collected = time.monotonic()
+    kept = []
+    for path in (plan.overlay, plan.meta, plan.seed):
+        if path is None or not path.exists():
+            continue
+        if plan.keep:
+            kept.append(str(path))
+        else:
+            path.unlink()
+    leftovers = leftover_processes(plan.run_dir, st.groups) + st.backend.leftovers() + problems
+    if not plan.keep:
+        leftovers += [f"file {p}" for p in (plan.overlay, plan.meta, plan.seed) if p is not None and p.exists()]
+    owner = plan.run_dir / "owner.pid"
+    if owner.exists():
+        owner.unlink()
+    t_end = time.monotonic()
+
+    w = st.watcher
+    hook = w.first("hook-start") if w else None
+    written = w.first("results-written") if w else None
+    boot = (hook.at - st.t0) if hook else None
+    run_s = ((st.t_vm_end or t_stop) - hook.at) if hook else None
+    if plan.interactive:  # the markers were read from the log afterwards: only the session's length is known
+        boot, run_s = None, (st.t_vm_end or t_stop) - st.t0
+    timings = {
+        "boot": _r(boot), "run": _r(run_s),
+        "collect": _r(t_collected - t_collect),
+        "teardown": _r((t_end - t_stop) - (t_collected - t_collect)),
+        "total": _r(t_end - st.t0),
+    }
+    panic_ev = w.first("panic") if w else None
+    checks = _checks(st, results, hook is not None, written is not None, panic_ev, leftovers)
+    status = "error" if any(c.status == "error" for c in checks) else (
+        "fail" if any(c.status == "fail" for c in checks) else "pass")
+    result = VMResult(
+        status=status, end=st.end, guest=plan.guest.name, backend=plan.backend, accel=plan.accel.to_json(),
+        run_dir=str(plan.run_dir), console_log=str(plan.console_log), timings=timings, checks=checks,
+        vm_exit=(st.vm_exit.__dict__ if st.vm_exit else None), panic=panic_ev.detail if panic_ev else None,
+        leftovers=leftovers, kept=kept, notes=notes,
+        commands=[s.argv for s in st.backend.stages()],
+        console_tail=w.tail(40) if w else [], signal=int(st.signal) if st.signal else None,
+    )
+    (plan.run_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    return result
+
+
+def _r(v: Optional[float]) -> Optional[float]:
+    return None if v is None else round(v, 3)
+
+
+def _checks(st: _Run, results, hooked: bool, written: bool, panic_ev, leftovers: List[str]) -> List[Check]:
+    plan = st.plan
+    checks: List[Check] = []
+    if st.end == "interrupted":
+        checks.append(Check("run", "error", st.error or "interrupted"))
+    elif st.error and not hooked:
+        checks.append(Check("run", "error", st.error))
+    if st.end == "boot-timeout":
+        checks.append(Check("boot", "error", st.limit_hit or "boot limit passed", output="\n".join(st.watcher.tail(15))))
+    elif hooked and plan.interactive:
+        checks.append(Check("boot", "pass", "the hook started (read from the console log)"))
+    elif hooked:
+        boot = st.watcher.first("hook-start").at - st.t0
+        checks.append(Check("boot", "pass", f"hook started {boot:.2f} s after start"))
+    elif st.end not in ("interrupted", "error"):
+        checks.append(Check("boot", "error", "the VM ended before the hook started",
+                            output="\n".join(st.watcher.tail(15)) if st.watcher else ""))
+    if panic_ev is not None:
+        checks.append(Check("panic", "fail", f"kernel panic on the console: {panic_ev.detail}",
+                            output="\n".join(st.watcher.panic_context)))
+    if st.watcher is not None:
+        for kind in ("no-meta-disk", "meta-unreadable", "results-not-written"):
+            ev = st.watcher.first(kind)
+            if ev:
+                checks.append(Check("meta-disk", "error", f"the guest hook said {kind} {ev.detail}".strip()))
+    if hooked and not plan.interactive and results is not None:
+        specs = metadisk.parse_expect(plan.expect.read_text(), str(plan.expect)) if plan.expect else []
+        seen = set()
+        for line in results.checks:
+            seen.add(line.name)
+            status = {"pass": "pass", "fail": "fail", "skip": "skip"}.get(line.verdict, "error")
+            checks.append(Check(line.name, status, line.reason, line.exit,
+                                results.outputs.get(line.name, "") if status != "pass" else ""))
+        for spec in specs:
+            if spec.name not in seen:
+                checks.append(Check(spec.name, "error", "not run: the script ended before this check"))
+        if results.written:
+            status = "pass" if results.script_status == 0 else "fail"
+            checks.append(Check("script", status, f"{plan.script.name} exited {results.script_status}",
+                                results.script_status, results.script_log if status != "pass" else ""))
+        else:
+            # The console tail is shown once, with the panic or the limit that ended the run.
+            shown = panic_ev is not None or st.end in ("timeout", "boot-timeout")
+            checks.append(Check("script", "error", "no results on the meta disk: the script did not finish",
+                                output=results.script_log or ("" if shown else "\n".join(st.watcher.tail(15)))))
+    if st.end in ("timeout",):
+        checks.append(Check("vm-exit", "error", f"killed: {st.limit_hit}", output="\n".join(st.watcher.tail(15))))
+    elif st.end == "panic":
+        checks.append(Check("vm-exit", "error", "stopped after the panic"))
+    elif st.vm_exit is not None and st.end in ("poweroff", "vm-exit"):
+        ok = st.vm_exit.ok and (written or plan.interactive)
+        detail = st.vm_exit.meaning + ("" if written or plan.interactive else "; the hook never wrote results back")
+        if st.error and st.end == "vm-exit":
+            detail = st.error
+        checks.append(Check("vm-exit", "pass" if ok else "error", detail, st.vm_exit.code))
+    checks.append(Check("teardown", "error" if leftovers else "pass",
+                        "left behind: " + "; ".join(leftovers) if leftovers else
+                        ("nothing left behind" + (" (overlay kept: --keep)" if plan.keep else ""))))
+    return checks
+
+
+def _dry_run(plan: Plan, backend) -> VMResult:
+    cmds = backend.commands_for_display()
+    return VMResult(
+        status="pass", end="dry-run", guest=plan.guest.name, backend=plan.backend, accel=plan.accel.to_json(),
+        run_dir=str(plan.run_dir), console_log=str(plan.console_log),
+        timings={"boot_limit": plan.timeouts.boot, "run_limit": plan.timeouts.run},
+        checks=[], notes=list(plan.notes), commands=cmds,
+    )
