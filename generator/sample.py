@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from .errors import UserError
+from .tools import first_error
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_DIR = REPO / "samples" / "kernel"
@@ -199,15 +200,6 @@ def _cache_key(tc: Toolchain) -> str:
     return h.hexdigest()[:16]
 
 
-def _first_error(stderr: str) -> str:
-    """The most telling line of a tool's diagnostics: its first error, else its first line."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for ln in lines:
-        if "error" in ln.lower():
-            return ln
-    return lines[0] if lines else "no diagnostics"
-
-
 def _run(argv: List[str], cwd: Path) -> None:
     """Run one build command; a failure becomes a one-line UserError."""
     what = argv[argv.index("-c") + 1] if "-c" in argv else "link"
@@ -218,7 +210,7 @@ def _run(argv: List[str], cwd: Path) -> None:
         raise UserError(f"sample kernel: cannot run {argv[0]}: {e.strerror}") from None
     if proc.returncode != 0:
         raise UserError(
-            f"sample kernel: {tool} failed ({what}, exit {proc.returncode}): {_first_error(proc.stderr)}"
+            f"sample kernel: {tool} failed ({what}, exit {proc.returncode}): {first_error(proc.stderr)}"
         )
 
 

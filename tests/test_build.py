@@ -1,0 +1,397 @@
+"""invoke build: generate, compile, link and check, with and without a FreeBSD sys/ tree.
+
+What runs here, in order of strength:
+
+* without a tree: generation, the portable cores with gcc and clang, their
+  link and symbol check, the table's build-id -- then exactly one error line,
+  exit 2, and no .ko anywhere;
+* the whole cross-build path against stand-in sys/ trees
+  (tests/fixtures/ko/standin.py): kern.mk evaluated, include links,
+  opt_global.h, vnode_if.h, clang, ld.lld -r with the link script, symbol
+  localisation, strip, manifest, check-ko against a stand-in kernel with
+  stand-in dtrace.ko/opensolaris.ko -- and the stamp: same inputs, no work;
+  a changed header or kern.mk, a rebuild;
+* the FreeBSD path's command construction, with a runner that plays make;
+* against a real release only when KINSTKIT_TEST_RELEASE names one that
+  `invoke fetch-release` cached (skipped, naming it, otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+KO = Path(__file__).resolve().parent / "fixtures" / "ko"
+sys.path.insert(0, str(KO))
+
+import kofixtures  # noqa: E402
+import standin  # noqa: E402
+
+from generator.build import BuildRequest  # noqa: E402
+from generator.errors import UserError  # noqa: E402
+from generator.image import KernelImage  # noqa: E402
+from generator.kmodflags import KmodProfile  # noqa: E402
+from generator.manifest import sha256_file  # noqa: E402
+from generator.mk import MkReader, MkUnsupported, ModuleMakefile  # noqa: E402
+from generator.nativebuild import native_build  # noqa: E402
+from generator.providers import PROVIDERS  # noqa: E402
+from generator.tools import Completed  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_build(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "SYSDIR"}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "generator", "build", *args], capture_output=True, text=True,
+                          cwd=REPO, env=environ, timeout=600)
+
+
+# -- without a tree ------------------------------------------------------------------
+
+
+def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kernel: Path, tmp_path: Path) -> None:
+    kofixtures.require("gcc", "clang", "ld.lld")
+    out, src = tmp_path / "build", tmp_path / "src"
+    res = run_build("--out", str(out), "--src", str(src))
+    assert res.returncode == 2, res.stdout + res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "--sysdir" in lines[0] and "invoke fetch-release" in lines[0] and "no .ko was made" in lines[0]
+    bid = KernelImage.open(str(sample_kernel)).build_id
+    for m, portable in (("kinst", "kinst_core.c, kinst_table.c"), ("dtmalloc", "dtmalloc_core.c, dtmalloc_table.c")):
+        assert f"{m}: sources generated in {src / m}" in res.stdout
+        assert f"{m}: {m}_table.c names kernel build-id {bid}" in res.stdout
+        assert f"{m}: portable {portable} compile with gcc and clang" in res.stdout
+        assert f"{m}: portable objects link (ld.lld -r)" in res.stdout
+        assert (src / m / "Makefile").read_bytes() == (REPO / "sys" / "modules" / m / "Makefile").read_bytes()
+    assert not list(out.rglob("*.ko")) and not list((out / bid).glob("*.json"))
+
+
+def test_without_a_tree_the_portable_work_is_not_redone(sample_kernel: Path, tmp_path: Path) -> None:
+    kofixtures.require("gcc", "clang", "ld.lld")
+    args = ("--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"), "--modules", "kinst")
+    run_build(*args)
+    res = run_build(*args)
+    assert res.returncode == 2
+    assert "kinst: sources unchanged" in res.stdout and "portable core unchanged" in res.stdout
+
+
+# -- against stand-in trees ------------------------------------------------------------
+
+
+class StandinWorld:
+    """The stand-in kernel (with dtrace.ko and opensolaris.ko beside it) and sys/ trees, built once."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.kernel = standin.build_kernel(root / "kernel")
+        standin.build_dependencies(root / "kernel")
+        self.build_id = KernelImage.open(str(self.kernel)).build_id
+        self._glue: Dict[str, Path] = {}
+
+    def glue(self, module: str) -> Path:
+        """A generated glue, to learn which headers the tree must have."""
+        if module not in self._glue:
+            out = self.root / "glue" / module
+            args = ["--function", "vm_fault"] if module == "kinst" else []
+            res = subprocess.run([sys.executable, "-m", "generator", "generate", "--provider", module, "--kernel",
+                                  str(self.kernel), "--out", str(out), *args], capture_output=True, text=True,
+                                 cwd=REPO, timeout=300)
+            assert res.returncode == 0, res.stderr
+            self._glue[module] = out / f"{module}_glue.c"
+        return self._glue[module]
+
+    def tree(self, module: str, where: Path) -> Path:
+        return standin.make_tree(where, module, self.glue(module))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, sample_kernel: Path) -> StandinWorld:
+    kofixtures.require("clang", "ld.lld", "gcc", "awk")
+    return StandinWorld(tmp_path_factory.mktemp("standin"))
+
+
+def manifest(out: Path, build_id: str, module: str) -> dict:
+    return json.loads((out / build_id / f"{module}.json").read_text())
+
+
+@pytest.mark.parametrize("module", ["kinst", "dtmalloc"])
+def test_cross_build_produces_a_checked_ko(world: StandinWorld, module: str, tmp_path: Path) -> None:
+    tree = world.tree(module, tmp_path / "sys")
+    out = tmp_path / "build"
+    res = run_build("--kernel", str(world.kernel), "--sysdir", str(tree), "--modules", module, "--out", str(out),
+                    "--src", str(tmp_path / "src"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    ko = out / world.build_id / f"{module}.ko"
+    assert f"{module}: built {ko} (cross (clang + ld.lld))" in res.stdout
+    assert "check-ko: ok" in res.stdout and "NOT CHECKED" not in res.stdout
+    head = ko.read_bytes()[:20]
+    assert head[:4] == b"\x7fELF" and head[7] == 9  # EI_OSABI FreeBSD, from ld.lld -m elf_x86_64_fbsd
+    img = KernelImage.open(str(ko))
+    assert img.e_type == "ET_REL" and img.build_id
+    assert {"set_modmetadata_set", "set_sysinit_set"} <= {s.name for s in img.sections}
+    assert not any(s.name.startswith(".debug") for s in img.sections)  # stripped, as without DEBUG_FLAGS
+    defined = [s for s in img.symbols() if s.shndx != 0 and s.bind == 1]
+    assert defined == []  # EXPORT_SYMS=NO: every definition made local
+
+    m = manifest(out, world.build_id, module)
+    assert m["table_build_id"] == world.build_id == m["kernel"]["build_id"]
+    assert m["ko"]["sha256"] == sha256_file(ko)
+    assert m["check_ko"]["ok"] and {d["name"] for d in m["check_ko"]["depends"]} == {"kernel", "dtrace", "opensolaris"}
+    assert m["check_ko"]["versions"] == [{"name": module, "version": 1}]
+    cflags = m["flags"]["cflags"]
+    # kmod.mk's part, kern.mk's part (evaluated from the stand-in), then the Makefile's after the include.
+    assert cflags[:2] == ["-O2", "-pipe"] and "-D_SYS_VMEM_H_" in cflags  # OPENZFS_CFLAGS, before kmod.mk's
+    assert cflags.index("-D_SYS_VMEM_H_") < cflags.index("-D_KERNEL") < cflags.index("-mcmodel=kernel")
+    assert "-std=iso9899:1999" in cflags and "-D__printf__=__freebsd_kprintf__" in cflags
+    assert "-mretpoline" not in cflags  # MK_KERNEL_RETPOLINE defaults to no
+    assert cflags[-2:] == ["-include", f"{tree.resolve()}/cddl/compat/opensolaris/sys/debug_compat.h"]
+    assert m["flags"]["ldflags"] == ["-m", "elf_x86_64_fbsd", "-warn-common", "--build-id=sha1", "-T",
+                                     f"{tree.resolve()}/conf/ldscript.kmod.amd64"]
+    assert m["profile"]["kern.mk"] == "evaluated from the tree" and m["profile"]["clang_target"].endswith("14.0")
+    assert "clang" in m["tools"] and "ld.lld" in m["tools"]
+    roles = {i["role"] for i in m["inputs"]}
+    assert roles >= {"source", "header", "kernel", "dependency module", "sys/ build file"}
+    assert any(i["path"].endswith("/sys/param.h") and i["role"] == "header" for i in m["inputs"])
+    assert any(c[0].endswith("awk") and c[-1] == "-h" for c in m["commands"])  # vnode_if.h, as kmod.mk makes it
+
+
+def test_same_inputs_no_work_and_each_change_rebuilds(world: StandinWorld, tmp_path: Path) -> None:
+    tree = world.tree("kinst", tmp_path / "sys")
+    out = tmp_path / "build"
+    args = ("--kernel", str(world.kernel), "--sysdir", str(tree), "--modules", "kinst", "--out", str(out),
+            "--src", str(tmp_path / "src"))
+    assert run_build(*args).returncode == 0
+    ko = out / world.build_id / "kinst.ko"
+    stat = ko.stat()
+    res = run_build(*args)
+    assert res.returncode == 0 and f"kinst: up to date: {ko}" in res.stdout and "kinst: built" not in res.stdout
+    assert "sources unchanged" in res.stdout and ko.stat().st_mtime_ns == stat.st_mtime_ns
+    # A header the compiler read changes: rebuilt.
+    with open(tree / "sys" / "proc.h", "a") as f:
+        f.write("/* changed */\n")
+    res = run_build(*args)
+    assert res.returncode == 0 and f"kinst: built {ko}" in res.stdout
+    # The tree's kern.mk picks another C standard: rebuilt with it.
+    kern = tree / "conf" / "kern.mk"
+    kern.write_text(kern.read_text().replace("CSTD?=\t\tc99", "CSTD?=\t\tgnu17"))
+    res = run_build(*args)
+    assert res.returncode == 0 and f"kinst: built {ko}" in res.stdout
+    assert "-std=gnu17" in manifest(out, world.build_id, "kinst")["flags"]["cflags"]
+
+
+def test_check_ko_failure_fails_the_build_and_leaves_no_stamp(world: StandinWorld, sample_kernel: Path,
+                                                              tmp_path: Path) -> None:
+    """Against the sample kernel, which lacks the stand-in services, with the dependencies found: exit 1."""
+    tree = world.tree("dtmalloc", tmp_path / "sys")
+    out = tmp_path / "build"
+    args = ("--kernel", str(sample_kernel), "--sysdir", str(tree), "--modules", "dtmalloc", "--out", str(out),
+            "--src", str(tmp_path / "src"), "--module-path", str(world.kernel.parent))
+    res = run_build(*args)
+    assert res.returncode == 1, res.stdout + res.stderr
+    errors = res.stderr.strip().splitlines()
+    assert errors and all(ln.startswith("check-ko: ") and "undefined symbol" in ln for ln in errors)
+    assert any("undefined symbol malloc_type_list " in ln for ln in errors)
+    bid = KernelImage.open(str(sample_kernel)).build_id
+    assert manifest(out, bid, "dtmalloc")["key"] is None
+    assert "up to date" not in run_build(*args).stdout  # a failed check is never a stamp
+
+
+def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path) -> None:
+    res = run_build("--sysdir", str(tmp_path), "--out", str(tmp_path / "b"), "--src", str(tmp_path / "s"))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "not a FreeBSD sys/ tree" in res.stderr
+    res = run_build("--target", "arm64", "--out", str(tmp_path / "b"))
+    assert res.returncode == 2 and "kinstkit builds amd64 modules" in res.stderr
+    res = run_build("--modules", "kinst,fbt", "--out", str(tmp_path / "b"))
+    assert res.returncode == 2 and "unknown module 'fbt'" in res.stderr
+
+
+# -- the flags: kern.mk evaluated, or the fallback -----------------------------------------
+
+
+def test_mk_reader_conditions_and_modifiers() -> None:
+    mk = MkReader({"COMPILER_TYPE": "clang", "COMPILER_VERSION": "140006", "MACHINE_CPUARCH": "amd64",
+                   "CC": "/usr/bin/clang --target=x", "LD": "ld.lld"})
+    mk.read("\n".join([
+        "A=\t1 -Ia -Ib 2",
+        ".if ${COMPILER_TYPE} == \"gcc\"",
+        "B= gcc",
+        ".elif ${COMPILER_VERSION} >= 100000 && !defined(NOPE)",
+        "B= new-clang",
+        ".else",
+        "B= old-clang",
+        ".endif",
+        "C= ${A:M-I*} ${A:N-I*}",
+        "D= ${LATER}",
+        "LATER= late",
+        "E+= one",
+        "E+= two",
+        ".if empty(UNSET) && ${CC:[1]:T} == \"clang\" && ${MK_FOO} == \"no\"",
+        "F?= yes",
+        ".endif",
+        "G:= ${LATER2}x",
+        "LATER2= not-seen",
+    ]))
+    assert mk.expand("${B}") == "new-clang"
+    assert mk.expand("${C}") == "-Ia -Ib 1 2"
+    assert mk.expand("${D}") == "late"  # = expands when used, as in bmake
+    assert mk.expand("${E}") == "one two"
+    assert mk.expand("${F}") == "yes" and mk.defaulted == {"MK_FOO"}
+    assert mk.expand("${G}") == "x"  # := expands at once
+    for bad in (".for x in a b\n.endfor", ".if target(foo)\n.endif", "X= ${A:Q}\nY:= ${X}", ".if 1\n.error no"):
+        with pytest.raises(MkUnsupported):
+            MkReader({}).read(bad)
+
+
+def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorld, tmp_path: Path) -> None:
+    tree = world.tree("dtmalloc", tmp_path / "sys")
+    (tree / "conf" / "kern.mk").write_text(".for _x in a b\nCFLAGS+= -D${_x}\n.endfor\n")
+    profile = KmodProfile.for_tree(tree)
+    makefile = ModuleMakefile.read(REPO / "sys" / "modules" / "dtmalloc" / "Makefile")
+    flags = profile.cflags(tmp_path / "obj", makefile)
+    assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
+    assert "-mcmodel=kernel" in flags and "-std=iso9899:1999" in flags  # the FreeBSD 14 amd64/clang flags
+    assert "-Da" not in flags
+
+
+def test_tree_facts(world: StandinWorld, tmp_path: Path) -> None:
+    tree = world.tree("kinst", tmp_path / "sys")
+    (tree / "sys" / "param.h").write_text("#define\t__FreeBSD_version\t1403000\n")
+    profile = KmodProfile.for_tree(tree)
+    assert profile.osreldate == 1403000 and profile.triple == "x86_64-unknown-freebsd14.3"
+    assert [n for n, _ in profile.ilinks()] == ["machine", "x86", "i386"]
+    (tree / "sys" / "param.h").write_text("/* no version */\n")
+    with pytest.raises(UserError, match="no __FreeBSD_version"):
+        KmodProfile.for_tree(tree)
+
+
+# -- the FreeBSD path, with a runner that plays make ------------------------------------------
+
+
+def test_native_build_command_and_manifest_fields(tmp_path: Path, tmp_path_factory) -> None:
+    fx = kofixtures.shared(tmp_path_factory)
+    good = fx.module()
+    srcdir, objdir, sysdir = tmp_path / "src" / "kinst", tmp_path / "obj" / "kinst", tmp_path / "sys"
+    srcdir.mkdir(parents=True)
+    (sysdir / "kern").mkdir(parents=True)
+    calls: List[tuple] = []
+
+    def make(argv: Sequence[str], cwd: Optional[Path], env: Optional[Dict[str, str]]) -> Completed:
+        calls.append((list(argv), cwd, env))
+        obj = Path(env["MAKEOBJDIR"])
+        if "-V" not in argv:  # bsd.kmod.mk: objects and the .ko in MAKEOBJDIR, dependency files beside them
+            shutil.copy(good, obj / "kinst.ko")
+            (srcdir / "kinst_core.h").write_text("/* header */\n")
+            depend = f"kinst_glue.o: {srcdir}/kinst_glue.c \\\n  {srcdir}/kinst_core.h\n"
+            (obj / ".depend.kinst_glue.o").write_text(depend)
+            return Completed(0, "", "")
+        return Completed(0, "kinst\n-O2 -pipe -D_KERNEL -mcmodel=kernel\n-warn-common --build-id=sha1\ncc\nld\n"
+                            "20240711\n", "")
+
+    req = BuildRequest(kernel="k", sysdir=str(sysdir), modules=("kinst",), native=True, make="make")
+    built = native_build(req.make, PROVIDERS["kinst"], srcdir, objdir, sysdir, make)
+    (argv, cwd, env), (query, _, _) = calls
+    assert argv == ["make", f"SYSDIR={sysdir}"] and cwd == srcdir and env["MAKEOBJDIR"] == str(objdir)
+    assert query == ["make", f"SYSDIR={sysdir}", "-V", "${KMOD}", "-V", "${CFLAGS}", "-V", "${LDFLAGS}", "-V", "${CC}",
+                     "-V", "${LD}", "-V", "${MAKE_VERSION}"]
+    assert built.ko_built == objdir / "kinst.ko"
+    assert built.cflags == ["-O2", "-pipe", "-D_KERNEL", "-mcmodel=kernel"]
+    assert built.ldflags == ["-warn-common", "--build-id=sha1"]
+    assert built.mode == "native (make with bsd.kmod.mk)" and built.tools["make"] == "bmake 20240711"
+    assert built.headers == [str((srcdir / "kinst_core.h").resolve())]  # from bsd.dep.mk's .depend.* files
+
+    def failing(argv, cwd, env) -> Completed:
+        return Completed(2, "", 'make: "/usr/share/mk/bsd.sysdir.mk" line 1: Unable to locate the kernel source tree.')
+
+    with pytest.raises(UserError, match="kinst: make \\(bsd.kmod.mk\\): make failed \\(exit 2\\)"):
+        native_build(req.make, PROVIDERS["kinst"], srcdir, objdir, sysdir, failing)
+
+
+def test_native_needs_freebsd(tmp_path: Path) -> None:
+    if os.uname().sysname == "FreeBSD":
+        pytest.skip("on FreeBSD --native is the default")
+    res = run_build("--native", "--out", str(tmp_path))
+    assert res.returncode == 2 and "needs a FreeBSD host" in res.stderr
+
+
+# -- fetch-release, then build --release: the CI cross path, against a loopback mirror ----------
+
+
+def test_fetch_release_then_build_release(world: StandinWorld, tmp_path: Path) -> None:
+    """The cross-build CI job end to end: a loopback mirror serves a "release" made of the stand-ins."""
+    import hashlib
+    import http.server
+    import tarfile
+    import threading
+    from functools import partial
+
+    name = "14.0-RELEASE"
+    pub = tmp_path / "mirror" / "releases" / "amd64" / name
+    pub.mkdir(parents=True)
+    tree = world.tree("kinst", tmp_path / "sys")
+    sets = {"src.txz": [(tree, "usr/src/sys")],
+            "kernel.txz": [(p, f"boot/kernel/{p.name}") for p in (world.kernel, *world.kernel.parent.glob("*.ko"))],
+            "kernel-dbg.txz": [(world.kernel, "usr/lib/debug/boot/kernel/kernel.debug")]}
+    lines = []
+    for dist, members in sets.items():
+        with tarfile.open(pub / dist, "w:xz") as tar:
+            for path, arcname in members:
+                tar.add(path, arcname=arcname)
+        digest = hashlib.sha256((pub / dist).read_bytes()).hexdigest()
+        lines.append(f"{dist}\t{digest}\t1\t{dist[:-4]}\t\"{dist}\"\ton\n")
+    (pub / "MANIFEST").write_text("".join(lines))
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = partial(Quiet, directory=str(tmp_path / "mirror"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        cache = tmp_path / "cache"
+        fetch = subprocess.run([sys.executable, "-m", "generator", "fetch-release", "--release", name, "--mirror",
+                                f"http://127.0.0.1:{server.server_address[1]}", "--cache", str(cache)],
+                               capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert fetch.returncode == 0, fetch.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = tmp_path / "build"
+    res = run_build("--release", name, "--cache", str(cache), "--modules", "kinst", "--out", str(out),
+                    "--src", str(tmp_path / "src"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    m = manifest(out, world.build_id, "kinst")
+    assert m["kernel"]["path"] == str(cache / "releases" / name / "boot" / "kernel" / "kernel")
+    assert m["sysdir"] == str(cache / "releases" / name / "usr" / "src" / "sys")
+    # dtrace.ko and opensolaris.ko came with kernel.txz, next to the kernel: every symbol was checked.
+    assert m["check_ko"]["ok"] and not m["check_ko"]["assumed"]
+    assert m["check_ko"]["resolved"]["dtrace_register"] == "dtrace.ko"
+
+
+# -- a real release ---------------------------------------------------------------------------
+
+
+def test_build_against_a_fetched_release(tmp_path: Path) -> None:
+    """The real thing: a release's sys/ tree and kernel from `invoke fetch-release`."""
+    name = os.environ.get("KINSTKIT_TEST_RELEASE")
+    if not name:
+        pytest.skip("KINSTKIT_TEST_RELEASE is not set to a release `invoke fetch-release` cached "
+                    "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
+    from generator.release import fetched
+
+    rel = fetched(name)
+    res = run_build("--release", name, "--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    bid = KernelImage.open(str(rel.kernel)).build_id
+    for m in ("kinst", "dtmalloc"):
+        man = manifest(tmp_path / "build", bid, m)
+        assert man["check_ko"]["ok"] and not man["check_ko"]["assumed"]
