@@ -36,3 +36,24 @@ def debian_modules() -> List[Path]:
     largest = sorted(mods, key=lambda p: p.stat().st_size, reverse=True)[:30]
     spread = mods[::100]
     return sorted(set(largest) | set(spread))
+
+
+@pytest.fixture(scope="session")
+def dtmalloc_listing(sample_kernel, tmp_path_factory) -> Path:
+    """The `dtrace -l`-style dtmalloc listing kinstkit predicts for the sample kernel.
+
+    Generated here, so tests never depend on files a developer happened to
+    leave in sys/modules/dtmalloc/.
+    """
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("dtmalloc")
+    subprocess.run(
+        [sys.executable, "-m", "generator", "generate", "--provider", "dtmalloc", "--kernel", str(sample_kernel),
+         "--out", str(out)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    listing = out / "dtmalloc.list"
+    assert listing.exists()
+    return listing

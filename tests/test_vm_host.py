@@ -40,7 +40,6 @@ FAKEBSD = GUEST_DIR / "fakebsd"
 FREEBSD_SCRIPT = GUEST_DIR / "freebsd" / "kinstkit-test.sh"
 FREEBSD_EXPECT = GUEST_DIR / "freebsd" / "expect.tsv"
 USER_DATA = GUEST_DIR / "freebsd" / "user-data"
-DTMALLOC_LIST = REPO / "sys" / "modules" / "dtmalloc" / "dtmalloc.list"
 
 
 # --- config ------------------------------------------------------------------------
@@ -546,7 +545,7 @@ def test_guest_scripts_parse():
             assert proc.returncode == 0, f"busybox sh -n {script}: {proc.stderr}"
 
 
-def _freebsd_meta(tmp_path, modules=("kinst", "dtmalloc")):
+def _freebsd_meta(tmp_path, modules=("kinst", "dtmalloc"), listing=None):
     meta = tmp_path / "meta"
     (meta / "lib").mkdir(parents=True)
     (meta / "modules").mkdir()
@@ -554,13 +553,13 @@ def _freebsd_meta(tmp_path, modules=("kinst", "dtmalloc")):
     shutil.copy(FREEBSD_EXPECT, meta / "expect.tsv")
     for m in modules:
         (meta / "modules" / f"{m}.ko").write_bytes(b"\x7fELF")
-    if DTMALLOC_LIST.exists() and "dtmalloc" in modules:
-        shutil.copy(DTMALLOC_LIST, meta / "modules")
+    if listing is not None and "dtmalloc" in modules:
+        shutil.copy(listing, meta / "modules")
     return meta
 
 
-def _run_freebsd_script(tmp_path, fail="", modules=("kinst", "dtmalloc")):
-    meta = _freebsd_meta(tmp_path, modules)
+def _run_freebsd_script(tmp_path, fail="", modules=("kinst", "dtmalloc"), listing=None):
+    meta = _freebsd_meta(tmp_path, modules, listing)
     env = dict(os.environ, PATH=f"{FAKEBSD}:{os.environ['PATH']}", KINSTKIT_META=str(meta),
                FAKEBSD_STATE=str(tmp_path / "state"), FAKEBSD_FAIL=fail, KINSTKIT_LOAD_SECONDS="1",
                TMPDIR=str(tmp_path), FAKEBSD_DTMALLOC_LIST=str(meta / "modules" / "dtmalloc.list"))
@@ -570,11 +569,9 @@ def _run_freebsd_script(tmp_path, fail="", modules=("kinst", "dtmalloc")):
     return {f[0]: (f[1], f[2], f[3] if len(f) > 3 else "") for f in (line.split("\t") for line in lines)}, meta
 
 
-def test_freebsd_guest_script_with_fake_tools(tmp_path):
-    checks, meta = _run_freebsd_script(tmp_path)
+def test_freebsd_guest_script_with_fake_tools(tmp_path, dtmalloc_listing):
+    checks, meta = _run_freebsd_script(tmp_path, listing=dtmalloc_listing)
     want = [s.name for s in metadisk.parse_expect(FREEBSD_EXPECT.read_text())]
-    if not DTMALLOC_LIST.exists():
-        want.remove("dtmalloc-listing")
     assert {n: v[0] for n, v in checks.items() if n in want} == {n: "pass" for n in want}
     assert "vm_fault:4 0x" in (meta / "out" / "kinst-vm-fault.out").read_text()
     # dtrace was loaded by itself, never dtraceall

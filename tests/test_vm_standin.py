@@ -264,15 +264,13 @@ def test_runner_killed_takes_qemu_with_it(assets, tmp_path, accel_name):
     assert not any(stale.glob("system.*")) and not (stale / "meta.tar").exists()
 
 
-def test_freebsd_guest_script_in_standin_with_fake_tools(assets, tmp_path, accel_name):
+def test_freebsd_guest_script_in_standin_with_fake_tools(assets, tmp_path, accel_name, dtmalloc_listing):
     """vm/guest/freebsd/kinstkit-test.sh under busybox sh in the guest, with fake kldload/kldstat/dtrace."""
     mods = tmp_path / "build-id"
     mods.mkdir()
     for m in ("kinst", "dtmalloc"):
         (mods / f"{m}.ko").write_bytes(b"\x7fELF" + b"\0" * 60)
-    listing = REPO / "sys" / "modules" / "dtmalloc" / "dtmalloc.list"
-    if listing.exists():
-        shutil.copy(listing, mods)
+    shutil.copy(dtmalloc_listing, mods)
     wrapper = _script(tmp_path, 'export PATH="$KINSTKIT_META/fakebsd:$PATH" FAKEBSD_STATE=/tmp/fakebsd '
                                 'KINSTKIT_LOAD_SECONDS=1 FAKEBSD_DTMALLOC_LIST="$KINSTKIT_META/modules/dtmalloc.list"\n'
                                 'exec sh "$KINSTKIT_META/kinstkit-test.sh"\n')
@@ -282,9 +280,7 @@ def test_freebsd_guest_script_in_standin_with_fake_tools(assets, tmp_path, accel
                           runs_dir=str(tmp_path / "runs")))
     assert res.accel["name"] == accel_name
     want = {"dtrace-load", "stock-providers-out", "load-kinst", "load-dtmalloc", "kinst-list", "kinst-vm-fault",
-            "dtmalloc-list", "dtmalloc-count", "unload-kinst", "unload-dtmalloc", "modules-gone"}
-    if listing.exists():
-        want.add("dtmalloc-listing")
+            "dtmalloc-list", "dtmalloc-listing", "dtmalloc-count", "unload-kinst", "unload-dtmalloc", "modules-gone"}
     got = {c.name: c.status for c in res.checks}
     assert {n: got.get(n) for n in want} == {n: "pass" for n in want}, res.text()
     assert res.status == "pass", res.text()
