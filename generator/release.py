@@ -24,23 +24,19 @@ at a loopback HTTP server; the cache is ``$KINSTKIT_CACHE``, ``--cache``, or
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import json
 import lzma
 import os
 import re
 import shutil
-import socket
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from . import fetch
 from .errors import UserError
 
 DEFAULT_MIRROR = "https://download.freebsd.org"  # same variable and meaning as vm/freebsd.py's
@@ -129,53 +125,9 @@ def _url(mirror: str, release: str, name: str, arch: str = "amd64") -> str:
     return f"{mirror.rstrip('/')}/releases/{arch}/{release}/{name}"
 
 
-def _open(url: str):
-    """urlopen with the errors a person can act on turned into one line."""
-    try:
-        return urllib.request.urlopen(url, timeout=TIMEOUT)
-    except urllib.error.HTTPError as e:
-        if e.code == 404:
-            raise UserError(f"{url}: not found (HTTP 404); check the release name and the mirror") from None
-        raise UserError(f"{url}: HTTP {e.code} {e.reason}") from None
-    except urllib.error.URLError as e:
-        reason = e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror else e.reason
-        raise UserError(f"{url}: cannot connect: {reason}; check the network or --mirror") from None
-    except (socket.timeout, TimeoutError):
-        raise UserError(f"{url}: no answer within {TIMEOUT} s") from None
-    except ValueError as e:
-        raise UserError(f"{url}: not a URL ({e})") from None
-
-
 def download(url: str, dest: Path, progress=None) -> str:
-    """Stream ``url`` into ``dest``; returns its sha256.  A short body is an error, never a file."""
-    h = hashlib.sha256()
-    got = 0
-    resp = _open(url)
-    with resp, open(dest, "wb") as f:
-        length = resp.headers.get("Content-Length")
-        expected = int(length) if length and length.isdigit() else None
-        while True:
-            try:
-                chunk = resp.read(1 << 20)
-            except http.client.IncompleteRead as e:
-                got += len(e.partial)
-                raise UserError(f"{url}: truncated: the server closed the connection after {got}"
-                                f"{f' of {expected}' if expected else ''} bytes") from None
-            except (ConnectionError, socket.timeout, TimeoutError) as e:
-                raise UserError(f"{url}: download interrupted after {got} bytes ({e})") from None
-            if not chunk:
-                break
-            try:
-                f.write(chunk)
-            except OSError as e:
-                raise UserError(f"{dest}: cannot write: {e.strerror}") from None
-            h.update(chunk)
-            got += len(chunk)
-            if progress:
-                progress(got, expected)
-    if expected is not None and got != expected:
-        raise UserError(f"{url}: truncated: got {got} of {expected} bytes")
-    return h.hexdigest()
+    """Stream ``url`` into ``dest``; returns its sha256 (see generator/fetch.py)."""
+    return fetch.download(url, dest, "sha256", TIMEOUT, progress)
 
 
 def _safe_members(tar: tarfile.TarFile, prefixes: Optional[Sequence[str]], url: str) -> List[tarfile.TarInfo]:

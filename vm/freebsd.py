@@ -16,7 +16,6 @@ labelled ``cidata`` (xorriso, or genisoimage) with ``meta-data`` and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import lzma
 import os
@@ -25,11 +24,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
+
+from generator import fetch
 
 from .config import CACHE, GUEST_DIR, RELEASE_RE, VMError
 
@@ -89,46 +88,20 @@ def parse_checksums(text: str) -> Dict[str, str]:
     return out
 
 
-def _open(url: str, timeout: float):
-    try:
-        return urllib.request.urlopen(url, timeout=timeout)
-    except urllib.error.HTTPError as e:
-        if e.code == 404:
-            raise DownloadError(f"{url}: not found (HTTP 404): is the release name right?")
-        raise DownloadError(f"{url}: HTTP {e.code} {e.reason}")
-    except (urllib.error.URLError, OSError) as e:
-        reason = getattr(e, "reason", e)
-        raise DownloadError(f"{url}: cannot connect ({reason})")
-
-
 def fetch_text(url: str, timeout: float = 60.0) -> str:
-    with _open(url, timeout) as resp:
-        return resp.read().decode("utf-8", errors="replace")
+    try:
+        return fetch.fetch_text(url, timeout)
+    except fetch.FetchError as e:
+        raise DownloadError(str(e)) from None
 
 
 def download(url: str, dest: Path, algo: str, timeout: float = 60.0,
              progress: Optional[Callable[[int, Optional[int]], None]] = None) -> str:
-    """Stream ``url`` to ``dest``; return its hex digest.  A short body is an error."""
-    h = hashlib.new(algo)
-    got = 0
-    with _open(url, timeout) as resp, open(dest, "wb") as out:
-        length = resp.headers.get("Content-Length")
-        expected = int(length) if length and length.isdigit() else None
-        while True:
-            try:
-                chunk = resp.read(CHUNK)
-            except Exception as e:  # http.client.IncompleteRead, a reset connection
-                raise DownloadError(f"{url}: truncated download after {got} bytes ({type(e).__name__})")
-            if not chunk:
-                break
-            h.update(chunk)
-            out.write(chunk)
-            got += len(chunk)
-            if progress:
-                progress(got, expected)
-    if expected is not None and got != expected:
-        raise DownloadError(f"{url}: truncated download: {got} of {expected} bytes")
-    return h.hexdigest()
+    """Stream ``url`` to ``dest``; return its hex digest (see generator/fetch.py)."""
+    try:
+        return fetch.download(url, dest, algo, timeout, progress)
+    except fetch.FetchError as e:
+        raise DownloadError(str(e)) from None
 
 
 def decompress_xz(src: Path, dest: Path) -> None:
