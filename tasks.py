@@ -22,7 +22,17 @@ def _gen(c, *words: str, pty: bool = False) -> None:
 
 
 def _opt(flag: str, value) -> list:
+    """``[flag, value]``, or nothing when the option was not given."""
     return [flag, str(value)] if value not in (None, "", False) else []
+
+
+def _many(flag: str, values) -> list:
+    """``flag`` once per value of a repeatable (iterable) option."""
+    return [w for v in values or [] for w in (flag, str(v))]
+
+
+def _flag(flag: str, on: bool) -> list:
+    return [flag] if on else []
 
 
 @task(
@@ -38,8 +48,8 @@ def _opt(flag: str, value) -> list:
 def probes(c, kernel=None, function=None, offset=None, all=False, json=False, prologue_rule=None):
     """List every kinst probe site of a function, with kinst's metadata."""
     words = ["probes"] + _opt("--kernel", kernel) + _opt("--function", function) + _opt("--offset", offset)
-    words += ["--all"] if all else []
-    words += ["--json"] if json else []
+    words += _flag("--all", all)
+    words += _flag("--json", json)
     words += _opt("--prologue-rule", prologue_rule)
     _gen(c, *words, pty=sys.stdout.isatty())
 
@@ -47,13 +57,13 @@ def probes(c, kernel=None, function=None, offset=None, all=False, json=False, pr
 @task(help={"kernel": "ELF image to check (default: the embedded sample kernel)", "json": "JSON result"})
 def verify_decoder(c, kernel=None, json=False):
     """Compare instruction boundaries and direct branch targets with objdump -d."""
-    _gen(c, "verify-decoder", *_opt("--kernel", kernel), *(["--json"] if json else []))
+    _gen(c, "verify-decoder", *_opt("--kernel", kernel), *_flag("--json", json))
 
 
 @task(help={"rebuild": "rebuild even when the cached image is current"})
 def sample(c, rebuild=False):
     """Build the embedded sample kernel (done automatically on first use) and print its path."""
-    _gen(c, "sample", *(["--rebuild"] if rebuild else []))
+    _gen(c, "sample", *_flag("--rebuild", rebuild))
 
 
 @task(
@@ -92,8 +102,8 @@ def malloc_types(c, kernel=None, module=None, json=False, list=False):
     words = ["malloc-types"] + _opt("--kernel", kernel)
     for m in module or []:
         words += ["--module", m]
-    words += ["--json"] if json else []
-    words += ["--list"] if list else []
+    words += _flag("--json", json)
+    words += _flag("--list", list)
     _gen(c, *words)
 
 
@@ -133,10 +143,10 @@ def dscript(c, script, type=None, function=None, offset=None, kernel=None, modul
 )
 def harness(c, elf, command=None, function=None, all=False, json=False, verify=False):
     """Run a command plain and with every table probe of ELF placed; fail unless the runs are identical."""
-    words = ["harness", "--elf", elf] + [w for f in function or [] for w in ("--function", f)]
-    words += ["--all"] if all else []
-    words += ["--json"] if json else []
-    words += ["--verify"] if verify else []
+    words = ["harness", "--elf", elf] + _many("--function", function)
+    words += _flag("--all", all)
+    words += _flag("--json", json)
+    words += _flag("--verify", verify)
     # invoke hands over the text after -- joined by spaces, so quote inside it as in a shell.
     _gen(c, *words, "--", *shlex.split(command or c.remainder))
 
@@ -157,7 +167,7 @@ def generate(c, provider=None, kernel=None, function=None, all=False, out=None, 
     words = ["generate"] + _opt("--provider", provider) + _opt("--kernel", kernel)
     for f in function or []:
         words += ["--function", f]
-    words += ["--all"] if all else []
+    words += _flag("--all", all)
     words += _opt("--out", out)
     for m in module or []:
         words += ["--module", m]
@@ -183,9 +193,9 @@ def vm_test(c, guest=None, image=None, release=None, script=None, timeout=None, 
     """Boot a VM, load the built modules, run the dtrace checks, collect results, always tear down."""
     words = ["vm-test"] + _opt("--guest", guest) + _opt("--image", image) + _opt("--release", release)
     words += _opt("--script", script) + _opt("--timeout", timeout) + _opt("--modules", modules) + _opt("--accel", accel)
-    words += ["--keep"] if keep else []
-    words += ["--json"] if json else []
-    words += ["--dry-run"] if dry_run else []
+    words += _flag("--keep", keep)
+    words += _flag("--json", json)
+    words += _flag("--dry-run", dry_run)
     _gen(c, *words)
 
 
@@ -235,11 +245,11 @@ def build(c, kernel=None, sysdir=None, release=None, modules=None, target=None, 
     """Generate, compile and link the provider modules into build/<kernel-build-id>/*.ko, then check them."""
     words = ["build"] + _opt("--kernel", kernel) + _opt("--sysdir", sysdir) + _opt("--release", release)
     words += _opt("--modules", modules) + _opt("--target", target) + _opt("--out", out) + _opt("--src", src)
-    words += [w for f in function or [] for w in ("--function", f)] + (["--all"] if all else [])
-    words += [w for m in malloc_module or [] for w in ("--malloc-module", m)]
-    words += [w for m in dep_module or [] for w in ("--dep-module", m)]
-    words += [w for d in module_path or [] for w in ("--module-path", d)]
-    words += ["--cross"] if cross else []
+    words += _many("--function", function) + _flag("--all", all)
+    words += _many("--malloc-module", malloc_module)
+    words += _many("--dep-module", dep_module)
+    words += _many("--module-path", module_path)
+    words += _flag("--cross", cross)
     _gen(c, *words)
 
 
@@ -255,7 +265,7 @@ def build(c, kernel=None, sysdir=None, release=None, modules=None, target=None, 
 def fetch_release(c, release, mirror=None, cache=None, dists=None, force=False):
     """Download src.txz, kernel.txz, kernel-dbg.txz, verify them against the MANIFEST, unpack into a cache."""
     words = ["fetch-release", "--release", release] + _opt("--mirror", mirror) + _opt("--cache", cache)
-    words += _opt("--dists", dists) + (["--force"] if force else [])
+    words += _opt("--dists", dists) + _flag("--force", force)
     _gen(c, *words)
 
 
@@ -274,9 +284,9 @@ def fetch_release(c, release, mirror=None, cache=None, dists=None, force=False):
 def check_ko(c, file, kernel=None, dep_module=None, module_path=None, target=None, json=False):
     """Offline checks of a .ko: ELF type and machine, module metadata, sysinit, undefined symbols."""
     words = ["check-ko", file] + _opt("--kernel", kernel) + _opt("--target", target)
-    words += [w for m in dep_module or [] for w in ("--dep-module", m)]
-    words += [w for d in module_path or [] for w in ("--module-path", d)]
-    words += ["--json"] if json else []
+    words += _many("--dep-module", dep_module)
+    words += _many("--module-path", module_path)
+    words += _flag("--json", json)
     _gen(c, *words)
 
 
@@ -310,7 +320,7 @@ def unload(c, host=None, vm=None, modules=None):
 )
 def ci_config(c, release=None, modules=None, out=None):
     """Write a GitHub Actions workflow and a Cirrus CI file that build the modules for FreeBSD releases."""
-    words = ["ci-config"] + [w for r in release or [] for w in ("--release", r)]
+    words = ["ci-config"] + _many("--release", release)
     _gen(c, *words, *_opt("--modules", modules), *_opt("--out", out))
 
 
