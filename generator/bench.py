@@ -32,6 +32,7 @@ from typing import List, Optional
 
 from .errors import UserError
 from .image import KernelImage
+from .render import write_all
 
 MIN_TEXT = 20 * 1024 * 1024
 _LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
@@ -132,10 +133,6 @@ def run_bench(image: Optional[str], out_dir: Path) -> dict:
 
 
 def _write(out_dir: Path, result: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "analysis.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out_dir / "analysis.json")
     o, f, d = result["runs"]["ours"], result["runs"]["ours_full"], result["runs"]["objdump"]
     md = [
         "# Whole-image analysis benchmark",
@@ -156,6 +153,4 @@ def _write(out_dir: Path, result: dict) -> None:
         f"{result['ratio_full_over_objdump']} of objdump's rate.",
         "",
     ]
-    tmp = out_dir / "analysis.md.tmp"
-    tmp.write_text("\n".join(md))
-    tmp.replace(out_dir / "analysis.md")
+    write_all([(out_dir / "analysis.json", json.dumps(result, indent=2) + "\n"), (out_dir / "analysis.md", "\n".join(md))])

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import UserError
-from .render import REPO, TEMPLATE_DIR, Input, render_tree
+from .render import REPO, TEMPLATE_DIR, Input, render_tree, write_all
 
 BUILD_DIR = REPO / "build" / "harness"
 LIB_NAME = "libkinst_harness.so"
@@ -660,10 +660,6 @@ def _bench_out(run: Run, what: str) -> dict:
 
 
 def _write_bench(out_dir: Path, result: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "harness.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out_dir / "harness.json")
     f = result["floor"]
     md = [
         "# Harness benchmark: probe hits per second",
@@ -686,6 +682,4 @@ def _write_bench(out_dir: Path, result: dict) -> None:
             f"{v['hits_per_second']:,.0f} | {result['ratio'][k]:.2f} |"
         )
     md += ["", f"Goal: {result['goal']}.", ""]
-    tmp = out_dir / "harness.md.tmp"
-    tmp.write_text("\n".join(md))
-    tmp.replace(out_dir / "harness.md")
+    write_all([(out_dir / "harness.json", json.dumps(result, indent=2) + "\n"), (out_dir / "harness.md", "\n".join(md))])

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from generator.render import write_all
+
 from . import accel as accel_mod
 from . import standin
 from .config import REPO, VMConfig
@@ -64,8 +66,7 @@ def bench_vm(out_dir: Path = REPO / "bench" / "results", runs: int = 3) -> Dict[
         "goal_met": median["wall"] < GOAL_SECONDS,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "vm.json").write_text(json.dumps(result, indent=1) + "\n")
-    (out_dir / "vm.md").write_text(_markdown(result))
+    write_all([(out_dir / "vm.json", json.dumps(result, indent=1) + "\n"), (out_dir / "vm.md", _markdown(result))])
     return result
 
 
