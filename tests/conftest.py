@@ -18,7 +18,7 @@ def sample_kernel() -> Path:
     """The embedded sample kernel, built once per session."""
     if not (shutil.which("clang") and shutil.which("ld.lld")) and not shutil.which("gcc"):
         pytest.skip("no compiler for the sample kernel: install clang and lld (or gcc)")
-    from generator.sample import sample_kernel as build
+    from generator.image.sample import sample_kernel as build
 
     return build()
 

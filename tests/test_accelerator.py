@@ -10,18 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from generator import summary
-from generator.image import KernelImage
-from generator.isa import isa_for
-from generator.isa import amd64_fast
-from generator.probes import analyse
+from generator.analysis import summary
+from generator.image.elf import KernelImage
+from generator.isa.amd64 import fast as amd64_fast
+from generator.analysis.probes import analyse
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 
 
 def _mismatches(path: str, rule: str = "any", limit: int = 0):
     img = KernelImage.open(path)
-    isa = isa_for(img.arch)
+    isa = img.isa
     accel = summary.accelerator(isa)
     assert accel is amd64_fast
     funcs = img.functions()
@@ -73,7 +72,7 @@ def test_accelerator_agrees_on_debian_kernel_modules(debian_modules):
 def test_summary_counts_every_kind_and_refusal(sample_kernel):
     """The summary is not vacuous: the sample's zoo shows refusals and emulation kinds."""
     img = KernelImage.open(str(sample_kernel))
-    isa = isa_for(img.arch)
+    isa = img.isa
     kinds, skipped = set(), 0
     for f in img.functions():
         rec = summary.fast(img, f, "any", isa, amd64_fast)

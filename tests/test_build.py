@@ -34,15 +34,15 @@ sys.path.insert(0, str(KO))
 import kofixtures  # noqa: E402
 import standin  # noqa: E402
 
-from generator.build import BuildRequest  # noqa: E402
-from generator.errors import UserError  # noqa: E402
-from generator.image import KernelImage  # noqa: E402
-from generator.kmodflags import KmodProfile  # noqa: E402
-from generator.manifest import sha256_file  # noqa: E402
-from generator.mk import MkReader, MkUnsupported, ModuleMakefile  # noqa: E402
-from generator.nativebuild import native_build  # noqa: E402
-from generator.providers import PROVIDERS  # noqa: E402
-from generator.tools import Completed  # noqa: E402
+from generator.build.kmod import BuildRequest
+from generator.common.errors import UserError
+from generator.image.elf import KernelImage
+from generator.build.kmodflags import KmodProfile
+from generator.build.manifest import sha256_file
+from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile
+from generator.build.nativebuild import native_build
+from generator.build.sources import PROVIDERS
+from generator.common.tools import Completed
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -386,7 +386,7 @@ def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     if not name:
         pytest.skip("KINSTKIT_TEST_RELEASE is not set to a release `invoke fetch-release` cached "
                     "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
-    from generator.release import fetched
+    from generator.build.release import fetched
 
     rel = fetched(name)
     res = run_build("--release", name, "--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"))

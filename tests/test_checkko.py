@@ -23,9 +23,9 @@ sys.path.insert(0, str(KO))
 
 import kofixtures  # noqa: E402
 
-from generator.checkko import check_ko, kernel_facts, read_metadata  # noqa: E402
-from generator.errors import UserError  # noqa: E402
-from generator.image import KernelImage  # noqa: E402
+from generator.build.checkko import check_ko, kernel_facts, read_metadata
+from generator.common.errors import UserError
+from generator.image.elf import KernelImage
 
 REPO = Path(__file__).resolve().parent.parent
 

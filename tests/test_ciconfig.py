@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.ciconfig import render_ci
-from generator.errors import UserError
+from generator.providers.ciconfig import render_ci
+from generator.common.errors import UserError
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (pip install -e '.[test]')")
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")

@@ -167,7 +167,7 @@ def _on_a_terminal(tmp_path, cmd: str, ci: bool) -> str:
 def test_all_shows_progress_on_a_terminal_only(tmp_path):
     if not Path(LIBZ).exists():
         pytest.skip(f"{LIBZ} not present")
-    from generator.image import KernelImage
+    from generator.image.elf import KernelImage
 
     total = len(KernelImage.open(LIBZ).functions())
     base = f"{sys.executable} -m generator probes --kernel {LIBZ} --all --summary"

@@ -20,9 +20,9 @@ from dtmalloc_fixtures import (
     KERNEL_TYPES, LAYOUT_12, LAYOUT_13, MODULE_TYPES, RELEASE_12, RELEASE_13, RELEASE_14, Fixtures,
     assert_one_line_error, run_cli, shared,
 )
-from generator import malloc_layouts as L
-from generator.errors import UserError
-from generator.mallocs import Pointer, Sysinit, discover, probe_name, registration_order
+from generator.providers.dtmalloc import layouts as L
+from generator.common.errors import UserError
+from generator.providers.dtmalloc.mallocs import Pointer, Sysinit, discover, probe_name, registration_order
 
 
 @pytest.fixture(scope="module")

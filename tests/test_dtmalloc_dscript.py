@@ -1,6 +1,6 @@
 """D scripts: generated for dtmalloc and kinst, parsed, and checked by dtrace -e where dtrace exists.
 
-``generator.dscript.check`` is a parser for the D subset the templates use;
+``generator.providers.dsyntax.check`` is a parser for the D subset the templates use;
 the tests first show it rejects broken D (so that its passing means
 something), then run every script kind through it.  dtrace(1) is the real
 judge; it is not installed here, so that test skips and names it.
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from dtmalloc_fixtures import RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared
-from generator.dscript import DSyntaxError, check, d_function_part
+from generator.providers.dscript import d_function_part
+from generator.providers.dsyntax import DSyntaxError, check
 
 GOOD = """#!/usr/sbin/dtrace -s
 #pragma D option quiet

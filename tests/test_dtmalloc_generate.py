@@ -22,7 +22,7 @@ import pytest
 from dtmalloc_fixtures import (
     LAYOUT_12, RELEASE_12, RELEASE_14, SRC, Fixtures, assert_one_line_error, require, run_cli, shared,
 )
-from generator.mallocs import discover, probe_name
+from generator.providers.dtmalloc.mallocs import discover, probe_name
 
 REPO = Path(__file__).resolve().parent.parent
 GENERATED = ["dtmalloc.list", "dtmalloc_core.c", "dtmalloc_core.h", "dtmalloc_glue.c", "dtmalloc_table.c",

@@ -27,7 +27,7 @@ from typing import Dict, List
 
 import pytest
 
-from generator.errors import UserError
+from generator.common.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "harness"
@@ -106,7 +106,7 @@ def kfix(gcc) -> Dict[str, Path]:
 
 
 def run(elf, command, **kw):
-    from generator.harness import run_harness
+    from generator.run.harness import run_harness
 
     kw.setdefault("all_functions", True)
     return run_harness(str(elf), [str(c) for c in command], **kw)
@@ -145,7 +145,7 @@ def assert_proved(res) -> None:
 
 
 def layout_of(elf):
-    from generator.harness import layout
+    from generator.run.harness import layout
 
     return layout(elf)
 
@@ -162,8 +162,8 @@ def _python_uses(lib: Path) -> bool:
 
 def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind):
     """All of libz's eligible instructions probed during a real round trip; every count equal to callgrind's."""
-    from generator.image import KernelImage
-    from generator.probes import analyse
+    from generator.image.elf import KernelImage
+    from generator.analysis.probes import analyse
 
     if not ZLIB.exists():
         pytest.skip(f"{ZLIB} not found (zlib1g)")
@@ -206,7 +206,7 @@ def test_fixture_every_class_matches_callgrind(cc, gcc, valgrind):
         both = [p for p, j in jcc.items() if j["kind"] == kind and 0 < j["taken"] < j["executed"]]
         assert both, f"no {kind} probe went both ways"
     # The planted encodings were probed and ran (and, above, counted right).
-    from generator.harness import build
+    from generator.run.harness import build
 
     b = build(str(fx["lib"]), all_functions=True)
     hit_bytes = [e.orig.hex() for e, n in zip(b.plan.entries, res.hits) if n]
@@ -278,32 +278,35 @@ def _entry(plan, func: str, orig_prefix: str) -> int:
     raise AssertionError(f"no {orig_prefix} in {func}")
 
 
-def _with_entry(plan, idx: int, **changes):
+def _with_entry(plan, idx: int, md=None, **changes):
+    """The plan with entry ``idx`` changed: its own fields, or (``md``) fields of its probe metadata."""
     entries = list(plan.entries)
+    if md:
+        changes["md"] = entries[idx].md._replace(**md)
     entries[idx] = entries[idx]._replace(**changes)
     return dataclasses.replace(plan, entries=tuple(entries))
 
 
 def test_corrupted_template_makes_the_run_fail(kfix):
     """A wrong trampoline instruction (lea 1(...) -> lea 2(...) in kfix_leaf) changes the output: FAIL."""
-    from generator.kinst_gen import build_plan
+    from generator.providers.kinst import build_plan
 
     plan = build_plan(str(kfix["lib"]), [], True)
     i = _entry(plan, "kfix_leaf", "488d447f01")
-    t = bytearray(plan.entries[i].template)
+    t = bytearray(plan.entries[i].md.template)
     t[4] = 2
-    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, template=bytes(t)))
+    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, md=dict(template=bytes(t))))
     assert not res.identical and not res.ok
     assert any(d.startswith("stdout differs") for d in res.differences)
 
 
 def test_corrupted_call_entry_makes_the_run_fail(kfix):
     """A direct call emulated to the wrong target (kfix_leaf + 1 byte) is caught, whatever it does."""
-    from generator.kinst_gen import build_plan
+    from generator.providers.kinst import build_plan
 
     plan = build_plan(str(kfix["lib"]), [], True)
     i = _entry(plan, "kfix_asm_calls", "e8")
-    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, disp=plan.entries[i].disp + 1), timeout=60)
+    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, md=dict(disp=plan.entries[i].md.disp + 1)), timeout=60)
     assert not res.ok and res.differences
 
 
@@ -316,7 +319,7 @@ def test_output_that_differs_between_runs_fails(kfix):
 
 def test_byte_check_refuses_a_probe_whose_bytes_differ(kfix):
     """The table says 90 where the library has 55 (push %rbp): that probe is refused, with its reason."""
-    from generator.kinst_gen import build_plan
+    from generator.providers.kinst import build_plan
 
     plan = build_plan(str(kfix["lib"]), [], True)
     i = _entry(plan, "kfix_leaf", "55")
@@ -332,15 +335,13 @@ def test_byte_check_refuses_a_probe_whose_bytes_differ(kfix):
 
 
 def _cli(argv: List[str]) -> argparse.Namespace:
-    from generator.harness import add_commands
+    from generator.cli import make_parser
 
-    p = argparse.ArgumentParser()
-    add_commands(p.add_subparsers(dest="command", required=True))
-    return p.parse_args(argv)
+    return make_parser().parse_args(argv)
 
 
 def test_cli_json(kfix, capsys):
-    from generator.harness import cmd_harness
+    from generator.cli.harness import cmd_harness
 
     args = _cli(["harness", "--elf", str(kfix["lib"]), "--function", "kfix_asm_calls", "--json", "--",
                  str(kfix["linked"]), "30"])
@@ -353,7 +354,7 @@ def test_cli_json(kfix, capsys):
 
 
 def test_cli_fails_when_runs_differ(kfix, capsys):
-    from generator.harness import cmd_harness
+    from generator.cli.harness import cmd_harness
 
     args = _cli(["harness", "--elf", str(kfix["lib"]), "--all", "--", sys.executable, "-c",
                  "import os; print(os.getpid())"])
@@ -377,7 +378,7 @@ def test_cli_is_registered():
     ],
 )
 def test_bad_input_is_one_line(kfix, elf, command, match):
-    from generator.harness import run_harness
+    from generator.run.harness import run_harness
 
     with pytest.raises(UserError, match=match) as e:
         run_harness(elf or str(kfix["lib"]), command, all_functions=True)
@@ -387,14 +388,14 @@ def test_bad_input_is_one_line(kfix, elf, command, match):
 def test_relocatable_object_is_refused(tmp_path, gcc):
     obj = tmp_path / "k.o"
     subprocess.run([gcc, "-c", "-o", str(obj), str(FIXTURES / "kfix_asm.S")], check=True)
-    from generator.harness import run_harness
+    from generator.run.harness import run_harness
 
     with pytest.raises(UserError, match="cannot be loaded in user space"):
         run_harness(str(obj), ["true"], all_functions=True)
 
 
 def test_missing_gcc_is_one_line(kfix, monkeypatch):
-    from generator.harness import run_harness
+    from generator.run.harness import run_harness
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(UserError, match="gcc not found"):
@@ -402,7 +403,7 @@ def test_missing_gcc_is_one_line(kfix, monkeypatch):
 
 
 def test_missing_valgrind_is_one_line(kfix, monkeypatch):
-    from generator.harness import run_harness
+    from generator.run.harness import run_harness
 
     real = shutil.which
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "valgrind" else real(name, *a, **k))
@@ -415,7 +416,7 @@ def test_missing_valgrind_is_one_line(kfix, monkeypatch):
 
 def test_handler_calls_nothing_but_the_core(kfix):
     """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
-    from generator.harness import build
+    from generator.run.harness import build
 
     objdump = _need("objdump", "the check disassembles the library")
     b = build(str(kfix["lib"]), all_functions=True)
@@ -451,8 +452,8 @@ def test_handler_calls_nothing_but_the_core(kfix):
 
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
-    from generator.harness import build, command_line, glue_context, layout
-    from generator.kinst_gen import CORE_TEMPLATES, render_plan
+    from generator.run.harness import build, command_line, glue_context, layout
+    from generator.providers.kinst import CORE_TEMPLATES, render_plan
     from generator.render import Input, render_tree
 
     b = build(str(kfix["lib"]), all_functions=True)
@@ -469,7 +470,7 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
 
 def test_bench_harness_smoke(tmp_path, gcc):
     """bench_harness() runs end to end (tiny sizes) and writes its two files."""
-    from generator.harness import bench_harness
+    from generator.bench.harness import bench_harness
 
     r = bench_harness(tmp_path, calls=2000, repeat=1)
     assert r["floor"]["us_per_hit"] > 0 and set(r["harness"]) == {"hot_lea", "hot_call"}
@@ -499,7 +500,7 @@ def test_libcrypto_every_eligible_instruction_matches_callgrind(valgrind, gcc, m
 
 def test_callgrind_live_addresses_use_the_recorded_bias(tmp_path):
     """Should a callgrind dump live addresses, the load bias from the locate run maps them; else it is an error."""
-    from generator.callgrind import ObjectCounts, ProcessDump, aggregate
+    from generator.run.callgrind import ObjectCounts, ProcessDump, aggregate
 
     lib = tmp_path / "libt.so"
     lib.write_bytes(b"x")
@@ -516,7 +517,8 @@ def test_callgrind_live_addresses_use_the_recorded_bias(tmp_path):
 
 def test_callgrind_parser(tmp_path):
     """Calls, PLT-free call costs, jumps, conditional jumps and the rep self-jump correction."""
-    from generator.callgrind import parse, rep_string
+    from generator.isa.amd64.oracle import rep_string
+    from generator.run.callgrind import parse
 
     f = tmp_path / "cg.out"
     f.write_text(

@@ -34,8 +34,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from generator import __version__
-from generator.isa.amd64 import KinstFlag
-from generator.records import TABLE_KINDS
+from generator.isa.amd64.probe_md import KinstFlag
+from generator.isa.amd64.probe_md import TABLE_KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "kinst"
@@ -253,7 +253,7 @@ def test_glue_compiles_against_standins(trees: Dict[str, Path], compiler: str, t
 
 def image_files(image: Path, out: Path) -> List[str]:
     """The image's allocated sections as glue_host maps them, and its function symbols."""
-    from generator.image import KernelImage
+    from generator.image.elf import KernelImage
 
     img = KernelImage.open(str(image))
     secs = [s for s in img.sections if s.size]
@@ -309,8 +309,8 @@ def test_glue_refuses_another_kernel(trees: Dict[str, Path], sample_kernel: Path
 @pytest.fixture(scope="module")
 def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kernel module (ET_REL, ld -r) built from two of the sample kernel's sources."""
-    from generator.errors import UserError
-    from generator.sample import find_toolchain
+    from generator.common.errors import UserError
+    from generator.image.sample import find_toolchain
 
     try:
         tc = find_toolchain()
@@ -348,7 +348,7 @@ def test_glue_data_for_the_kernel(trees: Dict[str, Path]) -> None:
     block = re.search(r"kinst_byname\[\] = \{(.*?)\};", glue, re.S).group(1)
     byname = [int(x) for x in re.findall(r"^\t(\d+),$", block, re.M)]
     assert [names[i] for i in byname] == sorted(names, key=lambda n: n.encode())
-    from generator.probes import EXCLUDED_NAMES, EXCLUDED_PREFIXES
+    from generator.analysis.exclusions import EXCLUDED_NAMES, EXCLUDED_PREFIXES
 
     for name in EXCLUDED_NAMES:
         assert f'{{ "{name}",' in glue

@@ -18,9 +18,9 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from generator.tools import Completed
-from generator.errors import UserError
-from generator.hostops import Target, kldload_error, kldunload_error, load, unload
+from generator.common.tools import Completed
+from generator.common.errors import UserError
+from generator.run.hostops import Target, kldload_error, kldunload_error, load, unload
 
 BID = "1deef0f07f8c775bce9ff4a6ac34922d52fafca7"
 OTHER = "0123456789abcdef0123456789abcdef01234567"
@@ -202,8 +202,8 @@ def test_real_load_on_freebsd() -> None:
         pytest.skip("the real kldload path needs a FreeBSD host (this is not one)")
     if os.geteuid() != 0:
         pytest.skip("the real kldload path needs root on this FreeBSD host")
-    from generator.build import DEFAULT_OUT
-    from generator.hostops import running_build_id, run_command
+    from generator.build.kmod import DEFAULT_OUT
+    from generator.run.hostops import running_build_id, run_command
 
     bid = running_build_id(Target(), run_command)
     if not (DEFAULT_OUT / bid / "kinst.json").is_file():

@@ -7,6 +7,7 @@ decoders are known to differ; and negative tests prove the oracle can fail.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -17,10 +18,21 @@ from typing import List, Tuple
 import pytest
 
 from corpus import debian_kernel_modules, require_tool, system_library
-from generator import oracle
-from generator.errors import UserError
-from generator.isa import amd64
-from generator.oracle import main_verify, verify_decoder
+from generator.cli import main
+from generator.common.errors import UserError
+from generator.isa import amd64 as amd64_package
+from generator.isa.amd64 import ISA as amd64
+from generator.isa.contract import Insn
+from generator.verify.objdump import verify_decoder
+
+
+def patch_isa(monkeypatch, **fields) -> None:
+    """Give images the amd64 ISA with ``fields`` replaced (the contract record is frozen)."""
+    monkeypatch.setattr(amd64_package, "ISA", dataclasses.replace(amd64, **fields))
+
+
+def main_verify(argv) -> int:
+    return main(["verify-decoder", *argv])
 
 
 @pytest.fixture(autouse=True)
@@ -201,8 +213,8 @@ def test_capstone_gap_agrees(name, tmp_path):
     path = _assemble(tmp_path, f"gap_{name}", body)
     res = verify_decoder(str(path))
     assert res.ok, _explain(res)
-    from generator.image import KernelImage
-    from generator.probes import analyse
+    from generator.image.elf import KernelImage
+    from generator.analysis.probes import analyse
 
     img = KernelImage.open(str(path))
     rep = analyse(img, img.lookup(f"gap_{name}"))
@@ -217,7 +229,7 @@ def test_capstone_gap_agrees(name, tmp_path):
 def test_shifted_boundary_is_reported(monkeypatch):
     """Merge two instructions of one function: the oracle must say where."""
     lib = str(system_library("libz.so.1"))
-    from generator.image import KernelImage
+    from generator.image.elf import KernelImage
 
     victim = KernelImage.open(lib).lookup("deflate")
     real = amd64.decode
@@ -226,10 +238,10 @@ def test_shifted_boundary_is_reported(monkeypatch):
         insns, err = real(code, address, limit)
         if address == victim.address:
             (o1, l1, m1, a1), (_, l2, _, _) = insns[1], insns[2]
-            insns = [insns[0], (o1, l1 + l2, m1, a1), *insns[3:]]
+            insns = [insns[0], Insn(o1, l1 + l2, m1, a1), *insns[3:]]
         return insns, err
 
-    monkeypatch.setattr(amd64, "decode", shifted)
+    patch_isa(monkeypatch, decode=shifted)
     res = verify_decoder(lib)
     assert not res.ok
     assert {m.function for m in res.mismatches} == {"deflate"}
@@ -244,13 +256,13 @@ def test_wrong_branch_target_is_reported(monkeypatch):
     hit = []
 
     def off_by_one(b, address, mnemonic, operands):
-        fields = real(b, address, mnemonic, operands)
-        if fields[12] is not None and not hit:
+        v = real(b, address, mnemonic, operands)
+        if v.target is not None and not hit:
             hit.append(address)
-            fields = fields[:12] + (fields[12] + 1,) + fields[13:]
-        return fields
+            v = v._replace(target=v.target + 1)
+        return v
 
-    monkeypatch.setattr(amd64, "classify", off_by_one)
+    patch_isa(monkeypatch, classify=off_by_one)
     res = verify_decoder(lib)
     assert res.mismatch_count == 1
     (m,) = res.mismatches
@@ -259,7 +271,7 @@ def test_wrong_branch_target_is_reported(monkeypatch):
 
 def test_wrong_relocation_is_reported(monkeypatch, tmp_path):
     """Apply resolvable relocations 16 bytes off: the relocated calls disagree."""
-    from generator.image import KernelImage
+    from generator.image.elf import KernelImage
 
     obj = str(_assemble(tmp_path, "odd", ODD_BODY, OTHER_SECTION))
     real = KernelImage._raw_relocs_for
@@ -276,8 +288,8 @@ def test_wrong_relocation_is_reported(monkeypatch, tmp_path):
 
 
 def test_missing_objdump_is_a_user_error(monkeypatch):
-    monkeypatch.setattr(oracle, "OBJDUMP", "objdump-that-does-not-exist")
-    with pytest.raises(UserError, match="objdump not found"):
+    patch_isa(monkeypatch, oracle=dataclasses.replace(amd64.oracle, objdump="objdump-that-does-not-exist"))
+    with pytest.raises(UserError, match="objdump-that-does-not-exist not found; install binutils"):
         verify_decoder(str(system_library("libz.so.1")))
 
 
@@ -301,10 +313,10 @@ def test_main_verify_fails_on_mismatch(monkeypatch, capsys):
         insns, err = real(code, address, limit)
         if len(insns) > 3:
             (o1, l1, m1, a1), (_, l2, _, _) = insns[1], insns[2]
-            insns = [insns[0], (o1, l1 + l2, m1, a1), *insns[3:]]
+            insns = [insns[0], Insn(o1, l1 + l2, m1, a1), *insns[3:]]
         return insns, err
 
-    monkeypatch.setattr(amd64, "decode", drop_second)
+    patch_isa(monkeypatch, decode=drop_second)
     assert main_verify(["--kernel", lib, "--max-report", "3"]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and out.count(" boundary: ") == 3

@@ -1,7 +1,7 @@
-"""Function verdicts and per-probe results from ``generator.probes``.
+"""Function verdicts and per-probe results from ``generator.analysis.probes``.
 
 The functions are synthetic: hand-assembled bytes in a fake image that offers
-only what ``probes.analyse`` asks of a ``KernelImage`` (arch, e_type, path,
+only what ``probes.analyse`` asks of a ``KernelImage`` (isa, e_type, path,
 section_at, read, relocs_in).  No ELF file is needed, so these tests are fast
 and independent of the image reader.
 """
@@ -13,12 +13,13 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
-from generator import probes
-from generator import records as R
-from generator.errors import UserError
-from generator.image import Function, Reloc
-from generator.isa import amd64
-from generator.isa import amd64_tables as T
+from generator.analysis import exclusions, probes
+from generator.analysis import records as R
+from generator.isa.amd64 import probe_md as M
+from generator.common.errors import UserError
+from generator.image.elf import Function, Reloc
+from generator.isa.amd64 import ISA as amd64
+from generator.isa.amd64 import tables as T
 
 BASE = 0xFFFFFFFF80200000
 
@@ -29,7 +30,7 @@ FRAME = "55 48 89 e5 5d c3"
 class FakeImage:
     """The slice of ``KernelImage`` that ``probes.analyse`` uses."""
 
-    arch = "amd64"
+    isa = amd64
     path = "fake-kernel"
 
     def __init__(self, code: bytes, e_type: str = "ET_EXEC", relocs: Sequence[Reloc] = ()):
@@ -62,6 +63,11 @@ def image(*funcs: Tuple[str, str], e_type: str = "ET_EXEC", relocs=()) -> Tuple[
     return FakeImage(code, e_type, relocs), out
 
 
+def excluded(name: str) -> str:
+    """kinst's name verdict with the amd64 list, as ``analyse`` asks for it."""
+    return exclusions.excluded(name, amd64.name, amd64.md_excluded)
+
+
 def analyse_one(hexbytes: str, name: str = "f", rule: str = "any") -> R.FunctionReport:
     img, funcs = image((name, hexbytes))
     return probes.analyse(img, funcs[name], rule)
@@ -88,7 +94,7 @@ def analyse_one(hexbytes: str, name: str = "f", rule: str = "any") -> R.Function
     ("svm_launch", "bhyve SVM"),
 ])
 def test_excluded_names(name, why):
-    reason = probes.excluded(name, amd64)
+    reason = excluded(name)
     assert reason.startswith("excluded by name")
     assert why in reason
 
@@ -106,14 +112,14 @@ def test_excluded_names(name, why):
     "my_trap_check",
 ])
 def test_allowed_names(name):
-    assert probes.excluded(name, amd64) == ""
+    assert excluded(name) == ""
 
 
 def test_excluded_function_refuses_every_probe_with_its_reason():
     # push %rbp; popfq (refused on its own); mov %rsp,%rbp; pop %rbp; ret
     rep = analyse_one("55 9d 48 89 e5 5d c3", name="dtrace_foo")
     assert not rep.eligible
-    assert rep.reason == probes.excluded("dtrace_foo", amd64)
+    assert rep.reason == excluded("dtrace_foo")
     assert len(rep.probes) == 5
     for p in rep.probes:
         assert p.status == R.STATUS_SKIP and p.kind == R.KIND_SKIP
@@ -175,8 +181,8 @@ def test_probe_fields_of_an_eligible_function():
     assert [p.offset for p in rep.probes] == [0, 1, 4, 9, 11, 12, 13]
     assert [p.address for p in rep.probes] == [BASE + o for o in (0, 1, 4, 9, 11, 12, 13)]
     kinds = [p.kind for p in rep.probes]
-    assert kinds == [R.KIND_TRAMPOLINE, R.KIND_TRAMPOLINE, R.KIND_CALL_DIRECT, R.KIND_JCC_WIDEN,
-                     R.KIND_SKIP, R.KIND_TRAMPOLINE, R.KIND_TRAMPOLINE]
+    assert kinds == [M.KIND_TRAMPOLINE, M.KIND_TRAMPOLINE, M.KIND_CALL_DIRECT, M.KIND_JCC_WIDEN,
+                     R.KIND_SKIP, M.KIND_TRAMPOLINE, M.KIND_TRAMPOLINE]
     call = rep.probes[2]
     assert call.target == BASE + 9 and call.target_symbol is None
     assert call.bytes == bytes.fromhex("e8 00 00 00 00") and call.length == 5
@@ -232,9 +238,9 @@ def test_relocation_names_an_unresolved_call_target():
     assert call.target == BASE + 6 and call.target_symbol is None
 
 
-def test_analyse_all_keeps_order():
+def test_neighbouring_functions_get_their_own_verdicts():
     img, funcs = image(("a", FRAME), ("dtrace_b", FRAME), ("c", "c3"))
-    reps = probes.analyse_all(img, list(funcs.values()))
+    reps = [probes.analyse(img, f) for f in funcs.values()]
     assert [(r.name, r.eligible) for r in reps] == [("a", True), ("dtrace_b", False), ("c", False)]
 
 
@@ -274,7 +280,7 @@ def test_find_offset_outside_the_function(off):
 ])
 def test_summary_accelerator_agrees_on_gs_regions(hexbytes):
     """The iced summary must count region refusals as the capstone path does."""
-    from generator import summary
+    from generator.analysis import summary
 
     img, funcs = image(("f", hexbytes))
     f = funcs["f"]

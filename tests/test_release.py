@@ -22,8 +22,8 @@ from typing import Dict, Iterator, Optional, Tuple
 
 import pytest
 
-from generator.errors import UserError
-from generator.release import DISTS, fetch_release, fetched, parse_manifest
+from generator.common.errors import UserError
+from generator.build.release import DISTS, fetch_release, fetched, parse_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASE = "14.3-RELEASE"

@@ -17,9 +17,9 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from generator import sample
-from generator.errors import UserError
-from generator.sample import ENV_TOOLCHAIN, find_toolchain, sample_kernel
+from generator.image import sample
+from generator.common.errors import UserError
+from generator.image.sample import ENV_TOOLCHAIN, find_toolchain, sample_kernel
 
 # Functions the analysis tests rely on.  All must be sized STT_FUNC symbols.
 C_FUNCS = [

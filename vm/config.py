@@ -17,16 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from generator.errors import UserError
+from generator.common import paths
+from generator.common.errors import UserError
 
-REPO = Path(__file__).resolve().parent.parent
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 # Downloads and derived guest assets (gitignored): stand-in kernel, FreeBSD images.
-CACHE = REPO / ".cache" / "vm"
+CACHE = paths.CACHE / "vm"
 # One directory per run: console log, result.json, and (with --keep) the overlay.
-RUNS = REPO / "build" / "vm"
-# Where issue #5's builds put modules: build/<kernel-build-id>/<module>.ko.
-BUILD = REPO / "build"
+RUNS = paths.BUILD / "vm"
+# Where `invoke build` puts modules: build/<kernel-build-id>/<module>.ko.
+BUILD = paths.BUILD
 
 QEMU = "qemu-system-x86_64"
 RELEASE_RE = re.compile(r"^\d+\.\d+-(RELEASE|BETA\d+|RC\d+)$")

@@ -1,24 +1,35 @@
-"""Stage 2: decode and classify, one module per ISA.
+"""Stage 2: decode and classify, one package per ISA behind ``contract.Isa``.
 
-Each module (``amd64.py``; later ``aarch64.py``, ``riscv.py``) exposes the
-same interface -- ``ARCH``, ``PATCHVAL``, ``TRAMP_SIZE``, ``MD_EXCLUDED``,
-``decode()``, ``classify()``, ``frame_verdict()``, and optionally
-``context_refusals()`` for hazards that span instructions -- the way kinst keeps one
-``kinst_isa.c`` per architecture behind ``kinst.h``.
+Machine-independent code asks for an image's ISA (``KernelImage.isa``, which
+comes from ``for_machine``) and never imports an ISA package itself.  Adding
+an ISA means adding one package here that builds an ``Isa`` named ``ISA``,
+and one line in ``MACHINES``.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import Dict
 
-from ..errors import UserError
+from generator.common.errors import UserError
+from generator.isa.contract import Isa
 
-SUPPORTED = ("amd64",)
+# ELF e_machine (pyelftools' name) -> the ISA package that reads it.
+MACHINES: Dict[str, str] = {
+    "EM_X86_64": "amd64",
+}
+SUPPORTED = tuple(MACHINES.values())
 
 
-def isa_for(arch: str) -> ModuleType:
-    """The ISA module for ``arch`` (an ``image.ARCHITECTURES`` value)."""
-    if arch not in SUPPORTED:
-        raise UserError(f"no decoder for architecture {arch}; supported: {', '.join(SUPPORTED)}")
-    return importlib.import_module(f"{__name__}.{arch}")
+def by_name(name: str) -> Isa:
+    """The ISA called ``name`` (FreeBSD's MACHINE_CPUARCH: amd64)."""
+    if name not in SUPPORTED:
+        raise UserError(f"no decoder for architecture {name}; supported: {', '.join(SUPPORTED)}")
+    return importlib.import_module(f"{__name__}.{name}").ISA
+
+
+def for_machine(e_machine: str) -> Isa:
+    """The ISA of an ELF ``e_machine``; UserError when kinstkit has none for it."""
+    if e_machine not in MACHINES:
+        raise UserError(f"unsupported architecture {e_machine}; kinstkit reads {', '.join(sorted(MACHINES))} images")
+    return by_name(MACHINES[e_machine])

@@ -1,0 +1,101 @@
+"""Stage 3a: per-function probe analysis.
+
+Joins stage 1 (the image) and stage 2 (the image's ISA) into a
+``FunctionReport``: kinst's function verdict (exclusion list, frame-pointer
+prologue rule, decode walk) and one ``Probe`` per instruction.  This module is
+machine-independent, like kinst's ``kinst.c``: it asks the image for its ISA
+and never branches on which one it is.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from generator.analysis import records as R
+from generator.analysis.exclusions import excluded
+from generator.common.errors import UserError
+from generator.image.elf import Function, KernelImage
+from generator.isa.contract import Insn, Isa
+
+# Bytes read past a symbol's end so an instruction straddling it decodes whole.
+MAX_INSN = 15
+
+
+def function_code(img: KernelImage, func: Function) -> bytes:
+    """The function's bytes and up to ``MAX_INSN`` more from its section (relocated for ET_REL)."""
+    sec = img.section_at(func.address)
+    avail = func.size
+    if sec is not None:
+        avail = min(func.size + MAX_INSN, sec.addr + sec.size - func.address)
+    if sec is None or avail < func.size:
+        raise UserError(f"{img.path}: function {func.qualified} lies outside its section; the symbol table is corrupt")
+    return img.read(func.address, avail)
+
+
+def function_reason(func: Function, isa: Isa, insns: List[Insn], code: bytes, rule: str) -> str:
+    """Why kinst refuses the whole function: exclusion list first, then the prologue rule; "" if neither."""
+    return excluded(func.name, isa.name, isa.md_excluded) or isa.frame_verdict(insns, code, rule)
+
+
+def analyse(img: KernelImage, func: Function, rule: str = "any", isa: Optional[Isa] = None) -> R.FunctionReport:
+    """Decode and classify every instruction of ``func``; give kinst's verdict."""
+    isa = isa or img.isa
+    code = function_code(img, func)
+    insns, walk_error = isa.decode(code, func.address, func.size)
+    reason = function_reason(func, isa, insns, code, rule)
+    regions = isa.context_refusals(insns) if not reason else {}
+    probes = [_probe(img, isa, func, code, insn, reason, regions) for insn in insns]
+    return R.FunctionReport(
+        name=func.name,
+        qualified=func.qualified,
+        address=func.address,
+        size=func.size,
+        eligible=not reason,
+        reason=reason,
+        probes=tuple(probes),
+        walk_error=walk_error,
+    )
+
+
+def _probe(img: KernelImage, isa: Isa, func: Function, code: bytes, insn: Insn, func_reason: str, regions) -> R.Probe:
+    off, length, mnem, ops = insn
+    raw = code[off : off + length]
+    addr = func.address + off
+    v = isa.classify(raw, addr, mnem, ops)
+    status, reason, kind, target, target_symbol = v.status, v.reason, v.kind, v.target, None
+    if target is not None and length >= 5 and img.e_type == "ET_REL":
+        target, target_symbol = _reloc_target(img, addr, length, target)
+    # The function's verdict comes first (kinst never looks at the instructions
+    # of a refused function), then the walk, then regions, then the instruction.
+    if func_reason:
+        status, reason, kind = R.STATUS_SKIP, f"function refused: {func_reason}", R.KIND_SKIP
+    elif off + length > func.size:
+        status, reason, kind = R.STATUS_SKIP, "extends past the symbol's end", R.KIND_SKIP
+    elif off in regions and status == R.STATUS_OK:
+        status, reason, kind = R.STATUS_SKIP, regions[off], R.KIND_SKIP
+    return R.Probe(off, addr, length, raw, mnem, ops, status, reason, kind, v.md, target, target_symbol)
+
+
+def _reloc_target(img: KernelImage, addr: int, length: int, target: int) -> Tuple[Optional[int], Optional[str]]:
+    """For ET_REL, name a rel32 target that only a relocation knows."""
+    field = addr + length - 4
+    for r in img.relocs_in(field, 1):
+        if r.resolved:
+            return target, None
+        off = r.addend + (addr + length - field)
+        return None, r.symbol + (f"{off:+#x}" if off else "")
+    return target, None
+
+
+def find_offset(report: R.FunctionReport, offset: int) -> R.Probe:
+    """The probe at ``offset``, or a UserError naming the nearest boundaries."""
+    offsets = [p.offset for p in report.probes]
+    for p in report.probes:
+        if p.offset == offset:
+            return p
+    if offset < 0 or offset >= report.size:
+        raise UserError(f"offset {offset} is outside {report.qualified} (size {report.size})")
+    before = max((o for o in offsets if o < offset), default=None)
+    after = min((o for o in offsets if o > offset), default=None)
+    near = " and ".join(str(o) for o in (before, after) if o is not None)
+    raise UserError(f"offset {offset} is not on an instruction boundary of {report.qualified}; nearest: {near}")

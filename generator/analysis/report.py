@@ -1,0 +1,97 @@
+"""Text and JSON views of a ``FunctionReport``.
+
+Text is for people: one line per instruction, starting with the probe name a
+D script would use (``kinst::vm_fault:4``).  JSON is for programs: one object
+per function, each instruction with the ISA's ``struct kinst_probe_md``
+fields between its verdict and its branch target.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterable, Optional
+
+from generator.analysis.records import STATUS_OK, FunctionReport, Probe
+
+
+def probe_dict(p: Probe) -> Dict[str, Any]:
+    return {
+        "offset": p.offset,
+        "address": p.address,
+        "length": p.length,
+        "bytes": p.bytes.hex(),
+        "mnemonic": p.mnemonic,
+        "operands": p.operands,
+        "status": p.status,
+        "reason": p.reason,
+        "kind": p.kind,
+        **p.md.to_json(),
+        "target": p.target,
+        "target_symbol": p.target_symbol,
+    }
+
+
+def function_dict(r: FunctionReport, offset: Optional[int] = None) -> Dict[str, Any]:
+    probes: Iterable[Probe] = r.probes
+    if offset is not None:
+        probes = [p for p in r.probes if p.offset == offset]
+    return {
+        "function": r.qualified,
+        "address": r.address,
+        "size": r.size,
+        "eligible": r.eligible,
+        "reason": r.reason,
+        "walk_error": r.walk_error,
+        "probes": [probe_dict(p) for p in probes],
+    }
+
+
+def function_json(r: FunctionReport, offset: Optional[int] = None) -> str:
+    return json.dumps(function_dict(r, offset), separators=(",", ":"))
+
+
+def _verdict(p: Probe) -> str:
+    if p.status == STATUS_OK:
+        return p.kind
+    return f"SKIP: {p.reason}"
+
+
+def probe_line(r: FunctionReport, p: Probe) -> str:
+    name = f"kinst::{r.name}:{p.offset}"
+    asm = f"{p.mnemonic} {p.operands}".strip()
+    extra = ""
+    if p.target_symbol:
+        extra = f" -> {p.target_symbol}"
+    return f"{name:<28} {p.bytes.hex(' '):<24} {asm:<40} {_verdict(p)}{extra}"
+
+
+def function_text(r: FunctionReport, offset: Optional[int] = None) -> str:
+    ok = sum(1 for p in r.probes if p.status == STATUS_OK)
+    head = f"{r.qualified} @ {r.address:#x}, {r.size} bytes, {len(r.probes)} instructions, {ok} probes"
+    if not r.eligible:
+        head += f"\n  function refused: {r.reason}"
+    if r.walk_error:
+        head += f"\n  WARNING: {r.walk_error}"
+    lines = [head]
+    for p in r.probes:
+        if offset is None or p.offset == offset:
+            lines.append(probe_line(r, p))
+    return "\n".join(lines)
+
+
+def summary_json(rec: Dict[str, Any]) -> str:
+    return json.dumps(rec, separators=(",", ":"))
+
+
+def summary_text(rec: Dict[str, Any]) -> str:
+    kinds = " ".join(f"{k}={v}" for k, v in rec["kinds"].items())
+    verdict = "eligible" if rec["eligible"] else f"refused: {rec['reason']}"
+    line = (
+        f"{rec['function']:<32} {rec['address']:#x} {rec['size']:>6}B "
+        f"{rec['instructions']:>5} insns {rec['probes']:>5} probes  {verdict}"
+    )
+    if kinds:
+        line += f"  [{kinds}]"
+    if rec["walk_error"]:
+        line += f"  WARNING: {rec['walk_error']}"
+    return line

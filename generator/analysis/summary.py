@@ -1,0 +1,66 @@
+"""Per-function summaries: ``probes --all --summary``.
+
+A summary answers "how much of this image can kinst trace, and how" without
+printing every instruction: the function verdict and its probes counted by
+emulation kind.  Two paths compute it and must agree:
+
+- ``from_report``: from the full capstone analysis (``probes.analyse``);
+- ``fast``: from the ISA's accelerator (``Isa.accelerator``) when it has one,
+  falling back to ``from_report`` for any function it declines.
+
+``tests/test_accelerator.py`` holds the two equal on real images.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from types import ModuleType
+from typing import Any, Dict, Optional
+
+from generator.analysis.exclusions import excluded
+from generator.analysis.probes import analyse, function_code
+from generator.analysis.records import STATUS_OK, FunctionReport
+from generator.image.elf import Function, KernelImage
+from generator.isa.contract import Isa
+
+
+def from_report(rep: FunctionReport) -> Dict[str, Any]:
+    kinds = Counter(p.kind for p in rep.probes if p.status == STATUS_OK)
+    return _record(rep.qualified, rep.address, rep.size, rep.reason, rep.walk_error, len(rep.probes), kinds)
+
+
+def _record(name, address, size, reason, walk_error, n, kinds) -> Dict[str, Any]:
+    ok = sum(kinds.values())
+    return {
+        "function": name,
+        "address": address,
+        "size": size,
+        "eligible": not reason,
+        "reason": reason,
+        "walk_error": walk_error,
+        "instructions": n,
+        "probes": ok,
+        "skipped": n - ok,
+        "kinds": {k: kinds[k] for k in sorted(kinds) if kinds[k]},
+    }
+
+
+def accelerator(isa: Isa) -> Optional[ModuleType]:
+    """The ISA's accelerator module, or None when it has none."""
+    return importlib.import_module(isa.accelerator) if isa.accelerator else None
+
+
+def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[ModuleType]) -> Dict[str, Any]:
+    """The summary via the accelerator; the capstone path if it declines."""
+    if accel is None or img.section_at(func.address) is None:
+        return from_report(analyse(img, func, rule, isa))
+    code = function_code(img, func)
+    s = accel.summarise(code, func.address, func.size)
+    if s is None:
+        return from_report(analyse(img, func, rule, isa))
+    reason = excluded(func.name, isa.name, isa.md_excluded)
+    if not reason and rule not in s.frame_rules:
+        reason = isa.prologue_reasons[rule]
+    kinds = Counter() if reason else Counter(s.kinds)
+    return _record(func.qualified, func.address, func.size, reason, s.walk_error, s.instructions, kinds)

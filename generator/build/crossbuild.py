@@ -1,0 +1,102 @@
+"""Compile and link one module off FreeBSD: clang and ld.lld doing what ``bsd.kmod.mk`` would.
+
+There is no ``make`` with FreeBSD's ``share/mk`` on Linux, so the steps of a
+kmod build are spelled out here, with the flags ``generator/kmodflags.py``
+works out for the target's ``sys/`` tree:
+
+* the object directory gets what kmod.mk generates there (include links,
+  ``opt_*.h``, ``vnode_if*.h``);
+* every C source in SRCS is compiled with ``clang --target=...-freebsdX.Y``
+  and ``-MD``, so the manifest can list every header the compiler read;
+* ``ld.lld -m elf_x86_64_fbsd -r`` with the tree's link script makes the
+  ``.ko`` (ET_REL, as amd64 modules are);
+* ``EXPORT_SYMS=NO`` (kmod.mk's default) makes every defined global local,
+  as ``kmod_syms.awk | xargs objcopy`` does, and debug info is stripped, as
+  kmod.mk does without ``DEBUG_FLAGS``.  No CTF: ctfconvert and ctfmerge are
+  FreeBSD tools.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+from generator.common.errors import UserError
+from generator.build.kmodflags import KmodProfile, generated_headers
+from generator.build.mk import ModuleMakefile
+from generator.build.objdir import Built, fresh, headers_read
+from generator.build.sources import Provider
+from generator.common.tools import Runner, checked, require_tool, tool_version
+
+
+def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodProfile, run: Runner) -> Built:
+    """Compile and link one module with clang and ld.lld as kmod.mk would; returns the manifest's fields."""
+    makefile = ModuleMakefile.read(srcdir / "Makefile")
+    mvars = profile.makefile_vars(makefile)
+    kmod = mvars["KMOD"] or provider.name
+    srcs = mvars["SRCS"].split()
+    fresh(objdir)
+    clang = require_tool("clang")
+    lld = require_tool("ld.lld")
+    objcopy = require_tool("llvm-objcopy", "objcopy")
+    commands = generated_headers(srcs, profile, objdir, run)
+    cflags = profile.cflags(objdir, makefile)
+    objs: List[str] = []
+    for src in srcs:
+        if src.endswith(".h"):
+            continue
+        if not src.endswith(".c"):
+            raise UserError(f"{makefile.path}: SRCS lists {src}; the cross build compiles C sources only")
+        path = srcdir / src
+        if not path.is_file():
+            raise UserError(f"{path}: listed in SRCS but missing; run the generator first")
+        obj = f"{Path(src).stem}.o"
+        argv = [clang, f"--target={profile.triple}", *cflags, "-MD", f"-MF.depend.{obj}", f"-MT{obj}",
+                "-c", str(path), "-o", obj]
+        checked(run, argv, f"{provider.name}: compiling {src}", cwd=objdir)
+        commands.append(argv)
+        objs.append(obj)
+    ko = f"{kmod}.ko"
+    link = [lld, "-m", profile.emulation, *profile.ldflags()]
+    script = profile.ldscript()
+    if script is not None:
+        link += ["-T", str(script)]
+    link += ["-r", "-o", ko, *objs]
+    checked(run, link, f"{provider.name}: linking {ko}", cwd=objdir)
+    commands.append(link)
+    if mvars["EXPORT_SYMS"] != "YES":
+        commands += _localize(objdir / ko, objcopy, mvars["EXPORT_SYMS"], run)
+    strip = [objcopy, "--strip-debug", ko]
+    checked(run, strip, f"{provider.name}: stripping debug info", cwd=objdir)
+    commands.append(strip)
+    return Built(
+        ko_built=objdir / ko,
+        commands=commands,
+        cflags=cflags,
+        ldflags=link[1 : link.index("-r")],
+        tools={t: tool_version(t) for t in (clang, lld, objcopy, "awk")},
+        headers=headers_read(objdir, (objdir / f".depend.{obj}" for obj in objs)),
+        profile=profile.facts,
+        mode="cross (clang + ld.lld)",
+        tree_files=[str(p) for p in profile.tree_files()],
+    )
+
+
+def _localize(ko: Path, objcopy: str, export: str, run: Runner) -> List[List[str]]:
+    """EXPORT_SYMS=NO (kmod.mk's default): every defined global becomes local (sys/conf/kmod_syms.awk).
+
+    Defined means neither SHN_UNDEF (0) nor SHN_COMMON (0xFFF2); global means
+    STB_GLOBAL (1) or STB_WEAK (2).  Names in a non-NO ``EXPORT_SYMS`` list stay global.
+    """
+    from generator.image.elf import KernelImage
+
+    keep = set(export.split()) if export not in ("", "NO") else set()
+    names = sorted({s.name for s in KernelImage.open(str(ko)).symbols()
+                    if s.shndx not in (0, 0xFFF2) and s.bind in (1, 2) and s.name and s.name not in keep})
+    if not names:
+        return []
+    listing = ko.with_name("export_syms.localize")
+    listing.write_text("".join(n + "\n" for n in names))
+    argv = [objcopy, f"--localize-symbols={listing.name}", ko.name]
+    checked(run, argv, f"localizing the symbols of {ko.name}", cwd=ko.parent)
+    return [argv]

@@ -1,0 +1,298 @@
+"""Stage 5: the generated provider sources, compiled and linked into ``.ko`` files.
+
+``invoke build`` generates each module's sources (``sys/modules/<m>/``), then
+compiles and links them the way FreeBSD's ``bsd.kmod.mk`` does, against the
+``sys/`` tree the target kernel was built from:
+
+* **On FreeBSD** it runs ``make`` with ``bsd.kmod.mk`` in the module's
+  directory, with ``SYSDIR`` and an object directory outside the source tree
+  (``MAKEOBJDIR``); ``make -V`` supplies the flags for the manifest.
+* **Elsewhere** it cross-builds with ``clang --target=x86_64-unknown-freebsdX.Y``
+  and ``ld.lld -m elf_x86_64_fbsd -r``.  The flags are ``sys/conf/kmod.mk``'s
+  (written out, with the parts that differ between releases probed in the
+  tree's ``kmod.mk``) followed by what the tree's own ``sys/conf/kern.mk``
+  evaluates to for amd64 and clang, then the module Makefile's additions.
+  The object directory gets what ``kmod.mk`` would generate there: the
+  ``machine``/``x86``/``i386`` include links, an empty ``opt_global.h`` (and
+  any ``opt_*.h`` in SRCS) and ``vnode_if*.h`` from ``tools/vnode_if.awk``.
+  Symbols are localised as ``EXPORT_SYMS=NO`` does and debug info is
+  stripped, as ``kmod.mk`` does without ``DEBUG_FLAGS``; no CTF (ctfconvert
+  is a FreeBSD tool).
+
+Every ``.ko`` lands in ``build/<kernel-build-id>/<module>.ko`` next to
+``<module>.json``: the inputs with their sha256 (generated sources, Makefile,
+every header the compiler read, the kernel, the dependency modules check-ko
+used), the command lines, the flags, the tool versions and the table's
+build-id.  The manifest is also the stamp: when the recomputed key and every
+recorded input hash match, nothing runs.
+
+Without a ``sys/`` tree the build still generates, compiles the portable
+cores with gcc and clang, links them and checks their undefined symbols
+against the kernel, checks that the tables name the kernel's build-id -- and
+then stops with one line saying that linking a ``.ko`` needs ``--sysdir`` or
+``invoke fetch-release``.  No ``.ko`` is written and none is claimed.
+
+This module is the order of those steps; each step is a module of its own:
+
+* ``providers``   -- the modules, their generated sources and Makefile, the table's build-id check
+* ``portable``    -- the portable cores with gcc and clang, linked and resolved (no tree needed)
+* ``kmodflags``   -- kmod.mk's and kern.mk's flags for a tree, and the headers kmod.mk generates
+* ``mk``          -- the bmake reader that evaluates the tree's kern.mk and the module Makefile
+* ``crossbuild``  -- compile and link with clang and ld.lld (off FreeBSD)
+* ``nativebuild`` -- compile and link with make and bsd.kmod.mk (on FreeBSD)
+* ``objdir``      -- the object directory, and the ``Built`` record both leave
+* ``manifest``    -- inputs, stamp keys and the manifest files
+* ``tools``       -- running the host's tools
+* ``targets``     -- the ``--target`` table
+* ``checkko``     -- the offline checks of the finished ``.ko``
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+
+from generator import __version__
+from generator.build.crossbuild import cross_build
+from generator.common.defaults import DEFAULT_FUNCTION
+from generator.common.errors import UserError
+from generator.build.kmodflags import FETCH_HINT, KmodProfile
+from generator.build.manifest import RECIPE, input_record, module_up_to_date, read_manifest, sha256_file, stamp_key
+from generator.common.files import install, write_json
+from generator.common.paths import BUILD, SYS_MODULES
+from generator.build.nativebuild import native_build
+from generator.build.objdir import Built
+from generator.build.portable import portable_checks
+from generator.build.sources import PROVIDERS, Provider, generate_module, stage_makefile, table_names_kernel
+from generator.build.targets import TARGETS
+from generator.common.tools import Runner, run_tool, tool_version
+
+if TYPE_CHECKING:
+    from generator.build.checkko import KoReport
+
+DEFAULT_OUT = BUILD
+DEFAULT_SRC = SYS_MODULES
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one ``invoke build`` is asked to do."""
+
+    kernel: str
+    sysdir: Optional[str]
+    modules: Tuple[str, ...]
+    target: str = "amd64"
+    out_root: Path = DEFAULT_OUT
+    src_root: Path = DEFAULT_SRC
+    functions: Tuple[str, ...] = (DEFAULT_FUNCTION,)
+    all_functions: bool = False
+    extra_kos: Tuple[str, ...] = ()  # dtmalloc: .ko files whose malloc types to include
+    dep_modules: Tuple[str, ...] = ()  # check-ko: dependency .ko files
+    module_path: Tuple[str, ...] = ()  # check-ko: directories with dependency .ko files
+    native: bool = False  # run bsd.kmod.mk with make (FreeBSD host)
+    make: str = "make"
+
+
+@dataclass
+class ModuleResult:
+    """What happened to one module."""
+
+    name: str
+    ko: Optional[Path] = None
+    manifest: Optional[Path] = None
+    up_to_date: bool = False
+    check_ok: Optional[bool] = None
+    lines: List[str] = field(default_factory=list)
+    failures: List[str] = field(default_factory=list)
+
+
+def build_dir_for(kernel_path: str) -> Tuple[str, str, Optional[str]]:
+    """(directory name, sha256, build-id) of the kernel: build/<build-id>/, or nobuildid-<sha256 prefix>."""
+    from generator.image.elf import KernelImage
+
+    img = KernelImage.open(kernel_path)
+    if img.e_type != "ET_EXEC":
+        raise UserError(f"{kernel_path}: an {img.e_type} file; --kernel must be the kernel image (ET_EXEC)")
+    sha = img.sha256()
+    bid = img.build_id
+    return (bid or f"nobuildid-{sha[:16]}"), sha, bid
+
+
+# -- the whole build ------------------------------------------------------------------
+
+
+def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
+    """Generate, check and (with a tree) compile and link every requested module.
+
+    Returns the exit status: 0 when every module was built (or was up to
+    date) and passed check-ko, 1 when a check failed.  A missing tree, a
+    failing tool or bad input raises UserError after the offline work.
+    """
+    from generator.build.checkko import exported_symbols
+
+    if req.target not in TARGETS:
+        raise UserError(f"--target {req.target}: kinstkit builds {', '.join(TARGETS)} modules "
+                        "(kinst is amd64-only; other architectures link ET_DYN modules differently)")
+    dirname, kernel_sha, build_id = build_dir_for(req.kernel)
+    bdir = req.out_root / dirname
+    bdir.mkdir(parents=True, exist_ok=True)
+    exports, _table = exported_symbols(req.kernel)
+    profile = _tree_profile(req, out)
+    results: List[ModuleResult] = []
+    for name in req.modules:
+        provider = PROVIDERS[name]
+        srcdir = req.src_root / name
+        srcdir.mkdir(parents=True, exist_ok=True)
+        res = ModuleResult(name)
+        results.append(res)
+        _sources_and_offline_checks(req, provider, srcdir, bdir, build_id, exports, res, run)
+        _emit(res, out)
+        if req.sysdir:
+            _build_module(req, provider, srcdir, bdir, profile, kernel_sha, build_id, res, run)
+            _emit(res, out)
+    if not req.sysdir:
+        raise UserError(
+            "linking .ko files needs the target's FreeBSD sys/ tree: pass --sysdir DIR, or run "
+            f"`{FETCH_HINT}` and then `invoke build --release 14.3-RELEASE`; no .ko was made"
+        )
+    failed = [f for r in results for f in r.failures]
+    for f in failed:
+        sys.stderr.write(f"check-ko: {f}\n")
+    return 1 if failed else 0
+
+
+def _tree_profile(req: BuildRequest, out) -> Optional[KmodProfile]:
+    """Check the sys/ tree before any module is built: the cross build's flag profile for it
+    (warning when it is not the kernel's release), or None for a native build or no tree."""
+    if req.sysdir and not req.native:
+        profile = KmodProfile.for_tree(Path(req.sysdir), req.target)
+        from generator.build.checkko import kernel_facts
+
+        osreldate = kernel_facts(req.kernel).osreldate
+        if osreldate is not None and osreldate != profile.osreldate:
+            out.write(f"warning: the sys/ tree is __FreeBSD_version {profile.osreldate} but the kernel's osreldate "
+                      f"is {osreldate}: build against the kernel's own sources (fetch-release of its release)\n")
+        return profile
+    if req.sysdir:
+        sysdir = Path(req.sysdir).resolve()
+        if not (sysdir / "kern").is_dir():
+            raise UserError(f"{sysdir}: not a FreeBSD sys/ tree (no kern/)")
+    return None
+
+
+def _sources_and_offline_checks(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Path,
+                                build_id: Optional[str], exports: Set[str], res: ModuleResult, run: Runner) -> None:
+    """Steps 1 and 2, which need no tree: generate, then check the table and the portable cores."""
+    _, wrote = generate_module(provider, srcdir, bdir / ".stamps", kernel=req.kernel, functions=req.functions,
+                               all_functions=req.all_functions, extra_kos=req.extra_kos)
+    stage_makefile(provider, srcdir)
+    res.lines.append(f"{provider.name}: sources {'generated' if wrote else 'unchanged'} in {srcdir}")
+    bad = table_names_kernel(srcdir, provider, build_id)
+    if bad:
+        raise UserError(bad)
+    res.lines.append(f"{provider.name}: {provider.table} names kernel build-id {build_id or '(none)'}")
+    res.lines += portable_checks(provider, srcdir, bdir / "portable" / provider.name, exports, run)
+
+
+def _emit(res: ModuleResult, out) -> None:
+    """Print the lines a module has collected so far (as they happen, so a later failure keeps them)."""
+    for line in res.lines:
+        out.write(line + "\n")
+    res.lines.clear()
+    out.flush()
+
+
+# -- one module: compile, link, check, record -------------------------------------------
+
+
+def _build_module(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Path, profile: Optional[KmodProfile],
+                  kernel_sha: str, build_id: Optional[str], res: ModuleResult, run: Runner) -> None:
+    """Compile, link and check one module, unless its manifest says the same inputs built it."""
+    from generator.build.checkko import check_ko, kernel_facts
+
+    manifest_path = bdir / f"{provider.name}.json"
+    final = bdir / f"{provider.name}.ko"
+    sources = sorted(p for p in srcdir.iterdir() if p.is_file() and not p.name.startswith("."))
+    sysdir = str(profile.sysdir) if profile else str(Path(req.sysdir).resolve())
+    key = stamp_key(_material(req, provider, kernel_sha, sysdir, sources))
+    if module_up_to_date(read_manifest(manifest_path), key, final):
+        res.up_to_date, res.ko, res.manifest, res.check_ok = True, final, manifest_path, True
+        res.lines.append(f"{provider.name}: up to date: {final} (same inputs; nothing rebuilt)")
+        return
+    objdir = bdir / "obj" / provider.name
+    if req.native:
+        built = native_build(req.make, provider, srcdir, objdir, Path(sysdir), run)
+    else:
+        assert profile is not None
+        built = cross_build(provider, srcdir, objdir, profile, run)
+    install(built.ko_built, final)
+    search = list(req.module_path) or [os.path.dirname(os.path.abspath(req.kernel))]
+    report = check_ko(str(final), kernel_facts(req.kernel), req.dep_modules, search, req.target)
+    inputs = _inputs(req, sources, built, _dependency_files(req, report, search))
+    write_json(manifest_path, _manifest(req, provider, final, sysdir, kernel_sha, build_id, built, report, inputs,
+                                        key if report.ok else None))
+    res.ko, res.manifest, res.check_ok = final, manifest_path, report.ok
+    res.lines.append(f"{provider.name}: built {final} ({built.mode}); manifest {manifest_path}")
+    res.lines += ["  " + ln.strip() for ln in report.lines()[1:]]
+    res.failures += report.failures
+
+
+def _material(req: BuildRequest, provider: Provider, kernel_sha: str, sysdir: str,
+              sources: Sequence[Path]) -> Dict[str, object]:
+    """What decides the module build's result: its stamp key is a hash of this."""
+    return {
+        "recipe": RECIPE,
+        "module": provider.name,
+        "target": req.target,
+        "mode": "native" if req.native else "cross",
+        "kernel": kernel_sha,
+        "sysdir": sysdir,
+        "sources": {p.name: sha256_file(p) for p in sources},
+        "tools": [tool_version(t) for t in (("cc", "ld") if req.native else ("clang", "ld.lld", "llvm-objcopy"))],
+        "dep_modules": list(req.dep_modules),
+        "module_path": list(req.module_path),
+    }
+
+
+def _dependency_files(req: BuildRequest, report: KoReport, search: Sequence[str]) -> List[str]:
+    """The dependency ``.ko`` files check-ko could use: found in ``search`` or given with --dep-module."""
+    return sorted({os.path.join(d, f"{r.name}.ko") for r in report.dependencies() for d in search
+                   if os.path.isfile(os.path.join(d, f"{r.name}.ko"))} | set(req.dep_modules))
+
+
+def _inputs(req: BuildRequest, sources: Sequence[Path], built: Built, dep_files: Sequence[str]) -> List[Dict[str, str]]:
+    """Every file the result depends on, hashed: a change to any of them rebuilds."""
+    inputs = [input_record(p, "source") for p in sources]
+    inputs += [input_record(Path(h), "header") for h in built.headers]
+    inputs += [input_record(Path(t), "sys/ build file") for t in built.tree_files]
+    inputs += [input_record(Path(req.kernel), "kernel")]
+    inputs += [input_record(Path(d), "dependency module") for d in dep_files]
+    return inputs
+
+
+def _manifest(req: BuildRequest, provider: Provider, final: Path, sysdir: str, kernel_sha: str,
+              build_id: Optional[str], built: Built, report: KoReport, inputs: List[Dict[str, str]],
+              key: Optional[str]) -> Dict[str, object]:
+    """The ``<m>.json`` beside ``<m>.ko``; ``key`` is None when the check failed, so it is never a stamp."""
+    from generator.image.elf import KernelImage
+
+    return {
+        "kinstkit": __version__,
+        "module": provider.name,
+        "ko": {"path": str(final), "sha256": sha256_file(final), "build_id": KernelImage.open(str(final)).build_id},
+        "kernel": {"path": req.kernel, "sha256": kernel_sha, "build_id": build_id},
+        "table_build_id": build_id,
+        "target": req.target,
+        "mode": built.mode,
+        "sysdir": sysdir,
+        "flags": {"cflags": built.cflags, "ldflags": built.ldflags},
+        "commands": built.commands,
+        "tools": built.tools,
+        "profile": built.profile,
+        "inputs": inputs,
+        "check_ko": report.to_json(),
+        "key": key,
+    }

@@ -1,0 +1,95 @@
+"""The offline checks that need no ``sys/`` tree: the portable cores, compiled, linked and resolved.
+
+Each provider's core and table are written to compile without FreeBSD's
+headers.  Compiling them with gcc *and* clang under the kernel's flags and
+``-Werror``, linking the clang objects with ``ld.lld -r`` and finding every
+symbol they leave undefined among the target kernel's globals catches most
+mistakes a module build would -- on any host, in CI without a tree.  A stamp
+skips the work when the sources, flags, tools and kernel exports are the
+same as when it last passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+from typing import Iterable, List, Sequence, Set
+
+from generator.common.errors import UserError
+from generator.build.kmodflags import portable_cflags
+from generator.build.manifest import RECIPE, read_manifest, sha256_file, stamp_key
+from generator.common.files import write_json
+from generator.build.sources import Provider
+from generator.common.tools import Runner, checked, tool_version
+
+_COMPILERS = ("gcc", "clang")
+
+
+def portable_checks(provider: Provider, srcdir: Path, workdir: Path, kernel_exports: Iterable[str],
+                    run: Runner) -> List[str]:
+    """Compile the portable core and table with gcc and clang, link the clang objects
+    with ``ld.lld -r`` and check that every symbol they leave undefined is a kernel
+    global.  Returns the lines to print; failures raise UserError."""
+    lines = []
+    exports = set(kernel_exports)
+    sources = [srcdir / n for n in provider.portable]
+    material = {
+        "recipe": RECIPE, "sources": [sha256_file(s) for s in sources],
+        "flags": {c: portable_cflags(c) for c in _COMPILERS},
+        "tools": [tool_version(t) for t in ("gcc", "clang", "ld.lld")],
+        "exports": hashlib.sha256("\n".join(sorted(exports)).encode()).hexdigest(),
+    }
+    key = stamp_key(material)
+    stamp = workdir / "portable.json"
+    old = read_manifest(stamp)
+    if old and old.get("key") == key:
+        return [f"{provider.name}: portable core unchanged since it compiled with gcc and clang and linked cleanly"]
+    compilers = [c for c in _COMPILERS if shutil.which(c)]
+    if not compilers:
+        raise UserError("neither gcc nor clang is installed; the portable cores cannot be compiled")
+    clang_objs = _compile(provider, sources, workdir, compilers, run)
+    lines.append(f"{provider.name}: portable {', '.join(provider.portable)} compile with {' and '.join(compilers)} "
+                 "(kernel flags, -Werror)")
+    missing = [c for c in _COMPILERS if c not in compilers]
+    if missing:
+        lines.append(f"{provider.name}: NOT CHECKED with {missing[0]}: not installed")
+    if clang_objs and shutil.which("ld.lld"):
+        lines.append(_link_and_resolve(provider, clang_objs, workdir, exports, run))
+    write_json(stamp, {"key": key, "material": material})
+    return lines
+
+
+def _compile(provider: Provider, sources: Sequence[Path], workdir: Path, compilers: Sequence[str],
+             run: Runner) -> List[Path]:
+    """Each source with each compiler into ``workdir/<cc>/``; returns the clang objects."""
+    clang_objs: List[Path] = []
+    for cc in compilers:
+        objdir = workdir / cc
+        objdir.mkdir(parents=True, exist_ok=True)
+        for src in sources:
+            obj = objdir / (src.stem + ".o")
+            checked(run, [cc, *portable_cflags(cc), "-c", str(src), "-o", str(obj)],
+                    f"{provider.name}: portable {src.name} with {cc}")
+            if cc == "clang":
+                clang_objs.append(obj)
+    return clang_objs
+
+
+def _link_and_resolve(provider: Provider, objs: Sequence[Path], workdir: Path, exports: Set[str],
+                      run: Runner) -> str:
+    """``ld.lld -r`` the objects; every strong undefined symbol left must be a kernel global.  The line to print."""
+    linked = workdir / f"{provider.name}_portable.o"
+    checked(run, ["ld.lld", "-m", "elf_x86_64_fbsd", "-r", "-o", str(linked), *map(str, objs)],
+            f"{provider.name}: linking the portable objects")
+    from generator.build.checkko import undefined_symbols
+    from generator.image.elf import KernelImage
+
+    undefined = [n for n, weak in undefined_symbols(KernelImage.open(str(linked))) if not weak]
+    unresolved = [n for n in undefined if n not in exports]
+    if unresolved:
+        raise UserError(f"{provider.name}: the portable core needs {', '.join(unresolved)}, which the target "
+                        "kernel does not export")
+    what = (f"{len(undefined)} undefined symbol{'s' if len(undefined) != 1 else ''}, all kernel globals"
+            if undefined else "no undefined symbols")
+    return f"{provider.name}: portable objects link (ld.lld -r); {what}"

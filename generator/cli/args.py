@@ -1,0 +1,33 @@
+"""Argument types and option groups more than one command uses."""
+
+from __future__ import annotations
+
+import argparse
+
+from generator.common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULES
+
+KERNEL_HELP = "ELF image: kernel, .ko or shared object (default: the embedded sample kernel)"
+
+
+def offset(text: str) -> int:
+    """A byte offset, decimal or 0x-hex."""
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"offset '{text}' is not a number")
+
+
+def add_kernel(p: argparse.ArgumentParser, helptext: str = KERNEL_HELP) -> None:
+    p.add_argument("--kernel", help=helptext)
+
+
+def add_prologue_rule(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--prologue-rule",
+        choices=PROLOGUE_RULES,
+        default=DEFAULT_PROLOGUE_RULE,
+        help="frame-pointer rule: 'any' push %%rbp (newest kinst, default) or 'first' byte 0x55 (FreeBSD 14.0)",
+    )
+
+
+FUNCTION_HELP = f"function name, name@file or 0xADDRESS (default: {DEFAULT_FUNCTION})"

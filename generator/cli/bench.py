@@ -1,0 +1,39 @@
+"""``bench``: the benchmarks, with their results written to ``bench/results/``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from generator.common.paths import BENCH_RESULTS, REPO
+
+
+def add_parsers(sub) -> None:
+    be = sub.add_parser("bench", help="time whole-image analysis against objdump -d on the same image, "
+                        "harness hits against a bare trap, and the stand-in VM's cycle")
+    be.add_argument("--image", help="image with >= 20 MiB of text (default: the largest libLLVM here)")
+    be.add_argument("--out", default=str(BENCH_RESULTS.relative_to(REPO)),
+                    help="results directory (default: bench/results)")
+    be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
+    be.add_argument("--skip-vm", action="store_true", help="skip the stand-in VM cycle benchmark")
+    be.set_defaults(run=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from generator.bench.analysis import bench_analysis
+
+    out = Path(args.out)
+    res = bench_analysis(args.image, out)
+    sys.stdout.write((out / "analysis.md").read_text() + "\n")
+    if not args.skip_harness:
+        from generator.bench.harness import bench_harness
+
+        bench_harness(out)
+        sys.stdout.write((out / "harness.md").read_text() + "\n")
+    if not args.skip_vm:
+        from generator.bench.vm import bench_vm
+
+        bench_vm(out)
+        sys.stdout.write((out / "vm.md").read_text())
+    return 0 if res["runs"]["ours"]["instructions"] else 1

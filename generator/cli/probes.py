@@ -1,0 +1,68 @@
+"""``probes``: every kinst probe site of one function, or of the whole image."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from generator.cli import args as A
+from generator.common.defaults import DEFAULT_FUNCTION
+from generator.common.errors import UserError
+from generator.common.host import progress_wanted
+
+
+def add_parsers(sub) -> None:
+    pr = sub.add_parser("probes", help="list kinst probe sites of a function, with kinst's metadata")
+    A.add_kernel(pr)
+    which = pr.add_mutually_exclusive_group()
+    which.add_argument("--function", help=A.FUNCTION_HELP)
+    which.add_argument("--all", action="store_true", help="every function of the image")
+    pr.add_argument("--offset", type=A.offset, help="only the instruction at this byte offset")
+    pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all)")
+    pr.add_argument(
+        "--summary",
+        action="store_true",
+        help="per function: verdict and probe counts by kind, not every instruction (fast path for whole images)",
+    )
+    A.add_prologue_rule(pr)
+    pr.add_argument("--jobs", type=int, default=0, help="worker processes for --all (default: one per core)")
+    pr.set_defaults(run=cmd_probes)
+
+
+def cmd_probes(args: argparse.Namespace) -> int:
+    from generator.analysis import report, summary
+    from generator.analysis.probes import analyse, find_offset
+    from generator.image.elf import KernelImage
+    from generator.image.sample import resolve_kernel
+
+    img = KernelImage.open(resolve_kernel(args.kernel))
+    if args.all:
+        if args.offset is not None:
+            raise UserError("--offset needs --function, not --all")
+        return _probes_all(img, args)
+    rep = analyse(img, img.lookup(args.function or DEFAULT_FUNCTION), args.prologue_rule)
+    if args.summary:
+        rec = summary.from_report(rep)
+        sys.stdout.write((report.summary_json(rec) if args.json else report.summary_text(rec)) + "\n")
+        return 0
+    if args.offset is not None:
+        find_offset(rep, args.offset)
+    out = report.function_json(rep, args.offset) if args.json else report.function_text(rep, args.offset)
+    sys.stdout.write(out + "\n")
+    return 0
+
+
+def _probes_all(img, args: argparse.Namespace) -> int:
+    from generator.analysis.whole import analyse_image
+
+    show = progress_wanted(quiet=args.json)
+    done = 0
+    for lines, total in analyse_image(img, args.prologue_rule, args.json, args.summary, args.jobs):
+        sys.stdout.write("\n".join(lines) + "\n")
+        done += len(lines)
+        if show:
+            sys.stderr.write(f"\r{done}/{total} functions")
+            sys.stderr.flush()
+    if show:
+        sys.stderr.write("\n")
+    return 0

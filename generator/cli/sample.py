@@ -1,0 +1,19 @@
+"""``sample``: build the embedded sample kernel and print its path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parsers(sub) -> None:
+    sa = sub.add_parser("sample", help="build the embedded sample kernel and print its path")
+    sa.add_argument("--rebuild", action="store_true", help="rebuild even when the cached image is current")
+    sa.set_defaults(run=cmd_sample)
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from generator.image.sample import sample_kernel
+
+    sys.stdout.write(f"{sample_kernel(rebuild=args.rebuild)}\n")
+    return 0

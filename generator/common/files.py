@@ -1,0 +1,48 @@
+"""Writing results so that nothing is ever half-written.
+
+Generated sources, manifests, benchmark results and installed ``.ko`` files
+are written to a temporary file beside their destination and renamed into
+place: an interrupted or failed run leaves the old file or the new one,
+never a mix, and a set of files is written all or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence, Tuple
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp{os.getpid()}")
+
+
+def write_all(files: Sequence[Tuple[Path, str]]) -> None:
+    """Write every file or none: temporaries first, then renames."""
+    temps = []
+    try:
+        for path, text in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _temporary(path)
+            tmp.write_text(text)
+            temps.append((tmp, path))
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in temps:
+            if tmp.exists():
+                tmp.unlink()
+
+
+def write_json(path: Path, data: object) -> None:
+    """``data`` as indented, key-sorted JSON, written through a temporary file and a rename."""
+    write_all([(path, json.dumps(data, indent=2, sort_keys=True) + "\n")])
+
+
+def install(src: Path, dst: Path) -> None:
+    """Copy ``src`` to ``dst`` through a temporary file and a rename: ``dst`` is the old file or the new one."""
+    tmp = _temporary(dst)
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)

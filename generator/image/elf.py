@@ -1,0 +1,708 @@
+"""Stage 1: the kernel image.
+
+Reads a little-endian ELF64 file of an ISA kinstkit knows, of any of the
+kinds users hand us -- an ET_EXEC kernel (FreeBSD ``/boot/kernel/kernel``,
+Linux ``vmlinux``), an ET_REL module (``.ko``) or an ET_DYN shared object --
+and answers the questions later stages ask: which functions are there, what
+bytes lie at an address, which relocation fills a field, which segments load
+where, what the build-id and the ISA are.  This is kinstkit's one ELF reader:
+the ``.ko`` checks, the harness and the generators all read through it.
+
+pyelftools parses the headers.  Symbol tables are unpacked in bulk with
+``struct`` because ``iter_symbols()`` runs at ~45 k symbols/s and a kernel has
+hundreds of thousands.
+
+The image's ISA (``generator.isa``) comes from ``e_machine``; it says which
+relocation types exist and how to apply them.
+
+ET_REL sections have no addresses.  Like FreeBSD's ``link_elf_obj.c`` we lay the
+SHF_ALLOC sections out one after another (honouring ``sh_addralign``) at a
+synthetic base, and apply the relocations whose symbols are defined in the
+file, so that displacements read from the bytes are the ones the loaded module
+will have.  Relocations against undefined symbols (kernel functions such as
+``__fentry__``) cannot be resolved offline, nor can types we do not apply (GOT,
+TLS); they are kept as unresolved ``Reloc`` records so that callers can name
+the symbolic target instead of a bogus address.  Relocations index the raw
+symbol table, so ``symbols()`` keeps every entry, STT_FILE included.
+
+Every malformed-file failure, whether found in ``open`` or later by a lazily
+parsing method, is a one-line ``UserError``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import io
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+
+from elftools.common.exceptions import ELFError
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
+
+from generator import isa
+from generator.common.errors import UserError
+from generator.isa.contract import Isa
+
+# Base address given to the first section of an ET_REL file.  Nonzero so that
+# a zero displacement or a null pointer never looks like a valid address.
+REL_BASE = 0x10000
+
+_SHF_ALLOC = 0x2
+_SHF_EXECINSTR = 0x4
+_STT_FUNC = 2
+_STT_SECTION = 3
+_STT_FILE = 4
+_STB_NAMES = {0: "local", 1: "global", 2: "weak"}
+_SHN_UNDEF = 0
+_SHN_ABS = 0xFFF1
+_SHN_COMMON = 0xFFF2
+
+# What pyelftools and struct raise on malformed bytes.  Caught where the file
+# is parsed (eagerly in ``open``, lazily in the guarded methods) and turned into
+# a one-line UserError: bad input is never a traceback.
+_PARSE_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError, OverflowError)
+
+_T = TypeVar("_T")
+
+
+def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Turn a parse error inside a lazily-parsing method into a UserError."""
+
+    @functools.wraps(method)
+    def wrapper(self: "KernelImage", *args, **kwargs) -> _T:
+        try:
+            return method(self, *args, **kwargs)
+        except _PARSE_ERRORS as e:
+            raise _corrupt(self.path, e) from None
+
+    return wrapper
+
+
+def _corrupt(path: str, e: BaseException) -> UserError:
+    detail = " ".join(str(e).split()) or type(e).__name__
+    return UserError(f"{path}: corrupt or truncated ELF ({detail}); re-copy the file")
+
+
+class ElfIdent(NamedTuple):
+    """The identification and type fields, readable from any ELF file of any class or byte order."""
+
+    elf_class: int  # EI_CLASS: 1 ELF32, 2 ELF64
+    data: int  # EI_DATA: 1 little-endian, 2 big-endian
+    e_type: int
+    e_machine: int
+
+    @property
+    def type_name(self) -> str:
+        return ET_NAMES.get(self.e_type, f"{self.e_type} (unknown)")
+
+    @property
+    def machine_name(self) -> str:
+        return EM_NAMES.get(self.e_machine, f"{self.e_machine} (unknown)")
+
+
+ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"}
+EM_NAMES = {3: "EM_386", 21: "EM_PPC64", 40: "EM_ARM", 62: "EM_X86_64", 183: "EM_AARCH64", 243: "EM_RISCV"}
+
+
+def read_ident(path: str) -> ElfIdent:
+    """The ELF identification of ``path``; a file that cannot be read or is not ELF is a UserError."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not an ELF file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        raise UserError(f"{path}: not an ELF file")
+    e_type, e_machine = struct.unpack_from("<HH" if head[5] != 2 else ">HH", head, 16)
+    return ElfIdent(head[4], head[5], e_type, e_machine)
+
+
+class Segment(NamedTuple):
+    """One PT_LOAD program header."""
+
+    vaddr: int
+    memsz: int
+    flags: int  # PF_X 1, PF_W 2, PF_R 4
+
+
+class _Shdr(NamedTuple):
+    """A raw section header: spec names, no pyelftools section object.
+
+    pyelftools builds a full object per section on iteration, and for
+    .hash/.gnu.hash that means parsing the whole table -- a third of a second
+    on libLLVM.  We only need the header fields and the bytes.
+    """
+
+    name: str
+    sh_type: int
+    sh_flags: int
+    sh_addr: int
+    sh_offset: int
+    sh_size: int
+    sh_link: int
+    sh_info: int
+    sh_addralign: int
+    sh_entsize: int
+
+
+_SHT_SYMTAB = 2
+_SHT_RELA = 4
+_SHT_NOTE = 7
+_SHT_NOBITS = 8
+_SHT_REL = 9
+_SHT_DYNSYM = 11
+
+
+def _section_headers(data: Sequence[int], elf: ELFFile) -> List[_Shdr]:
+    """Every section header, read with ``struct`` (extended numbering included)."""
+    hdr = elf.header
+    shoff, shnum, shentsize, shstrndx = hdr["e_shoff"], hdr["e_shnum"], hdr["e_shentsize"], hdr["e_shstrndx"]
+    if shoff == 0:
+        return []
+    if shentsize != 64:
+        raise ValueError(f"section header size {shentsize}, expected 64")
+    fmt = struct.Struct("<IIQQQQIIQQ")
+    first = fmt.unpack_from(data, shoff)
+    if shnum == 0:
+        shnum = first[5]  # sh_size of section 0
+    if shstrndx == 0xFFFF:
+        shstrndx = first[6]  # sh_link of section 0
+    if shoff + shnum * 64 > len(data):
+        raise ValueError(f"section headers end at byte {shoff + shnum * 64}, past the file's end")
+    raw = [fmt.unpack_from(data, shoff + i * 64) for i in range(shnum)]
+    if shstrndx >= shnum:
+        raise ValueError(f"section name table index {shstrndx} is past the {shnum} sections")
+    strtab = b""
+    if 0 < shstrndx < shnum:
+        st = raw[shstrndx]
+        strtab = bytes(data[st[4] : st[4] + st[5]])
+    out = []
+    for r in raw:
+        end = strtab.find(b"\0", r[0])
+        name = strtab[r[0] : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
+        out.append(_Shdr(name, *r[1:]))
+    return out
+
+
+@dataclass(frozen=True)
+class Section:
+    """One SHF_ALLOC section, with the address it has (or was given)."""
+
+    name: str
+    index: int
+    addr: int  # sh_addr, or the synthetic address for ET_REL
+    offset: int  # sh_offset in the file
+    size: int  # sh_size
+    executable: bool  # SHF_EXECINSTR
+    nobits: bool  # SHT_NOBITS: no bytes in the file
+
+
+@dataclass(frozen=True)
+class Function:
+    """A function symbol: STT_FUNC with a nonzero size.
+
+    Aliases (several names at one address and size) are folded into one
+    Function; ``name`` is the first global name, ``aliases`` the others.
+    """
+
+    name: str
+    address: int
+    size: int
+    binding: str  # "global", "local" or "weak"
+    file: Optional[str]  # STT_FILE that precedes a local symbol
+    section: str
+    aliases: Tuple[str, ...] = ()
+
+    @property
+    def qualified(self) -> str:
+        """``name@file`` for a local symbol, the plain name otherwise."""
+        if self.binding == "local" and self.file:
+            return f"{self.name}@{self.file}"
+        return self.name
+
+
+@dataclass(frozen=True)
+class Reloc:
+    """A relocation that lands in an allocated section (ET_REL only)."""
+
+    address: int  # where the field is (synthetic address)
+    type: str  # R_X86_64_*
+    symbol: str  # symbol name ("" for a section symbol without a name)
+    addend: int
+    resolved: bool  # True when applied: a type we apply, against a symbol defined here
+
+
+class _Sym(NamedTuple):
+    """One symbol table entry (a NamedTuple: kernels have hundreds of thousands)."""
+
+    name: str
+    value: int
+    size: int
+    type: int
+    bind: int
+    shndx: int
+    file: Optional[str]
+
+
+class KernelImage:
+    """A read-only view of one ELF image.  Open it with ``KernelImage.open``."""
+
+    def __init__(self, path: str, data: bytes, elf: ELFFile):
+        self.path = path
+        self._data = data
+        self._elf = elf
+        self.e_type: str = elf["e_type"]
+        self.machine: str = elf["e_machine"]
+        self.isa: Isa  # set by _check_shape: the image's ISA (stage 2)
+        self._shdrs: List[_Shdr] = _section_headers(data, elf)
+        self.sections: List[Section] = self._layout_sections()
+        self._starts = [s.addr for s in self.sections]
+        self._by_index: Dict[int, Section] = {s.index: s for s in self.sections}
+        self._rela_for: Optional[Dict[int, List[object]]] = None
+        self._relocated: Dict[int, bytes] = {}
+        self._relocs: Optional[List[Reloc]] = None
+        self._reloc_addrs: List[int] = []
+        self._symbols: Optional[List[_Sym]] = None
+        self._functions: Optional[List[Function]] = None
+
+    # -- opening ----------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str) -> "KernelImage":
+        """Open and validate ``path``; every problem is a one-line UserError."""
+        try:
+            with open(path, "rb") as f:
+                try:
+                    data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                except ValueError:  # empty file
+                    data = b""
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such file; pass --kernel PATH of an ELF image")
+        except IsADirectoryError:
+            raise UserError(f"{path}: is a directory; pass the kernel file itself")
+        except OSError as e:
+            raise UserError(f"{path}: cannot read: {e.strerror}")
+        _check_ident(path, data)
+        try:
+            elf = ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
+            img = cls(path, data, elf)
+            img._check_shape()
+        except _PARSE_ERRORS as e:
+            raise _corrupt(path, e) from None
+        return img
+
+    def _check_shape(self) -> None:
+        try:
+            self.isa = isa.for_machine(self.machine)
+        except UserError as e:
+            raise UserError(f"{self.path}: {e}") from None
+        if self.e_type not in ("ET_EXEC", "ET_REL", "ET_DYN"):
+            raise UserError(f"{self.path}: ELF type {self.e_type} is not a kernel, module or shared object")
+        size = len(self._data)
+        for s in self.sections:
+            if not s.nobits and s.offset + s.size > size:
+                raise UserError(
+                    f"{self.path}: truncated: section {s.name} ends at byte "
+                    f"{s.offset + s.size} but the file has {size}; re-copy the file"
+                )
+
+    # -- identity ---------------------------------------------------------
+
+    @property
+    def arch(self) -> str:
+        """The ISA's name (``amd64``)."""
+        return self.isa.name
+
+    @property
+    @_guarded
+    def build_id(self) -> Optional[str]:
+        """The NT_GNU_BUILD_ID note as hex, or None when the image has none."""
+        for sec in self._shdrs:
+            if sec.sh_type != _SHT_NOTE:
+                continue
+            data = self._data[sec.sh_offset : sec.sh_offset + sec.sh_size]
+            pos = 0
+            while pos + 12 <= len(data):
+                namesz, descsz, ntype = struct.unpack_from("<III", data, pos)
+                name_end = pos + 12 + namesz
+                desc = pos + 12 + (namesz + 3) // 4 * 4
+                if desc + descsz > len(data):
+                    break
+                if ntype == 3 and bytes(data[pos + 12 : name_end]).rstrip(b"\0") == b"GNU":
+                    return bytes(data[desc : desc + descsz]).hex()
+                pos = desc + (descsz + 3) // 4 * 4
+        return None
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self._data).hexdigest()
+
+    @_guarded
+    def segments(self) -> List[Segment]:
+        """The PT_LOAD segments (none in an ET_REL file)."""
+        return [Segment(seg["p_vaddr"], seg["p_memsz"], seg["p_flags"])
+                for seg in self._elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
+
+    @_guarded
+    def build_id_note(self) -> Tuple[int, bytes]:
+        """(link-time address, bytes) of the NT_GNU_BUILD_ID descriptor in a PT_NOTE segment, or (0, b"")."""
+        for seg in self._elf.iter_segments():
+            if seg["p_type"] != "PT_NOTE":
+                continue
+            data = self._data[seg["p_offset"] : seg["p_offset"] + seg["p_filesz"]]
+            align = max(4, seg["p_align"] or 4)
+            off = 0
+            while off + 12 <= len(data):
+                namesz, descsz, ntype = struct.unpack_from("<III", data, off)
+                name_off = off + 12
+                desc_off = name_off + ((namesz + align - 1) & ~(align - 1))
+                if ntype == 3 and bytes(data[name_off : name_off + namesz]) == b"GNU\0":
+                    return seg["p_vaddr"] + desc_off, bytes(data[desc_off : desc_off + descsz])
+                off = desc_off + ((descsz + align - 1) & ~(align - 1))
+        return 0, b""
+
+    # -- sections and bytes -----------------------------------------------
+
+    def _layout_sections(self) -> List[Section]:
+        out = []
+        next_addr = REL_BASE
+        for idx, sec in enumerate(self._shdrs):
+            flags = sec.sh_flags
+            if not flags & _SHF_ALLOC or sec.sh_size == 0:
+                continue
+            addr = sec.sh_addr
+            if self.e_type == "ET_REL":
+                align = max(sec.sh_addralign, 1)
+                addr = (next_addr + align - 1) // align * align
+                next_addr = addr + sec.sh_size
+            out.append(
+                Section(
+                    name=sec.name,
+                    index=idx,
+                    addr=addr,
+                    offset=sec.sh_offset,
+                    size=sec.sh_size,
+                    executable=bool(flags & _SHF_EXECINSTR),
+                    nobits=sec.sh_type == _SHT_NOBITS,
+                )
+            )
+        out.sort(key=lambda s: s.addr)
+        return out
+
+    def section_at(self, address: int) -> Optional[Section]:
+        i = bisect.bisect_right(self._starts, address) - 1
+        while i >= 0:
+            s = self.sections[i]
+            if s.addr <= address < s.addr + s.size:
+                return s
+            if s.addr + s.size <= address:
+                return None
+            i -= 1
+        return None
+
+    def section_by_index(self, index: int) -> Optional[Section]:
+        return self._by_index.get(index)
+
+    @_guarded
+    def read(self, address: int, size: int) -> bytes:
+        """The bytes at ``address``; relocated for ET_REL.  Must lie in one section."""
+        s = self.section_at(address)
+        if s is None or address + size > s.addr + s.size:
+            raise UserError(
+                f"{self.path}: address {address:#x}+{size} is not inside one allocated section"
+            )
+        if s.nobits:
+            return bytes(size)
+        start = address - s.addr
+        if self.e_type == "ET_REL":
+            return self._section_bytes(s)[start : start + size]
+        return bytes(self._data[s.offset + start : s.offset + start + size])
+
+    def _section_bytes(self, s: Section) -> bytes:
+        """A section's bytes with the relocations we can resolve applied."""
+        cached = self._relocated.get(s.index)
+        if cached is not None:
+            return cached
+        buf = bytearray(self._data[s.offset : s.offset + s.size])
+        for r, width, pcrel, value in self._raw_relocs_for(s):
+            if not r.resolved:
+                continue
+            if pcrel:
+                value -= r.address
+            fmt, mask = ("<Q", 0xFFFFFFFFFFFFFFFF) if width == 8 else ("<I", 0xFFFFFFFF)
+            struct.pack_into(fmt, buf, r.address - s.addr, value & mask)
+        self._relocated[s.index] = bytes(buf)
+        return self._relocated[s.index]
+
+    # -- relocations (ET_REL) ---------------------------------------------
+
+    def _rela_sections(self) -> Dict[int, List[object]]:
+        """Relocation sections by the index of the section they apply to."""
+        if self._rela_for is None:
+            out: Dict[int, List[object]] = {}
+            for rsec in self._shdrs:
+                if rsec.sh_type in (_SHT_RELA, _SHT_REL):
+                    out.setdefault(rsec.sh_info, []).append(rsec)
+            self._rela_for = out
+        return self._rela_for
+
+    def _raw_relocs_for(self, s: Section) -> Iterator[Tuple[Reloc, int, bool, int]]:
+        """Each relocation of ``s`` we understand, with its width, pc-relativity
+        and ``S + A``.  SHT_REL keeps its addend in the unrelocated field."""
+        syms = self.symbols()
+        reloc_type = self.isa.reloc_type
+        raw = b"" if s.nobits else self._data[s.offset : s.offset + s.size]
+        for rsec in self._rela_sections().get(s.index, ()):
+            is_rela = rsec.sh_type == _SHT_RELA
+            fmt, step = ("<QQq", 24) if is_rela else ("<QQ", 16)
+            data = bytes(self._data[rsec.sh_offset : rsec.sh_offset + rsec.sh_size])
+            for ent in struct.iter_unpack(fmt, data[: len(data) // step * step]):
+                r_offset, r_info = ent[0], ent[1]
+                rtype, symidx = r_info & 0xFFFFFFFF, r_info >> 32
+                kind = reloc_type(rtype)
+                if kind is None or symidx >= len(syms):
+                    continue
+                name, width, pcrel, applied = kind
+                if r_offset + width > s.size:
+                    raise UserError(
+                        f"{self.path}: corrupt relocation: {name} at offset {r_offset:#x} lies outside "
+                        f"section {s.name} ({s.size} bytes); re-copy the file"
+                    )
+                addend = ent[2] if is_rela else _implicit_addend(raw, r_offset, width)
+                sym = syms[symidx]
+                value, resolved = self._symbol_address(sym)
+                resolved = resolved and applied
+                reloc = Reloc(s.addr + r_offset, name, self._reloc_symbol_name(sym), addend, resolved)
+                yield reloc, width, pcrel, value + addend
+
+    def _reloc_symbol_name(self, sym: _Sym) -> str:
+        """The symbol's name; a section symbol (no name) is named after its section."""
+        if sym.name or sym.type != _STT_SECTION:
+            return sym.name
+        sec = self.section_by_index(sym.shndx)
+        if sec is not None:
+            return sec.name
+        if 0 <= sym.shndx < len(self._shdrs):
+            return self._shdrs[sym.shndx].name
+        return ""
+
+    def _symbol_address(self, sym: _Sym) -> Tuple[int, bool]:
+        if sym.shndx in (_SHN_UNDEF, _SHN_COMMON):
+            return 0, False
+        if sym.shndx == _SHN_ABS:
+            return sym.value, True
+        if self.e_type != "ET_REL":
+            return sym.value, True
+        sec = self.section_by_index(sym.shndx)
+        if sec is None:
+            return 0, False
+        return sec.addr + sym.value, True
+
+    @_guarded
+    def relocations(self) -> List[Reloc]:
+        """All relocations into allocated sections, sorted by address (ET_REL)."""
+        if self._relocs is None:
+            out: List[Reloc] = []
+            if self.e_type == "ET_REL":
+                for s in self.sections:
+                    out.extend(r for r, _, _, _ in self._raw_relocs_for(s))
+            out.sort(key=lambda r: r.address)
+            self._relocs = out
+            self._reloc_addrs = [r.address for r in out]
+        return self._relocs
+
+    def relocs_in(self, address: int, size: int) -> List[Reloc]:
+        """Relocations whose field starts in ``[address, address + size)``."""
+        relocs = self.relocations()
+        lo = bisect.bisect_left(self._reloc_addrs, address)
+        hi = bisect.bisect_left(self._reloc_addrs, address + size)
+        return relocs[lo:hi]
+
+    # -- symbols ------------------------------------------------------------
+
+    @_guarded
+    def symbols(self) -> List[_Sym]:
+        """The symbol table (.symtab, else .dynsym), unpacked in bulk."""
+        if self._symbols is None:
+            by_type = {sec.sh_type: sec for sec in reversed(self._shdrs)}
+            sec = by_type.get(_SHT_SYMTAB) or by_type.get(_SHT_DYNSYM)
+            self._symbols = [] if sec is None else _unpack_symbols(self._data, self._shdrs, sec)
+        return self._symbols
+
+    @_guarded
+    def functions(self) -> List[Function]:
+        """Every STT_FUNC with a size, aliases folded, sorted by address."""
+        if self._functions is None:
+            self._functions = _fold_functions(self, self.symbols())
+        return self._functions
+
+    def lookup(self, spec: str) -> Function:
+        """Find one function by ``name``, ``name@file`` or ``0xADDRESS``.
+
+        A local name defined in several files is ambiguous: the error lists
+        each candidate with the two ways to pick it.
+        """
+        funcs = self.functions()
+        if not funcs:
+            raise UserError(
+                f"{self.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file"
+            )
+        if spec.lower().startswith("0x"):
+            try:
+                addr = int(spec, 16)
+            except ValueError:
+                raise UserError(f"{spec}: not a hexadecimal address")
+            for f in funcs:
+                if f.address == addr:
+                    return f
+            raise UserError(f"{self.path}: no function starts at {spec}")
+        name, _, file = spec.partition("@")
+        cands = [f for f in funcs if name == f.name or name in f.aliases]
+        if file:
+            cands = [f for f in cands if f.file and (f.file == file or os.path.basename(f.file) == file)]
+        if not cands:
+            near = sorted({f.name for f in funcs if name and (name in f.name or f.name in name)})[:5]
+            hint = f"; similar: {', '.join(near)}" if near else ""
+            raise UserError(f"{self.path}: unknown function '{spec}'{hint}")
+        if len(cands) > 1:
+            globals_ = [f for f in cands if f.binding != "local"]
+            if len(globals_) == 1:
+                return globals_[0]
+            choices = "; ".join(f"{f.qualified} or {f.address:#x}" for f in cands)
+            raise UserError(f"{self.path}: function '{spec}' is ambiguous: pick one of {choices}")
+        return cands[0]
+
+    def function_bytes(self, f: Function) -> bytes:
+        return self.read(f.address, f.size)
+
+    def read_cstring(self, address: int, limit: int = 4096) -> Optional[bytes]:
+        """The NUL-terminated string at ``address``, or None when it is not in the file."""
+        sec = self.section_at(address)
+        if sec is None or sec.nobits:
+            return None
+        data = self.read(address, min(limit, sec.addr + sec.size - address))
+        end = data.find(b"\0")
+        return data if end < 0 else data[:end]
+
+    @_guarded
+    def dynamic_symbols(self) -> Tuple[List["_Sym"], str]:
+        """The symbols a kernel linker resolves against, and the table's name.
+
+        A FreeBSD kernel is linked ``--export-dynamic`` and its linker looks
+        symbols up in ``.dynsym`` (the debug ``.symtab`` is not searched for
+        non-debug lookups since FreeBSD 14); an image without ``.dynsym`` (a
+        module, the embedded sample kernel) is read through ``.symtab``.
+        """
+        by_type = {sec.sh_type: sec for sec in reversed(self._shdrs)}
+        sec = by_type.get(_SHT_DYNSYM)
+        if sec is None:
+            return self.symbols(), ".symtab" if _SHT_SYMTAB in by_type else ""
+        return _unpack_symbols(self._data, self._shdrs, sec), ".dynsym"
+
+
+class _MmapStream:
+    """A minimal file object over an mmap, so pyelftools does not copy it."""
+
+    def __init__(self, m: mmap.mmap):
+        self._m = m
+        self._pos = 0
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._m)}[whence]
+        self._pos = base + pos
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._m) if n is None or n < 0 else min(self._pos + n, len(self._m))
+        out = self._m[self._pos : end]
+        self._pos = max(self._pos, end)
+        return out
+
+
+def _implicit_addend(raw: Sequence[int], off: int, width: int) -> int:
+    """SHT_REL: the addend is the field's (signed) value before relocation."""
+    if off + width > len(raw):
+        return 0
+    return int.from_bytes(bytes(raw[off : off + width]), "little", signed=True)
+
+
+def _check_ident(path: str, data: Sequence[int]) -> None:
+    """Reject non-ELF and 32-bit files before pyelftools sees them."""
+    if len(data) == 0:
+        raise UserError(f"{path}: empty file; pass a kernel, .ko or shared object")
+    if len(data) < 16 or bytes(data[:4]) != b"\x7fELF":
+        raise UserError(f"{path}: not an ELF file; pass a kernel, .ko or shared object")
+    if data[4] != 2:
+        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 (amd64) images")
+    if data[5] != 1:
+        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian amd64 images")
+    if len(data) < 64:
+        raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
+
+
+def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
+    if not 0 <= sec.sh_link < len(shdrs):
+        raise ValueError(f"symbol table {sec.name} links to missing string table {sec.sh_link}")
+    st = shdrs[sec.sh_link]
+    strtab = bytes(raw[st.sh_offset : st.sh_offset + st.sh_size])
+    data = bytes(raw[sec.sh_offset : sec.sh_offset + sec.sh_size])
+    out: List[_Sym] = []
+    file: Optional[str] = None
+    for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack(
+        "<IBBHQQ", data[: len(data) // 24 * 24]
+    ):
+        end = strtab.find(b"\0", st_name)
+        name = strtab[st_name:end].decode("utf-8", "replace") if end >= 0 else ""
+        stype, bind = st_info & 0xF, st_info >> 4
+        if stype == _STT_FILE:
+            file = name
+        # Every entry is kept, STT_FILE too: relocations index this list.
+        out.append(_Sym(name, st_value, st_size, stype, bind, st_shndx, file if bind == 0 else None))
+    return out
+
+
+def _fold_functions(img: KernelImage, syms: List[_Sym]) -> List[Function]:
+    """Group STT_FUNC symbols by (address, size); pick a stable primary name."""
+    groups: Dict[Tuple[int, int, Optional[str]], List[_Sym]] = {}
+    for s in syms:
+        if s.type != _STT_FUNC or s.size == 0 or s.shndx in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON):
+            continue
+        addr, ok = img._symbol_address(s)
+        if not ok:
+            continue
+        # Locals of different files never alias each other, even at one address.
+        key = (addr, s.size, s.file if s.bind == 0 else None)
+        groups.setdefault(key, []).append(s)
+    out = []
+    for (addr, size, _), group in groups.items():
+        aliases: Tuple[str, ...] = ()
+        if len(group) > 1:
+            group.sort(key=lambda s: (s.bind == 0, s.bind == 2, s.name))
+            aliases = tuple(sorted({s.name for s in group[1:]} - {group[0].name}))
+        primary = group[0]
+        sec = img.section_at(addr)
+        out.append(
+            Function(
+                name=primary.name,
+                address=addr,
+                size=size,
+                binding=_STB_NAMES.get(primary.bind, "other"),
+                file=primary.file,
+                section=sec.name if sec else "?",
+                aliases=aliases,
+            )
+        )
+    out.sort(key=lambda f: (f.address, f.name))
+    return out

@@ -1,0 +1,281 @@
+"""The embedded default sample kernel image.
+
+kinstkit needs an amd64 kernel image whenever the user names none, and the
+tests need one that is always there and whose contents are known.  A real
+FreeBSD kernel is large, licensed separately and not on every machine, and a
+checked-in binary would be opaque and tied to one toolchain.  So the sample is
+a small freestanding C and assembly code base under ``samples/kernel/``,
+compiled on first use with the FreeBSD amd64 kernel flags (frame pointers,
+kernel code model, no red zone, no FPU) so that its code looks like a kernel's.
+
+The result is cached under ``<repo>/build/sample/<key>/kernel``.  ``key`` is a
+short sha256 over the sources, the exact command lines and the tools'
+``--version`` output: a changed source, flag or compiler gets a new key, and a
+cache hit compiles nothing.
+
+Toolchains, in order of preference:
+
+* ``clang --target=x86_64-unknown-freebsd14.0`` with ``ld.lld -m
+  elf_x86_64_fbsd`` -- what FreeBSD itself builds its kernel with, and the
+  image then carries the FreeBSD OSABI;
+* ``gcc`` with GNU ``ld`` -- the fallback when clang or ld.lld is missing.
+
+The environment variable ``KINSTKIT_SAMPLE_CC=clang`` or ``=gcc`` forces one of
+them (it is part of the key through the command lines).  That is how the gcc
+path is exercised on machines that also have clang.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from generator.common.errors import UserError
+from generator.common.paths import BUILD, SAMPLES
+from generator.common.tools import first_error
+
+SOURCE_DIR = SAMPLES / "kernel"
+BUILD_DIR = BUILD / "sample"
+LINKER_SCRIPT = "kernel.ld"
+
+# Where the first segment of an amd64 kernel is linked (KERNBASE plus the
+# 2 MiB load offset); kernel.ld places the ELF headers there.
+TEXT_BASE = 0xFFFFFFFF80200000
+
+ENV_TOOLCHAIN = "KINSTKIT_SAMPLE_CC"
+
+# Bumped when the build recipe changes in a way the command lines do not show.
+_RECIPE_VERSION = "1"
+
+# FreeBSD's amd64 kernel flags (sys/conf/kern.mk, kern.pre.mk), minus the ones
+# that would change what the analysis sees: no -fstack-protector (the image has
+# no __stack_chk_guard) and no -mretpoline (indirect calls stay real calls).
+# -fno-stack-protector and -fcf-protection=none are spelled out because some
+# distributions' compilers turn those features on by default, and an endbr64
+# would move "push %rbp" away from offset 0 of every function.
+_CFLAGS: Tuple[str, ...] = (
+    "-O2",
+    "-std=gnu17",
+    "-nostdinc",
+    "-ffreestanding",
+    "-fwrapv",
+    "-fno-common",
+    "-fno-omit-frame-pointer",
+    "-mno-omit-leaf-frame-pointer",
+    "-mcmodel=kernel",
+    "-mno-red-zone",
+    "-mno-mmx",
+    "-mno-sse",
+    "-msoft-float",
+    "-fno-asynchronous-unwind-tables",
+    "-fno-pic",
+    "-fno-stack-protector",
+    "-fcf-protection=none",
+    "-D_KERNEL",
+    "-g",
+    "-Wall",
+    "-Werror",
+)
+_CLANG_ONLY: Tuple[str, ...] = ("--target=x86_64-unknown-freebsd14.0", "-mno-aes", "-mno-avx")
+
+# GCC's post-reload scheduler moves argument copies in between "push %rbp" and
+# "mov %rsp,%rbp" (clang never does), which would make the fallback image's
+# prologues differ from the clang image's that the tests and docs describe.
+_GCC_ONLY: Tuple[str, ...] = ("-fno-schedule-insns2",)
+
+_LDFLAGS: Tuple[str, ...] = ("-static", "-nostdlib", "--build-id=sha1")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A C compiler and the linker that goes with it, as resolved paths."""
+
+    name: str  # "clang" or "gcc"
+    cc: str
+    ld: str
+
+    def cflags(self) -> List[str]:
+        """Compiler flags: the common set plus the toolchain's own (see _CLANG_ONLY, _GCC_ONLY)."""
+        extra = _CLANG_ONLY if self.name == "clang" else _GCC_ONLY
+        return [*extra, *_CFLAGS]
+
+    def ldflags(self) -> List[str]:
+        """Linker flags; ld.lld gets the FreeBSD emulation (GNU ld builds usually lack it)."""
+        emulation = "elf_x86_64_fbsd" if self.name == "clang" else "elf_x86_64"
+        return ["-m", emulation, *_LDFLAGS]
+
+
+# name -> (compiler, linker), in order of preference.
+_TOOLCHAINS: Dict[str, Tuple[str, str]] = {
+    "clang": ("clang", "ld.lld"),
+    "gcc": ("gcc", "ld"),
+}
+
+
+def find_toolchain(name: Optional[str] = None) -> Toolchain:
+    """Resolve the toolchain to build with.
+
+    ``name`` (or, when None, ``$KINSTKIT_SAMPLE_CC``) forces one; otherwise the
+    first complete one in order of preference.  A missing tool raises
+    UserError naming it, so callers (and test skips) can say what to install.
+    """
+    if name is None:
+        name = os.environ.get(ENV_TOOLCHAIN) or None
+    if name is not None and name not in _TOOLCHAINS:
+        raise UserError(f"{ENV_TOOLCHAIN}={name!r}: expected one of {', '.join(_TOOLCHAINS)}")
+    candidates = [name] if name is not None else list(_TOOLCHAINS)
+    missing: List[str] = []
+    for candidate in candidates:
+        cc, ld = _TOOLCHAINS[candidate]
+        cc_path, ld_path = shutil.which(cc), shutil.which(ld)
+        if cc_path and ld_path:
+            return Toolchain(candidate, cc_path, ld_path)
+        missing += [tool for tool, path in ((cc, cc_path), (ld, ld_path)) if path is None]
+    if name is not None:
+        raise UserError(f"cannot build the sample kernel with the {name} toolchain: missing {', '.join(missing)}")
+    raise UserError(
+        "cannot build the sample kernel: found neither clang + ld.lld nor gcc + ld"
+        f" (missing: {', '.join(missing)})"
+    )
+
+
+def _sources() -> List[Path]:
+    """The files the image is built from, in link order: assembly (btext) first."""
+    files = [p for p in SOURCE_DIR.iterdir() if p.is_file() and p.suffix in (".c", ".h", ".S", ".ld")]
+    return sorted(files, key=lambda p: (p.suffix != ".S", p.name))
+
+
+def _commands(tc: Toolchain, srcdir: str, objdir: str) -> List[List[str]]:
+    """Every command of the build, in order: one compile per .c/.S, then the link.
+
+    The compiles run in ``srcdir`` with relative source names, so the debug
+    info names the real sources rather than a temporary directory.  Called
+    with placeholder directories to form the cache key, so that the key does
+    not depend on where the repository or the temporary directory is.
+    """
+    objects: List[str] = []
+    commands: List[List[str]] = []
+    for src in _sources():
+        if src.suffix not in (".c", ".S"):
+            continue
+        obj = f"{objdir}/{src.stem}.o"
+        objects.append(obj)
+        commands.append([tc.cc, *tc.cflags(), "-c", src.name, "-o", obj])
+    commands.append(
+        [tc.ld, *tc.ldflags(), "-T", f"{srcdir}/{LINKER_SCRIPT}", "-o", f"{objdir}/kernel", *objects]
+    )
+    return commands
+
+
+@functools.lru_cache(maxsize=None)
+def _tool_version(path: str) -> str:
+    """``tool --version``, once per process: it is part of the cache key."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise UserError(f"cannot run {path}: {e.strerror}") from None
+    return proc.stdout + proc.stderr
+
+
+def _cache_key(tc: Toolchain) -> str:
+    """Short sha256 over recipe, tool versions, command lines and source contents."""
+    h = hashlib.sha256()
+    material = {
+        "recipe": _RECIPE_VERSION,
+        "toolchain": tc.name,
+        "versions": [_tool_version(tc.cc), _tool_version(tc.ld)],
+        "commands": _commands(tc, "$SRC", "$OBJ"),
+        "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _sources()},
+    }
+    h.update(json.dumps(material, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _run(argv: List[str], cwd: Path) -> None:
+    """Run one build command; a failure becomes a one-line UserError."""
+    what = argv[argv.index("-c") + 1] if "-c" in argv else "link"
+    tool = Path(argv[0]).name
+    try:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    except OSError as e:
+        raise UserError(f"sample kernel: cannot run {argv[0]}: {e.strerror}") from None
+    if proc.returncode != 0:
+        raise UserError(
+            f"sample kernel: {tool} failed ({what}, exit {proc.returncode}): {first_error(proc.stderr)}"
+        )
+
+
+def _build(tc: Toolchain, objdir: Path, final: Path) -> None:
+    """Compile and link into ``objdir``.
+
+    Also leaves ``commands.sh`` next to the kernel: the same commands as they
+    would run against ``final``, so that a person debugging the sample can
+    rerun them by hand.
+    """
+    for argv in _commands(tc, str(SOURCE_DIR), str(objdir)):
+        _run(argv, SOURCE_DIR)
+    script = [f"cd {shlex.quote(str(SOURCE_DIR))}"]
+    script += [shlex.join(c) for c in _commands(tc, str(SOURCE_DIR), str(final))]
+    (objdir / "commands.sh").write_text("".join(line + "\n" for line in script))
+
+
+def _install(tmp: Path, final: Path) -> None:
+    """Move a finished build into place with renames, never leaving a half-written ``final``.
+
+    An existing ``final`` (a forced rebuild, or a directory whose kernel went
+    missing) is renamed aside first.  If another process installs the same key
+    in between, its result is just as good and is kept.
+    """
+    old: Optional[Path] = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old.{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "kernel").is_file():
+            raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def sample_kernel(*, rebuild: bool = False) -> Path:
+    """Path of the sample kernel image, building it first if it is not cached.
+
+    ``rebuild`` forces a fresh build even on a cache hit.  The build happens in
+    a temporary directory next to the cache and is renamed into place only
+    once complete, so an interrupted build leaves nothing half-written.
+    Raises UserError when no toolchain is found or a tool fails.
+    """
+    tc = find_toolchain()
+    key = _cache_key(tc)
+    final = BUILD_DIR / key
+    kernel = final / "kernel"
+    if kernel.is_file() and not rebuild:
+        return kernel
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp.", dir=BUILD_DIR))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would make the cache private
+        _build(tc, tmp, final)
+        _install(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return kernel
+
+
+def resolve_kernel(path: Optional[str]) -> str:
+    """The image to read: ``path``, or the embedded sample kernel when none is named."""
+    if path:
+        return path
+    return str(sample_kernel())

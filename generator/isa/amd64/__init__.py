@@ -1,0 +1,41 @@
+"""amd64: FreeBSD's ``sys/cddl/dev/kinst/amd64/kinst_isa.c``, ahead of time.
+
+- ``decode``: the capstone instruction walk;
+- ``classify``: kinst's verdict and ``struct kinst_probe_md`` per instruction,
+  the region refusals and the prologue rule;
+- ``probe_md``: the metadata record, its flag bits and the table kinds;
+- ``tables``: opcode facts as data;
+- ``relocs``: x86-64 relocation types;
+- ``oracle``: how objdump and valgrind see amd64 code;
+- ``fast``: the iced-x86 summary accelerator.
+"""
+
+from __future__ import annotations
+
+from generator.isa.amd64 import classify as _classify
+from generator.isa.amd64 import decode as _decode
+from generator.isa.amd64 import probe_md as _md
+from generator.isa.amd64.oracle import QUIRKS
+from generator.isa.amd64.relocs import reloc_type
+from generator.isa.contract import Isa
+
+ISA = Isa(
+    name="amd64",
+    e_machine="EM_X86_64",
+    patchval=0xCC,  # int3
+    patchval_size=1,
+    tramp_size=32,  # template (<= 16) + jmp *0(%rip) (6) + address (8)
+    md_excluded=_classify.MD_EXCLUDED,
+    table_kinds=_md.TABLE_KINDS,
+    flag_bits=_md.FLAG_BITS,
+    prologue_reasons=_classify.PROLOGUE_REASONS,
+    reloc_type=reloc_type,
+    oracle=QUIRKS,
+    decode=_decode.decode,
+    classify=_classify.classify,
+    context_refusals=_classify.context_refusals,
+    frame_verdict=_classify.frame_verdict,
+    skip_md=_md.skip_md,
+    table_row=_md.table_row,
+    accelerator="generator.isa.amd64.fast",
+)

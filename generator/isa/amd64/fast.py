@@ -1,0 +1,204 @@
+"""amd64 accelerator: whole-function summaries with iced-x86.
+
+capstone stays the decoder of record (``decode.py``, ``classify.py``); it runs at about 1 M
+instructions/s, too slow to sweep a 50 MB image quickly.  iced-x86 decodes
+about ten times faster.  This module uses it only to produce a *summary* of a
+function -- instruction count, probes by kind, refusals, the frame-pointer
+verdict and the walk check -- and the tests prove, function by function on
+real images, that the summary equals one computed from the capstone path
+(``tests/test_accelerator.py``).  Anything it is unsure about (an invalid
+encoding, an instruction capstone cannot decode, a %gs load) falls back to
+the capstone path for that function.
+
+Each iced ``Code`` maps to one action in ``ACTIONS``, computed once at
+import: most codes fix the kind by themselves (plain, a widened jcc, a direct
+call, refused); only indirect calls and jumps, segment loads and the like look
+at their operands (``_kind``, from the raw bytes, as ``classify.classify`` does).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Optional, Tuple
+
+from iced_x86 import Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnemonic, Register
+
+from generator.isa.amd64 import probe_md as M
+from generator.isa.amd64 import tables as T
+
+# capstone base mnemonics of tables.REFUSED -> iced mnemonics.  Far
+# call/jmp are found from their bytes (ff /3, ff /5), not by name.
+_ICED_NAMES = {"iretl": "IRETD", "iretw": "IRET", "sysretl": "SYSRETD", "sysexitl": "SYSEXITD"}
+REFUSED_ICED = frozenset(
+    m
+    for m in (
+        getattr(Mnemonic, _ICED_NAMES.get(name, name.upper()), None)
+        for name in T.REFUSED
+        if not name.startswith(("lcall", "ljmp"))
+    )
+    if m is not None
+)
+_NEXT = FlowControl.NEXT
+_MOV = Mnemonic.MOV
+_SS = Register.SS
+_GS = Register.GS
+_GS_LOADERS = (Mnemonic.MOV, Mnemonic.POP, Mnemonic.LGS)
+_INVALID = Code.INVALID
+
+
+# Per-code actions of the hot loop.  A code either fixes the kind by itself
+# (a rel8 jcc is always widened, a call rel32 always emulated), or needs the
+# operands (DETAIL), or is refused outright (REFUSE), or is left to capstone
+# (DECLINE).  Zero means "plain instruction": a trampoline, or riprel if its
+# memory operand is %rip-relative.
+KIND_CODES = {kind: i + 1 for i, (kind, _, _) in enumerate(M.TABLE_KINDS)}
+KIND_NAMES = {i: kind for kind, i in KIND_CODES.items()}
+_RIPREL = KIND_CODES[M.KIND_RIPREL]
+DETAIL = 253
+REFUSE = 254
+DECLINE = 255
+
+# (flow control, code-name suffix) -> kind fixed by the code alone.
+_FIXED = {
+    (FlowControl.CONDITIONAL_BRANCH, "_REL8_64"): M.KIND_JCC_WIDEN,
+    (FlowControl.CONDITIONAL_BRANCH, "_REL32_64"): M.KIND_JCC32,
+    (FlowControl.UNCONDITIONAL_BRANCH, "_REL8_64"): M.KIND_JMP_WIDEN,
+    (FlowControl.UNCONDITIONAL_BRANCH, "_REL32_64"): M.KIND_JMP32,
+    (FlowControl.CALL, "_REL32_64"): M.KIND_CALL_DIRECT,
+}
+
+
+def _action(c: int) -> int:
+    """What the hot loop does with an instruction of iced code ``c``."""
+    probe = Instruction.create(c)
+    mn = probe.mnemonic
+    name = _code_name(c)
+    if c == _INVALID or _BEYOND_CAPSTONE.intersection(probe.cpuid_features()):
+        return DECLINE
+    if mn in REFUSED_ICED:
+        return REFUSE
+    if (mn == _MOV and "SREG" in name) or name.startswith(("POPW_GS", "POPD_GS", "POPQ_GS", "LGS_")):
+        return DETAIL  # %ss loads are refused, %gs loads open a refused region
+    flow = probe.flow_control
+    if flow == _NEXT or flow in (FlowControl.RETURN, FlowControl.XBEGIN_XABORT_XEND):
+        return 0
+    for (f, suffix), kind in _FIXED.items():
+        if flow == f and name.endswith(suffix) and (mn, f) != (Mnemonic.JMPE, f):
+            return KIND_CODES[kind]
+    return DETAIL  # indirect calls and jumps, far transfers, anything unusual
+
+
+# CPUID features of instructions capstone 5 cannot decode (found by
+# verify-decoder on real kernel modules and by assembling each one): a
+# function holding one goes to the capstone path, which refuses the bytes.
+_BEYOND_CAPSTONE = frozenset(
+    getattr(CpuidFeature, name)
+    for name in (
+        "ENQCMD", "TDX", "SERIALIZE", "WRMSRNS", "MSRLIST", "UINTR", "HRESET", "RDPRU",
+        "INVLPGB", "SEV_SNP", "RMPQUERY", "TSXLDTRK", "KL", "AESKLE", "WIDE_KL", "RAO_INT",
+        "CMPCCXADD", "AMX_TILE", "AMX_INT8", "AMX_BF16", "AMX_FP16", "AMX_COMPLEX", "FRED",
+        "LKGS", "PREFETCHITI", "SHA512", "SM3", "SM4", "AVX_IFMA", "AVX_NE_CONVERT",
+        "AVX_VNNI_INT8", "AVX_VNNI_INT16",
+    )
+    if hasattr(CpuidFeature, name)
+)
+_CODE_NAMES = {v: k for k, v in vars(Code).items() if k.isupper() and isinstance(v, int)}
+
+
+def _code_name(c: int) -> str:
+    return _CODE_NAMES.get(c, "")
+
+
+ACTIONS = bytes(_action(c) for c in range(max(_CODE_NAMES) + 1))
+
+
+class Summary(NamedTuple):
+    """What ``probes --summary`` prints for one function."""
+
+    instructions: int
+    kinds: Dict[str, int]  # probes with status ok, by kind
+    skipped: int  # instructions refused on their own account
+    frame_rules: Tuple[str, ...]  # the prologue rules the function passes ('any', 'first')
+    walk_error: str
+
+
+def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
+    """Summarise the function whose bytes (plus a tail) are ``code``.
+
+    Only the symbol's own ``limit`` bytes are decoded, so an instruction that
+    straddles the end comes out truncated, that is invalid.  Returns None for
+    any invalid encoding (that one included) and for anything beyond
+    capstone; the caller then uses the capstone path, the authority on such
+    bytes and on walk errors.
+
+    The loop is the hot path of ``probes --all --summary``: per instruction it
+    reads the code, one table entry and, for plain instructions, whether the
+    memory operand is %rip-relative.
+    """
+    actions = ACTIONS
+    counts = [0] * 256
+    frame = code[:1] == b"\x55"
+    n = 0
+    for n, ins in enumerate(Decoder(64, code[:limit], ip=address), 1):
+        a = actions[ins.code]
+        if a == 0:
+            if ins.is_ip_rel_memory_operand:
+                counts[_RIPREL] += 1
+        elif a < DETAIL:
+            counts[a] += 1
+        elif a == REFUSE:
+            counts[REFUSE] += 1
+        elif a == DECLINE:
+            return None
+        else:
+            mn = ins.mnemonic
+            if mn in _GS_LOADERS and (mn == Mnemonic.LGS or ins.op0_register == _GS):
+                return None  # a %gs load opens classify.context_refusals' region: the capstone path counts it
+            kind = _kind(code, ins.ip - address, ins.len, ins, mn)
+            counts[REFUSE if kind is None else KIND_CODES[kind]] += 1
+        if not frame and code[ins.ip - address] == 0x55:
+            frame = True
+    skipped = counts[REFUSE]
+    kinds = {KIND_NAMES[i]: counts[i] for i in KIND_NAMES if counts[i]}
+    plain = n - skipped - sum(kinds.values())
+    if plain:
+        kinds[M.KIND_TRAMPOLINE] = kinds.get(M.KIND_TRAMPOLINE, 0) + plain
+    first = code[:1] == b"\x55"
+    rules = ("any", "first") if first else ("any",) if frame else ()
+    return Summary(n, kinds, skipped, rules, "")
+
+
+def _kind(code: bytes, off: int, ln: int, ins: Instruction, mn: int) -> Optional[str]:
+    """The kind ``classify.classify`` gives, from raw bytes; None when refused."""
+    if mn in REFUSED_ICED or (mn == _MOV and ins.op0_register == _SS):
+        return None
+    i = off
+    end = off + ln
+    while i < end and code[i] in T.PREFIXES:
+        i += 1
+    op = code[i]
+    if op == 0x0F and 0x80 <= code[i + 1] <= 0x8F:
+        return M.KIND_JCC32
+    if op in T.JCC8:
+        return M.KIND_JCC_WIDEN
+    if op == 0xEB:
+        return M.KIND_JMP_WIDEN
+    if op == 0xE9:
+        return M.KIND_JMP32
+    if op == 0xE8:
+        return M.KIND_CALL_DIRECT
+    if op == 0xFF:
+        modrm = code[i + 1]
+        reg = (modrm >> 3) & 7
+        if reg in (3, 5):
+            return None  # far call / far jmp
+        if reg == 2:
+            if modrm >> 6 == 3:
+                return M.KIND_CALL_REG
+            if 0x67 in code[off:i]:
+                return None  # addr32 call through memory (tables.ADDR32_CALL_REASON)
+            if modrm & 0xC7 == 0x05:
+                return M.KIND_CALL_RIPREL
+            return M.KIND_CALL_MEM
+    if ins.is_ip_rel_memory_operand:
+        return M.KIND_RIPREL
+    return M.KIND_TRAMPOLINE

@@ -1,0 +1,56 @@
+"""How GNU objdump and valgrind see amd64 code: the quirks the decoder and hit-count proofs allow for.
+
+- objdump prints a REX prefix the CPU ignores (one that another REX follows)
+  as a pseudo-instruction ``rex.WRXB``; capstone folds it into the
+  instruction.
+- objdump's branch mnemonics: jmp, jcc, jrcxz, call, loop*, xbegin (the
+  operand decides whether it is direct).
+- valgrind runs each iteration of a ``rep``-prefixed string instruction as a
+  re-execution of the instruction (a jump to itself), while the CPU runs the
+  whole loop from one fetch and the int3 fires once.
+"""
+
+from __future__ import annotations
+
+import re
+
+from generator.isa.amd64.probe_md import KIND_JCC32, KIND_JCC_WIDEN
+from generator.isa.contract import OracleQuirks
+
+_PREFIXES = {0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3}
+_STRING_OPS = {0x6C, 0x6D, 0x6E, 0x6F, 0xA4, 0xA5, 0xA6, 0xA7, 0xAA, 0xAB, 0xAC, 0xAD, 0xAE, 0xAF}
+
+
+def rep_string(orig: bytes) -> bool:
+    """True for a rep/repe/repne-prefixed string instruction."""
+    rep = False
+    i = 0
+    while i < len(orig) and orig[i] in _PREFIXES:
+        rep = rep or orig[i] in (0xF2, 0xF3)
+        i += 1
+    if i < len(orig) and orig[i] & 0xF0 == 0x40:
+        i += 1
+    return rep and i < len(orig) and orig[i] in _STRING_OPS
+
+
+def is_branch_mnemonic(mnem: str) -> bool:
+    """jmp, jcc, jrcxz, call, loop*, xbegin (the operand decides direct or not)."""
+    return mnem.startswith(("j", "call", "loop")) or mnem == "xbegin"
+
+
+QUIRKS = OracleQuirks(
+    objdump="objdump",
+    branch_mnemonic=is_branch_mnemonic,
+    prefix_words=frozenset(
+        {"bnd", "notrack", "data16", "data32", "addr32", "addr16", "cs", "ds", "es", "ss", "fs", "gs", "lock", "rep",
+         "repz", "repe", "repnz", "repne", "xacquire", "xrelease"}
+        | {"rex" + s for s in ("", ".W", ".R", ".X", ".B", ".WR", ".WX", ".WB", ".RX", ".RB", ".XB", ".WRX",
+                               ".WRB", ".WXB", ".RXB", ".WRXB")}
+    ),
+    no_target_branches=frozenset({"loop", "loope", "loopne", "jrcxz", "jecxz", "xbegin"}),
+    pcrel32_relocs=("R_X86_64_PC32", "R_X86_64_PLT32"),
+    lone_prefix=re.compile(r"^rex(\.W?R?X?B?)? *$"),
+    lone_prefix_note="redundant REX",
+    repeats_in_place=rep_string,
+    conditional_kinds=(KIND_JCC_WIDEN, KIND_JCC32),
+)

@@ -1,0 +1,103 @@
+"""amd64's probe metadata: kinst's ``struct kinst_probe_md``, its flag bits and the table kinds.
+
+One owner for these encodings: the generated ``kinst_core.h`` is rendered
+from ``FLAG_BITS`` and ``TABLE_KINDS``, and nothing else defines them.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, NamedTuple
+
+from generator.common.cstring import c_bytes
+from generator.isa.contract import FlagBit, TableKind
+
+
+class KinstFlag(enum.IntFlag):
+    """``KINST_F_*`` from kinst_isa.c; mirrored by the generated C header."""
+
+    CALL = 0x01  # instruction is a call
+    DIRECT_CALL = 0x02  # call rel32
+    RIPREL = 0x04  # position-dependent: needs a displacement fix-up
+    JMP = 0x08  # a jump (rel8/rel32, or ff /4 /5)
+    MOD_DIRECT = 0x10  # call operand is a register, not memory
+
+
+_FLAG_DOCS = {
+    KinstFlag.CALL: "instruction is a call",
+    KinstFlag.DIRECT_CALL: "call rel32",
+    KinstFlag.RIPREL: "position-dependent: rel32 rewritten in the trampoline",
+    KinstFlag.JMP: "a jump",
+    KinstFlag.MOD_DIRECT: "call operand is a register, not memory",
+}
+FLAG_BITS = tuple(FlagBit(f"KINST_F_{f.name}", int(f), _FLAG_DOCS[f]) for f in KinstFlag)
+
+# Emulation kinds: how a hit on this instruction is resumed.
+KIND_TRAMPOLINE = "trampoline"  # copied verbatim, then jmp back
+KIND_RIPREL = "riprel"  # copied, disp32 rewritten for the trampoline
+KIND_JMP32 = "jmp-rel32"  # e9: disp32 rewritten
+KIND_JCC32 = "jcc-rel32"  # 0f 8x: disp32 rewritten
+KIND_JMP_WIDEN = "jmp-widen"  # eb rel8 -> e9 rel32
+KIND_JCC_WIDEN = "jcc-widen"  # 7x rel8 -> 0f 8x rel32
+KIND_CALL_DIRECT = "call-direct"  # e8: emulated
+KIND_CALL_REG = "call-reg"  # ff /2, mod 3: emulated
+KIND_CALL_MEM = "call-mem"  # ff /2 through memory: emulated
+KIND_CALL_RIPREL = "call-riprel"  # ff /2 through (%rip): emulated
+
+# The kinds a generated table can hold, in the order of their C enum values
+# (enum kinst_kind in the rendered kinst_core.h).
+TABLE_KINDS = (
+    TableKind(KIND_TRAMPOLINE, "KINST_K_TRAMPOLINE", "copied verbatim, then jmp back"),
+    TableKind(KIND_RIPREL, "KINST_K_RIPREL", "copied, disp32 rewritten for the trampoline"),
+    TableKind(KIND_JMP32, "KINST_K_JMP32", "jmp rel32, disp32 rewritten"),
+    TableKind(KIND_JCC32, "KINST_K_JCC32", "jcc rel32, disp32 rewritten"),
+    TableKind(KIND_JMP_WIDEN, "KINST_K_JMP_WIDEN", "jmp rel8 widened to rel32"),
+    TableKind(KIND_JCC_WIDEN, "KINST_K_JCC_WIDEN", "jcc rel8 widened to rel32"),
+    TableKind(KIND_CALL_DIRECT, "KINST_K_CALL_DIRECT", "call rel32, emulated"),
+    TableKind(KIND_CALL_REG, "KINST_K_CALL_REG", "call through a register, emulated"),
+    TableKind(KIND_CALL_MEM, "KINST_K_CALL_MEM", "call through memory, emulated"),
+    TableKind(KIND_CALL_RIPREL, "KINST_K_CALL_RIPREL", "call through (%rip) memory, emulated"),
+)
+_C_NAMES = {k.kind: k.c_name for k in TABLE_KINDS}
+
+
+class ProbeMd(NamedTuple):
+    """``struct kinst_probe_md`` for one instruction, as ``kinst_instr_dissect()`` fills it.
+
+    Except where docs/refusals.md lists a deliberate correction.
+    """
+
+    flags: int  # KINST_F_* bits
+    instlen: int  # original length
+    tinstlen: int  # length in the trampoline (widened short jumps are longer)
+    template: bytes  # 16 bytes, the displacement hole zeroed
+    dispoff: int  # where the rel32 hole is in template
+    disp: int  # displacement (widened jumps: adjusted by -3/-4)
+    reg1: int  # call operand base: -1 none; 0..15 in trapframe order rax..r15
+    reg2: int  # call operand index
+    scale: int  # call operand scale (a shift)
+
+    def to_json(self) -> Dict[str, Any]:
+        d = self._asdict()
+        d["template"] = self.template.hex()
+        return d
+
+
+def skip_md(length: int) -> ProbeMd:
+    """The metadata of a refused instruction nobody will trampoline."""
+    return ProbeMd(0, length, length, bytes(16), 0, 0, 0, 0, 0)
+
+
+def table_row(md: ProbeMd) -> Dict[str, object]:
+    """The fields of ``struct kinst_entry`` for this metadata, formatted for C."""
+    return {
+        "flags": f"{md.flags:#04x}",
+        "instlen": md.instlen,
+        "tinstlen": md.tinstlen,
+        "dispoff": md.dispoff,
+        "reg1": md.reg1,
+        "reg2": md.reg2,
+        "scale": md.scale,
+        "disp": md.disp,
+        "template": c_bytes(md.template),
+    }

@@ -1,0 +1,38 @@
+"""x86-64 relocation types, for the image reader's ET_REL layout (System V x86-64 psABI, table 4.9)."""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from generator.isa.contract import RelocType
+
+R_X86_64_NONE = 0
+
+_APPLIED = {
+    1: ("R_X86_64_64", 8, False),
+    2: ("R_X86_64_PC32", 4, True),
+    4: ("R_X86_64_PLT32", 4, True),
+    10: ("R_X86_64_32", 4, False),
+    11: ("R_X86_64_32S", 4, False),
+    24: ("R_X86_64_PC64", 8, True),
+}
+# Types not applied (GOT, TLS, narrow fields).  They are still listed, as
+# unresolved, so that a field they fill is never read as its final value.
+_UNAPPLIED = {
+    3: "R_X86_64_GOT32", 9: "R_X86_64_GOTPCREL", 12: "R_X86_64_16", 13: "R_X86_64_PC16", 14: "R_X86_64_8",
+    15: "R_X86_64_PC8", 19: "R_X86_64_TLSGD", 20: "R_X86_64_TLSLD", 21: "R_X86_64_DTPOFF32",
+    22: "R_X86_64_GOTTPOFF", 23: "R_X86_64_TPOFF32", 26: "R_X86_64_GOTPC32", 41: "R_X86_64_GOTPCRELX",
+    42: "R_X86_64_REX_GOTPCRELX",
+}
+
+RELOCATIONS: Dict[int, RelocType] = {
+    **{t: RelocType(name, 1, False, False) for t, name in _UNAPPLIED.items()},
+    **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in _APPLIED.items()},
+}
+
+
+def reloc_type(rtype: int) -> Optional[RelocType]:
+    """The relocation type ``rtype``; None for R_X86_64_NONE, which fills nothing."""
+    if rtype == R_X86_64_NONE:
+        return None
+    return RELOCATIONS.get(rtype) or RelocType(f"R_X86_64_{rtype}", 1, False, False)

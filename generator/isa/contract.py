@@ -1,0 +1,125 @@
+"""The contract every ISA implements, and the records stage 2 hands on.
+
+FreeBSD keeps one ``kinst_isa.c`` per architecture behind ``kinst.h``; here each
+ISA is one package under ``generator/isa/`` that builds one ``Isa`` record.
+Machine-independent code (the image reader, the probe walk, the plan, the
+oracles) asks the image for its ``Isa`` and uses only what this module
+defines; it never imports an ISA package or branches on an ISA's name.
+
+An ISA provides:
+
+- ``decode``: the instruction walk over a function's bytes (capstone is the
+  decoder of record), as ``Insn`` records;
+- ``classify``: kinst's verdict for one instruction, as a ``Verdict`` whose
+  ``md`` is the ISA's own probe-metadata record (its ``struct
+  kinst_probe_md``);
+- ``context_refusals`` and ``frame_verdict``: the refusals that need more than
+  one instruction, and kinst's function-prologue rule;
+- its patch value, trampoline size, per-ISA exclusion list, table kinds and
+  flag bits (what the generated C header mirrors);
+- its relocation types (what the image reader applies to an ET_REL file);
+- its oracle quirks: how GNU objdump and valgrind see its instructions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
+
+STATUS_OK = "ok"
+STATUS_SKIP = "skip"
+KIND_SKIP = "skip"  # the kind of every refused instruction
+BAD = "(bad)"  # the mnemonic of bytes no decoder could decode
+
+
+class Insn(NamedTuple):
+    """One instruction of a function, as the decode walk found it."""
+
+    offset: int  # from the function symbol
+    length: int
+    mnemonic: str  # as capstone prints it (AT&T on amd64)
+    operands: str
+
+
+class Verdict(NamedTuple):
+    """What ``classify`` says of one instruction."""
+
+    status: str  # STATUS_OK or STATUS_SKIP
+    reason: str  # why it is refused ("" when ok)
+    kind: str  # how a hit resumes: one of the ISA's table kinds, or KIND_SKIP
+    md: Any  # the ISA's probe-metadata record (a NamedTuple with to_json())
+    target: Optional[int]  # direct branch or call target, when the bytes say it
+
+
+class TableKind(NamedTuple):
+    """One way a hit resumes, as the generated C enum spells it."""
+
+    kind: str  # the name analysis and reports use ("call-direct")
+    c_name: str  # the enumerator (KINST_K_CALL_DIRECT)
+    doc: str
+
+
+class FlagBit(NamedTuple):
+    """One per-probe flag bit, as the generated C header defines it."""
+
+    c_name: str
+    value: int
+    doc: str
+
+
+class RelocType(NamedTuple):
+    """A relocation type the image reader knows for this ISA."""
+
+    name: str  # R_X86_64_PC32
+    width: int  # bytes of the field it fills (1 for types not applied)
+    pcrel: bool  # S + A - P rather than S + A
+    applied: bool  # False: listed so its field is never read as final, but not applied
+
+
+@dataclass(frozen=True)
+class OracleQuirks:
+    """How the independent tools see this ISA's code, for the decoder and hit-count proofs."""
+
+    objdump: str  # the binutils objdump that decodes it
+    branch_mnemonic: Callable[[str], bool]  # objdump's mnemonics of (possibly) direct branches
+    prefix_words: FrozenSet[str]  # words objdump may print before a mnemonic
+    no_target_branches: FrozenSet[str]  # direct branches classify gives no target for (they are refused)
+    pcrel32_relocs: Tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
+    lone_prefix: Optional[Pattern[str]]  # objdump's pseudo-instruction for a prefix the CPU ignores
+    lone_prefix_note: str  # what that tolerance is called in the verify-decoder report
+    repeats_in_place: Callable[[bytes], bool]  # valgrind counts each iteration; the CPU traps once
+    conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
+
+
+@dataclass(frozen=True)
+class Isa:
+    """One ISA behind the contract (see the module docstring)."""
+
+    name: str  # FreeBSD's MACHINE_CPUARCH: "amd64"
+    e_machine: str  # pyelftools' name of the ELF e_machine: "EM_X86_64"
+    patchval: int  # the breakpoint kinst writes
+    patchval_size: int  # bytes of it
+    tramp_size: int  # bytes per trampoline
+    md_excluded: Mapping[str, str]  # kinst_md_excluded(): function name -> reason
+    table_kinds: Tuple[TableKind, ...]  # in the order of their C enum values
+    flag_bits: Tuple[FlagBit, ...]  # per-probe flag bits of the probe metadata
+    prologue_reasons: Mapping[str, str]  # prologue rule -> why a function fails it
+    reloc_type: Callable[[int], Optional[RelocType]]  # r_type -> its record; None for R_*_NONE
+    oracle: OracleQuirks
+    decode: Callable[[bytes, int, Optional[int]], Tuple[List[Insn], str]]
+    classify: Callable[[bytes, int, str, str], Verdict]
+    context_refusals: Callable[[Sequence[Insn]], Dict[int, str]]
+    frame_verdict: Callable[[Sequence[Insn], bytes, str], str]
+    skip_md: Callable[[int], Any]  # the probe metadata of an instruction of this length that is refused
+    table_row: Callable[[Any], Dict[str, object]]  # probe metadata -> the generated table's fields
+    accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
+
+    def __repr__(self) -> str:
+        return f"Isa({self.name})"
+
+    def kind_index(self, kind: str) -> int:
+        """The C enum value of a table kind."""
+        for i, k in enumerate(self.table_kinds):
+            if k.kind == kind:
+                return i
+        raise KeyError(f"{self.name}: no table kind {kind!r}")

@@ -1,0 +1,123 @@
+"""``generate --provider kinst``: analysis -> plan -> rendered kinst module sources.
+
+Renders ``templates/kinst/`` into ``sys/modules/kinst/`` (or ``--out``): the
+portable core (``kinst_core.[ch]``), the table (``kinst_table.c``), the
+FreeBSD glue and the list of refusals.  The user-space harness renders the
+same core and table with its own glue (``generator/harness.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from generator import isa as isa_registry
+from generator.analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
+from generator.analysis.plan import ProbePlan, make_plan
+from generator.analysis.probes import analyse
+from generator.common.cstring import c_bytes
+from generator.common.defaults import DEFAULT_PROLOGUE_RULE
+from generator.common.paths import SYS_MODULES
+from generator.image.elf import KernelImage
+from generator.render import Input, render_tree
+
+DEFAULT_OUT = SYS_MODULES / "kinst"
+CORE_TEMPLATES = ("kinst_core.h.j2", "kinst_core.c.j2", "kinst_table.c.j2", "kinst_refused.txt.j2")
+
+
+def build_plan(kernel: str, functions: Sequence[str], all_functions: bool,
+               rule: str = DEFAULT_PROLOGUE_RULE) -> ProbePlan:
+    img = KernelImage.open(kernel)
+    funcs = img.functions() if all_functions else [img.lookup(f) for f in functions]
+    return make_plan(img, [analyse(img, f, rule, img.isa) for f in funcs])
+
+
+def context(plan: ProbePlan) -> Dict[str, Any]:
+    """Template variables: every value pre-formatted, so templates stay logic-free."""
+    isa = isa_registry.by_name(plan.arch)
+    funcs = [
+        {"name": f.name, "addr": f"{f.address:#x}", "size": f.size, "first": f.first, "count": f.count}
+        for f in plan.funcs
+    ]
+    entries = [
+        {
+            "probe": f"{plan.funcs[e.func].qualified}:{e.offset}",
+            "func": e.func,
+            "offset": e.offset,
+            "kind": isa.table_kinds[isa.kind_index(e.kind)].c_name,
+            "orig": c_bytes(e.orig),
+            **isa.table_row(e.md),
+        }
+        for e in plan.entries
+    ]
+    return {
+        "image": plan.image,
+        "build_id": plan.build_id,
+        "funcs": funcs,
+        "entries": entries,
+        "refused": plan.refused,
+        "refused_count": len(plan.refused),
+        "patchval": isa.patchval,
+        "tramp_size": isa.tramp_size,
+        "flags": [{"name": f.c_name, "value": f.value, "doc": f.doc} for f in isa.flag_bits],
+        "kinds": [{"name": k.c_name, "value": i, "doc": k.doc} for i, k in enumerate(isa.table_kinds)],
+        **glue_context(plan, isa.md_excluded),
+    }
+
+
+def linker_names(plan: ProbePlan) -> Tuple[str, str, bool]:
+    """(lf->filename, DTrace module name, is a kernel) for the image a table was made from.
+
+    FreeBSD names the kernel's linker file "kernel" and a module's by its file
+    name; DTrace module names drop ".ko" (fbt, and dtrace_module_unloaded()
+    when it removes a module's probes).
+    """
+    if plan.e_type == "ET_EXEC":
+        return "kernel", "kernel", True
+    name = os.path.basename(plan.image)
+    return name, name[:-3] if name.endswith(".ko") and len(name) > 3 else name, False
+
+
+def glue_context(plan: ProbePlan, md_excluded) -> Dict[str, Any]:
+    """What the FreeBSD glue needs beyond the table: names, lookup order, exclusions."""
+    file_name, dtrace_module, is_kernel = linker_names(plan)
+    names = [f.name for f in plan.funcs]
+    # The anchor gives the load bias: a global function (its name is unique in
+    # the image), else one whose name is unique in the table.
+    anchor = next((i for i, f in enumerate(plan.funcs) if f.qualified == f.name), -1)
+    if anchor < 0:
+        anchor = next((i for i, n in enumerate(names) if names.count(n) == 1), -1)
+    return {
+        "module_file": file_name,
+        "dtrace_module": dtrace_module,
+        "table_is_kernel": int(is_kernel),
+        "anchor": anchor,
+        "anchor_name": names[anchor] if anchor >= 0 else "none",
+        # strcmp() order: bytes, then index so that equal names keep table order.
+        "byname": sorted(range(len(names)), key=lambda i: (names[i].encode("utf-8"), i)),
+        "excluded_names": [{"name": n, "why": w} for n, w in sorted(excluded_names(md_excluded).items())],
+        "excluded_prefixes": [{"name": p, "why": w} for p, w in EXCLUDED_PREFIXES],
+        "excluded_exceptions": list(EXCLUDED_EXCEPTIONS),
+    }
+
+
+def command_line(kernel: str, functions: Sequence[str], all_functions: bool) -> str:
+    """The canonical command for the header: inputs only, never the output directory."""
+    words = ["python", "-m", "generator", "generate", "--provider", "kinst", "--kernel", kernel]
+    words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def render_plan(plan: ProbePlan, out: Path, command: str, only: Sequence[str] = ()) -> List[Path]:
+    inputs = [Input(plan.image, plan.build_id, plan.sha256)]
+    return render_tree("kinst", out, context(plan), inputs, command, only=only)
+
+
+def generate(kernel: str, functions: Sequence[str], all_functions: bool,
+             out: Optional[Path] = None) -> Tuple[ProbePlan, List[Path]]:
+    """Analyse ``kernel``, plan its table and render the module sources into ``out``."""
+    plan = build_plan(kernel, functions, all_functions)
+    paths = render_plan(plan, out or DEFAULT_OUT, command_line(kernel, functions, all_functions))
+    return plan, paths

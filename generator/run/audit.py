@@ -1,0 +1,92 @@
+"""The audit library's protocol: how a run tells it what to do and how it reports back.
+
+The harness library (``templates/harness/``) is loaded with ``LD_AUDIT`` (or,
+in locate mode, ``LD_PRELOAD``).  ``$KINST_HARNESS_MODE`` says what it does
+(``probe``: patch and count; ``locate``: only record where the target was
+mapped) and ``$KINST_HARNESS_OUT`` where it writes: one text report per
+process (``<prefix>.<pid>``: where it mapped the target, what it placed and
+refused) and, in probe mode, one counter file (``<prefix>.<pid>.hits``: a
+little-endian u64 per table entry).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+LIB_NAME = "libkinst_harness.so"
+ENV_OUT = "KINST_HARNESS_OUT"
+ENV_MODE = "KINST_HARNESS_MODE"
+
+
+def audit_env(
+    lib: Path, out_prefix: Path, mode: str, base: Optional[Dict[str, str]] = None, var: str = "LD_AUDIT"
+) -> Dict[str, str]:
+    """The environment of a probed run: the library in ``LD_AUDIT`` (or, for locate mode only, ``LD_PRELOAD``)."""
+    env = dict(os.environ if base is None else base)
+    prev = env.get(var)
+    env[var] = str(lib) + (":" + prev if prev else "")
+    env[ENV_OUT] = str(out_prefix)
+    env[ENV_MODE] = mode
+    return env
+
+
+@dataclass
+class Dump:
+    """One process's report from the audit library: where it mapped the target, what it refused."""
+
+    pid: int
+    mode: str
+    entries: int
+    instances: List[Dict[str, int]]
+    refused: List[Tuple[int, int, str]]  # (entry, instance, reason)
+    notes: List[str]
+    complete: bool
+
+
+def read_dumps(prefix: Path) -> List[Dump]:
+    """The ``<prefix>.<pid>`` reports, one per process that mapped the target."""
+    dumps = []
+    for path in sorted(prefix.parent.glob(prefix.name + ".*")):
+        if not path.name[len(prefix.name) + 1 :].isdigit():
+            continue
+        d = Dump(0, "", 0, [], [], [], False)
+        for line in path.read_text(errors="replace").splitlines():
+            word, _, rest = line.partition(" ")
+            if word == "pid":
+                d.pid = int(rest)
+            elif word == "mode":
+                d.mode = rest
+            elif word == "entries":
+                d.entries = int(rest)
+            elif word == "instance":
+                f = rest.split()
+                d.instances.append(
+                    {"bias": int(f[2], 16), "tramp": int(f[4], 16), "placed": int(f[6]), "closed": int(f[8])}
+                )
+            elif word == "refused":
+                idx, inst, why = rest.split(" ", 2)
+                d.refused.append((int(idx), int(inst), why))
+            elif word == "note":
+                d.notes.append(rest)
+            elif word == "end":
+                d.complete = True
+        dumps.append(d)
+    return dumps
+
+
+def read_hits(prefix: Path, entries: int) -> Tuple[List[int], List[str]]:
+    """Per-entry hits summed over the ``<prefix>.<pid>.hits`` counter files, and any problems."""
+    hits = [0] * entries
+    problems = []
+    for path in sorted(prefix.parent.glob(prefix.name + ".*.hits")):
+        data = path.read_bytes()
+        if len(data) != 8 * entries:
+            problems.append(f"{path.name}: {len(data)} bytes, expected {8 * entries}")
+            continue
+        for i, n in enumerate(struct.unpack(f"<{entries}Q", data)):
+            hits[i] += n
+    return hits, problems

@@ -1,0 +1,375 @@
+"""``harness``: run real code with every table probe placed, and prove the counts.
+
+The generated core (``kinst_core.c``) and table (``kinst_table.c``) that go
+into kinst.ko are rendered again for a user-space target ELF and compiled with
+``templates/harness/kinst_harness.c.j2`` into an rtld audit library.  Loaded
+with ``LD_AUDIT``, it patches int3 over every probe of the target as soon as
+rtld maps it (at startup or on dlopen), resumes through static per-probe
+trampolines or call emulation from its SIGTRAP handler, and writes per-probe
+hit counts at exit.
+
+The runner runs the command twice, plain and probed, and the run passes only
+when stdout, stderr and the exit status are identical.  With ``verify`` the
+same command also runs under callgrind (``generator/callgrind.py``), with the
+audit library in ``locate`` mode (no probes), and every probe's hit count
+must equal callgrind's execution count of that instruction.
+
+Layout: ``build/harness/<key>/`` holds the rendered sources, ``commands.sh``
+and ``libkinst_harness.so``; the key hashes everything the library depends
+on, so an unchanged table is not compiled twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from generator import isa as isa_registry
+from generator.analysis.plan import ProbePlan
+from generator.common.errors import UserError
+from generator.common.paths import BUILD, TEMPLATE_DIR
+from generator.image.elf import KernelImage
+from generator.providers import kinst
+from generator.render import Input, render_tree
+from generator.run import callgrind
+from generator.run.audit import LIB_NAME, Dump, audit_env, read_dumps, read_hits
+from generator.run.process import DEFAULT_TIMEOUT, Run, run_command
+
+BUILD_DIR = BUILD / "harness"
+
+# The preload library: position-independent, everything hidden except the
+# rtld-audit entry points (so the handler's calls into the core are direct,
+# never through a PLT that rtld would resolve lazily), no stack protector (no
+# __stack_chk_fail in probe context), and no loop idioms turned into
+# memset/memcpy calls.
+CFLAGS = (
+    "-std=gnu99", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-stack-protector",
+    "-fno-tree-loop-distribute-patterns", "-fno-builtin", "-Wall", "-Wextra", "-Werror",
+    "-Wl,-z,now", "-Wl,-z,noexecstack",
+)
+SOURCES = ("kinst_core.c", "kinst_table.c", "kinst_harness.c")
+
+# PF_* -> PROT_* (PF_X = 1 -> PROT_EXEC = 4, PF_W = 2 -> 2, PF_R = 4 -> 1).
+_PROT = {1: 4, 2: 2, 4: 1}
+
+
+def gcc() -> str:
+    path = shutil.which("gcc")
+    if path is None:
+        raise UserError("gcc not found: the harness compiles its preload library with gcc (apt-get install gcc)")
+    return path
+
+
+# -- the target's layout ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the glue needs of the target beyond the table: its segments and build-id."""
+
+    e_type: str
+    segments: Tuple[Tuple[int, int, int], ...]  # (vaddr, memsz, PROT_*) of each PT_LOAD
+    build_id_vaddr: int  # link address of the build-id descriptor, 0 if none
+    build_id: bytes
+
+
+def layout(path: str) -> Layout:
+    img = KernelImage.open(path)
+    if img.e_type not in ("ET_DYN", "ET_EXEC"):
+        raise UserError(f"{path}: ELF type {img.e_type} cannot be loaded in user space; the harness needs a program or shared library")
+    segs = tuple((g.vaddr, g.memsz, sum(v for k, v in _PROT.items() if g.flags & k)) for g in img.segments())
+    if not segs:
+        raise UserError(f"{path}: no PT_LOAD segments; the harness needs a loadable program or shared library")
+    bid_vaddr, bid = img.build_id_note()
+    return Layout(img.e_type, segs, bid_vaddr, bid)
+
+
+# -- building the library ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Build:
+    dir: Path
+    lib: Path
+    plan: ProbePlan
+    layout: Layout
+
+    def probe_name(self, idx: int) -> str:
+        e = self.plan.entries[idx]
+        return f"{self.plan.funcs[e.func].qualified}:{e.offset}"
+
+    def link_address(self, idx: int) -> int:
+        e = self.plan.entries[idx]
+        return self.plan.funcs[e.func].address + e.offset
+
+
+def command_line(elf: str, functions: Sequence[str], all_functions: bool) -> str:
+    words = ["python", "-m", "generator", "harness", "--elf", elf]
+    words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def glue_context(elf: str, lay: Layout) -> Dict[str, object]:
+    lo = min(v for v, _, _ in lay.segments)
+    hi = max(v + m for v, m, _ in lay.segments)
+    return {
+        "target": os.path.abspath(elf),
+        "segments": [{"vaddr": f"{v:#x}", "memsz": f"{m:#x}", "prot": p} for v, m, p in lay.segments],
+        "image_lo": f"{lo:#x}",
+        "image_hi": f"{hi:#x}",
+        "build_id_vaddr": f"{lay.build_id_vaddr:#x}" if lay.build_id else "",
+        "build_id_len": len(lay.build_id),
+        "build_id_bytes": "{ " + ", ".join(f"{b:#04x}" for b in lay.build_id) + " }",
+    }
+
+
+def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan=None) -> Build:
+    """Render and compile the audit library for ``elf`` (cached by content)."""
+    if not elf:
+        raise UserError("--elf is required: the program or shared library to probe")
+    if not os.path.exists(elf):
+        raise UserError(f"{elf}: no such file; pass --elf PATH of a program or shared library")
+    if not functions and not all_functions and plan is None:
+        raise UserError("name the probes: --function F (repeatable) or --all")
+    cc = gcc()
+    lay = layout(elf)
+    given = plan
+    if plan is None:
+        plan = kinst.build_plan(elf, functions, all_functions)
+    command = command_line(elf, functions, all_functions) + ("" if given is None else " (table supplied by the caller)")
+    ctx = glue_context(elf, lay)
+    h = hashlib.sha256()
+    for part in (repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc):
+        h.update(part.encode() + b"\0")
+    for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2")) + sorted((TEMPLATE_DIR / "harness").glob("*.j2")):
+        h.update(t.read_bytes())
+    out = BUILD_DIR / h.hexdigest()[:16]
+    lib = out / LIB_NAME
+    if not lib.exists():
+        inputs = [Input(plan.image, plan.build_id, plan.sha256)]
+        kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
+        render_tree("harness", out, ctx, inputs, command, only=("kinst_harness.c.j2",))
+        tmp = out / f".{LIB_NAME}.{os.getpid()}"
+        cmd = [cc, *CFLAGS, "-o", str(tmp.name), *SOURCES]
+        shown = " ".join(shlex.quote(w) for w in [cc, *CFLAGS, "-o", LIB_NAME, *SOURCES])
+        (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shown}\n')
+        proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+            raise UserError(f"compiling the harness library failed in {out}: {first}")
+        os.replace(tmp, lib)
+    return Build(out, lib, plan, lay)
+
+
+# -- running ----------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """What one harness run found; ``to_json()`` is the ``--json`` object."""
+
+    elf: str
+    command: List[str]
+    library: str
+    tabled: int  # probes in the table
+    functions: int
+    not_tabled: int  # refusals from the analysis (kinst_refused.txt)
+    placed: int
+    processes: int  # processes that mapped the target
+    instances: List[Dict[str, int]]  # per mapped copy: pid, bias, tramp (trampoline block), placed
+    refused: List[Dict[str, str]]  # refused at run time
+    notes: List[str]
+    hits: List[int]  # per table entry, summed over processes
+    kinds: List[str]  # per table entry
+    table_kinds: List[str]  # every kind the ISA's tables hold, in C enum order
+    plain: Run
+    probed: Run
+    differences: List[str]
+    verify: Optional[dict] = None
+    errors: List[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+    @property
+    def ok(self) -> bool:
+        return self.identical and not self.errors and (self.verify is None or self.verify["equal"])
+
+    def hits_by_kind(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for k, n in zip(self.kinds, self.hits):
+            out[k] = out.get(k, 0) + n
+        return out
+
+    def to_json(self) -> dict:
+        by_kind = self.hits_by_kind()
+        obj = {
+            "elf": self.elf,
+            "command": self.command,
+            "functions": self.functions,
+            "probes": self.tabled,
+            "placed": self.placed,
+            "processes": self.processes,
+            "instances": [{k: (hex(v) if k in ("bias", "tramp") else v) for k, v in i.items()} for i in self.instances],
+            "hits": sum(self.hits),
+            "probes_hit": sum(1 for n in self.hits if n),
+            "hits_by_kind": {k: by_kind.get(k, 0) for k in self.table_kinds},
+            "kinds_hit": [k for k in self.table_kinds if by_kind.get(k, 0)],
+            "refused": self.refused,
+            "refused_by_analysis": self.not_tabled,
+            "notes": self.notes,
+            "identical": self.identical,
+            "differences": self.differences,
+            "exit_status": {"plain": self.plain.status, "probed": self.probed.status},
+            "seconds": {"plain": round(self.plain.seconds, 3), "probed": round(self.probed.seconds, 3)},
+            "errors": self.errors,
+            "library": self.library,
+        }
+        if self.verify is not None:
+            v = {k: x for k, x in self.verify.items() if k not in ("per_entry", "jcc")}
+            v["jcc_both_ways"] = sum(1 for j in self.verify["jcc"].values() if 0 < j["taken"] < j["executed"])
+            obj["callgrind"] = v
+        obj["ok"] = self.ok
+        return obj
+
+
+def _differences(a: Run, b: Run) -> List[str]:
+    out = []
+    for name, x, y in (("stdout", a.stdout, b.stdout), ("stderr", a.stderr, b.stderr)):
+        if x != y:
+            out.append(f"{name} differs: {_first_diff(x, y)}")
+    if a.status != b.status:
+        out.append(f"exit status differs: plain {a.status}, probed {b.status}")
+    if b.timed_out:
+        out.append("the probed run timed out")
+    if a.timed_out:
+        out.append("the plain run timed out")
+    return out
+
+
+def _first_diff(x: bytes, y: bytes) -> str:
+    n = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+    return f"first at byte {n} (plain {x[n:n + 40]!r}, probed {y[n:n + 40]!r})"
+
+
+def run_harness(
+    elf: str,
+    command: Sequence[str],
+    functions: Sequence[str] = (),
+    all_functions: bool = False,
+    plan=None,
+    verify: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Result:
+    """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
+    if not command:
+        raise UserError("no command to run: give it after --, e.g. harness --elf LIB --all -- python3 -c '...'")
+    if verify:
+        callgrind.require_valgrind()
+    b = build(elf, functions, all_functions, plan)
+    with tempfile.TemporaryDirectory(prefix="kinst-harness-") as tmp:
+        prefix = Path(tmp) / "hits"
+        plain = run_command(command, dict(os.environ), timeout)
+        probed = run_command(command, audit_env(b.lib, prefix, "probe"), timeout)
+        dumps = [d for d in read_dumps(prefix) if d.mode == "probe"]
+        hits, problems = read_hits(prefix, len(b.plan.entries))
+        res = _result(b, elf, command, plain, probed, dumps, hits, problems)
+        if verify:
+            res.verify = callgrind.compare(b, command, res.hits, Path(tmp), timeout)
+    return res
+
+
+def _result(
+    b: Build, elf: str, command: Sequence[str], plain: Run, probed: Run, dumps: List[Dump], hits: List[int],
+    problems: List[str],
+) -> Result:
+    n = len(b.plan.entries)
+    errors = list(problems)
+    refused: Dict[Tuple[int, str], None] = {}
+    placed = 0
+    notes: List[str] = []
+    instances: List[Dict[str, int]] = []
+    for d in dumps:
+        if not d.complete:
+            errors.append(f"process {d.pid}: its report is truncated")
+        if d.entries != n:
+            errors.append(f"process {d.pid}: table has {d.entries} entries, expected {n}")
+            continue
+        for i, _, why in d.refused:
+            refused[(i, why)] = None
+        placed = max([placed] + [inst["placed"] for inst in d.instances])
+        instances += [dict(inst, pid=d.pid) for inst in d.instances]
+        notes += [f"process {d.pid}: {x}" for x in d.notes]
+    if not dumps and probed.status is not None and probed.status < 0:
+        errors.append(f"the probed process died of signal {-probed.status} before it mapped {elf}")
+    elif not dumps:
+        errors.append(f"{elf} was never mapped by the command (no process loaded it), so no probe was placed")
+    return Result(
+        elf=elf,
+        command=list(command),
+        library=str(b.lib),
+        tabled=n,
+        functions=len(b.plan.funcs),
+        not_tabled=len(b.plan.refused),
+        placed=placed,
+        processes=len(dumps),
+        instances=instances,
+        refused=[{"probe": b.probe_name(i), "reason": why} for i, why in refused],
+        notes=notes,
+        hits=hits,
+        kinds=[e.kind for e in b.plan.entries],
+        table_kinds=[k.kind for k in isa_registry.by_name(b.plan.arch).table_kinds],
+        plain=plain,
+        probed=probed,
+        differences=_differences(plain, probed),
+        errors=errors,
+    )
+
+
+def text_report(res: Result) -> str:
+    by_kind = res.hits_by_kind()
+    lines = [
+        f"harness: {res.elf}: {res.tabled} probes in {res.functions} functions "
+        f"({res.not_tabled} refused by the analysis, see kinst_refused.txt in {Path(res.library).parent})",
+        f"placed {res.placed} probes in {res.processes} process(es); {len(res.refused)} refused at run time",
+    ]
+    for r in res.refused[:20]:
+        lines.append(f"  refused {r['probe']}: {r['reason']}")
+    if len(res.refused) > 20:
+        lines.append(f"  ... {len(res.refused) - 20} more (--json lists them all)")
+    lines.append(
+        f"hits {sum(res.hits)} on {sum(1 for n in res.hits if n)} probes: "
+        + (", ".join(f"{k} {n}" for k, n in sorted(by_kind.items()) if n) or "none")
+    )
+    for n in res.notes:
+        lines.append(f"note: {n}")
+    for e in res.errors:
+        lines.append(f"error: {e}")
+    if res.identical:
+        lines.append(
+            f"runs identical: stdout, stderr and exit status {res.plain.status} "
+            f"(plain {res.plain.seconds:.2f} s, probed {res.probed.seconds:.2f} s)"
+        )
+    else:
+        lines.append("runs DIFFER:")
+        lines += [f"  {d}" for d in res.differences]
+    if res.verify is not None:
+        v = res.verify
+        if v["equal"]:
+            lines.append(f"callgrind: all {v['compared']} probes equal ({v['executed']} executed, {v['instructions']} executions)")
+        else:
+            lines.append(f"callgrind: {len(v['mismatches'])} of {v['compared']} probes DIFFER, e.g.:")
+            for m in v["mismatches"][:10]:
+                lines.append(f"  {m['probe']}: harness {m['harness']}, callgrind {m['callgrind']}")
+    lines.append("PASS" if res.ok else "FAIL")
+    return "\n".join(lines) + "\n"
+
+
