@@ -1,0 +1,138 @@
+"""The import graph: no cycles anywhere, and each package imports only what its place in the pipeline allows.
+
+The graph is built with ``ast`` from every module of ``generator/`` and
+``vm/``, function-local imports included, so a local import cannot hide a
+cycle.  An edge goes to the module an import names: ``from a.b import c``
+is an edge to ``a.b.c`` when that is a module, else to ``a.b``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+from generator.common.paths import REPO
+
+PACKAGES = ("generator", "vm")
+
+
+def _modules() -> Dict[str, Path]:
+    out = {}
+    for top in PACKAGES:
+        for path in sorted((REPO / top).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: Dict[str, Path]) -> Set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                target = f"{mod}.{a.name}"
+                if target in known:
+                    out.add(target)
+                elif mod in known:
+                    out.add(mod)
+    out.discard(name)
+    return out
+
+
+def graph() -> Dict[str, Set[str]]:
+    known = _modules()
+    return {name: _imports(name, path, known) for name, path in known.items()}
+
+
+def _cycle(g: Dict[str, Set[str]]) -> List[str]:
+    """One import cycle of ``g`` as a path, or [] when there is none."""
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(n: str) -> List[str]:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return []
+
+    for n in sorted(g):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return []
+
+
+def test_the_graph_sees_the_packages():
+    g = graph()
+    assert "generator.cli" in g and "generator.isa.amd64.classify" in g and "vm.runner" in g
+    assert "generator.analysis.probes" in g["generator.analysis.whole"]
+
+
+def test_no_import_cycles():
+    cycle = _cycle(graph())
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_vm_uses_only_generator_common():
+    for name, deps in graph().items():
+        if name.startswith("vm"):
+            bad = sorted(d for d in deps if d.startswith("generator") and not d.startswith("generator.common"))
+            assert not bad, f"{name} imports {bad}; vm/ may import only generator.common"
+
+
+# Which stages a package may import: the pipeline flows one way.  ``cli``
+# and ``bench`` sit on top and may use anything.
+ALLOWED = {
+    "generator.common": {"generator.common"},
+    "generator.isa": {"generator.common", "generator.isa"},
+    "generator.image": {"generator.common", "generator.isa", "generator.image"},
+    "generator.analysis": {"generator.common", "generator.isa", "generator.image", "generator.analysis"},
+    "generator.render": {"generator.common", "generator.render"},
+    "generator.verify": {"generator.common", "generator.isa", "generator.image", "generator.analysis"},
+}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_stages_import_only_earlier_stages(package):
+    allowed = ALLOWED[package] | {"generator"}
+    for name, deps in graph().items():
+        if name == package or name.startswith(package + "."):
+            for d in deps:
+                top = ".".join(d.split(".")[:2])
+                assert top in allowed or d in allowed, f"{name} imports {d}"
+
+
+def test_arch_neutral_code_imports_no_isa_package():
+    """Only generator/isa/ and the ISA's own tests name an ISA package; the rest ask the image."""
+    for name, deps in graph().items():
+        if name.startswith("generator.isa"):
+            continue
+        isa_packages = sorted(d for d in deps if d.startswith("generator.isa.") and d != "generator.isa.contract")
+        assert not isa_packages, f"{name} imports {isa_packages}"
