@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 import vm
-from vm import accel, bhyve, console, freebsd, metadisk, qemu, runner, standin
+from vm import accel, bhyve, freebsd, metadisk, qemu, runner, standin
+from vm.supervise import console, leftovers
 from vm.config import DEFAULTS, GUEST_DIR, GUESTS, VMConfig, VMError, validate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -659,7 +660,7 @@ def test_sweep_stale(tmp_path):
     alive.mkdir()
     (alive / "owner.pid").write_text(f"{os.getpid()}\n")
     (alive / "meta.tar").write_bytes(b"x")
-    removed = runner.sweep_stale(tmp_path)
+    removed = leftovers.sweep_stale(tmp_path)
     assert removed == [str(dead / "system.qcow2")]
     assert (dead / "console.log").exists() and (alive / "meta.tar").exists()
 

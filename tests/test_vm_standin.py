@@ -28,6 +28,7 @@ import pytest
 
 import vm
 from vm import accel, metadisk, runner, standin
+from vm.supervise import leftovers
 from vm.config import GUEST_DIR, GUESTS, VMConfig, VMError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,7 +261,7 @@ def test_runner_killed_takes_qemu_with_it(assets, tmp_path, accel_name):
     assert not any(_alive(p) for p in qemu), "QEMU outlived a SIGKILLed runner"
     stale = next(runs.iterdir())
     assert any(stale.glob("system.*"))  # nobody could remove it...
-    assert runner.sweep_stale(runs)  # ...until the next run sweeps it
+    assert leftovers.sweep_stale(runs)  # ...until the next run sweeps it
     assert not any(stale.glob("system.*")) and not (stale / "meta.tar").exists()
 
 

@@ -9,7 +9,8 @@ The pipeline (docs/vm-test.md):
 - ``vm.metadisk``: the meta disk, a tar on a second virtio-blk disk that carries
   the guest script, its expected-output specs and the modules in, and the
   results out (FreeBSD CI's protocol);
-- ``vm.console``: the serial console watcher (hook markers, panic detection);
+- ``vm.supervise``: process control: starting and stopping the VM monitor, SIGINT/SIGTERM,
+  the serial console watcher (hook markers, panic detection), leftovers and stale runs;
 - ``vm.qemu`` and ``vm.bhyve``: the two backends, as argv builders plus a
   backend class each;
 - ``vm.standin``: the stand-in Linux guest made from Debian packages;

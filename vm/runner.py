@@ -20,41 +20,28 @@ with it; the overlay such a runner leaves is removed by the next run
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import math
 import os
 import secrets
 import select
-import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from . import accel as accel_mod
 from . import metadisk
 from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend, validate
-from .console import ConsoleWatcher
 from .plan import Plan
 from .qemu import QemuBackend, Stage, VMExit, have_qemu_img
-
-KEEP_RUNS = 30  # run directories kept under runs_dir; older ones are pruned
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the runner."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
+from .supervise.children import spawn, stop
+from .supervise.console import ConsoleWatcher
+from .supervise.leftovers import leftover_processes, sweep_stale
+from .supervise.signals import Interrupted, signals_ignored, signals_raise
 
 # --- results -----------------------------------------------------------------------
 
@@ -257,7 +244,7 @@ def _kvm_probe(cfg: VMConfig):
                 "-accel", "kvm", "-cpu", "host", "-kernel", str(assets.kernel), "-initrd", str(assets.initramfs),
                 "-append", assets.append, "-display", "none", "-serial", "stdio", "-monitor", "none"]
         t0 = time.monotonic()
-        proc = _spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         watcher = ConsoleWatcher()
         try:
             fd = proc.stdout.fileno()
@@ -273,104 +260,9 @@ def _kvm_probe(cfg: VMConfig):
             tail = " / ".join(line for line in watcher.tail(3) if line.strip())
             return False, time.monotonic() - t0, tail[-160:] or "no console output"
         finally:
-            _stop(proc, 1.0)
+            stop(proc, 1.0)
 
     return probe
-
-
-# --- processes ---------------------------------------------------------------------
-
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-def _child_setup(parent: int) -> None:
-    """In the child, before exec: die with the runner even if it is SIGKILLed (Linux),
-    and take the stop signals the runner blocked around the fork."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the runner died before prctl took effect
-            os._exit(1)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-
-
-def _spawn(argv: List[str], *, new_session: bool = True, on_started=None, **kw) -> subprocess.Popen:
-    """Start a child with SIGINT/SIGTERM held until ``on_started`` has recorded it,
-    so that an interrupt can never leave a child nobody knows about."""
-    parent = os.getpid()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        proc = subprocess.Popen(argv, start_new_session=new_session, preexec_fn=lambda: _child_setup(parent), **kw)
-        if on_started is not None:
-            on_started(proc)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    return proc
-
-
-def _signal_group(proc: subprocess.Popen, sig: int, group: bool) -> None:
-    try:
-        if group:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _stop(proc: subprocess.Popen, kill_after: float, group: bool = True) -> None:
-    """``timeout -k``: SIGTERM, then SIGKILL ``kill_after`` seconds later; reap."""
-    if proc.poll() is None:
-        _signal_group(proc, signal.SIGTERM, group)
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            pass
-    if proc.poll() is None:
-        _signal_group(proc, signal.SIGKILL, group)
-        proc.wait()
-    if group:
-        _signal_group(proc, signal.SIGKILL, True)  # anything the monitor left in its group
-
-
-def processes() -> List[Tuple[int, int, str]]:
-    """(pid, process group, command line) of every process, from /proc (or ps)."""
-    out = []
-    proc = Path("/proc")
-    if (proc / "self" / "stat").exists():
-        for d in proc.iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                stat = (d / "stat").read_text()
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] == "Z":
-                continue  # a zombie holds nothing
-            out.append((int(d.name), int(fields[2]), cmd))
-        return out
-    ps = subprocess.run(["ps", "-ax", "-o", "pid=", "-o", "pgid=", "-o", "state=", "-o", "command="],
-                        capture_output=True, text=True).stdout
-    for line in ps.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) == 4 and not parts[2].startswith("Z"):
-            out.append((int(parts[0]), int(parts[1]), parts[3]))
-    return out
-
-
-def leftover_processes(run_dir: Path, groups: List[int]) -> List[str]:
-    me = os.getpid()
-    found = []
-    for pid, pgid, cmd in processes():
-        if pid == me:
-            continue
-        if pgid in groups or str(run_dir) in cmd:
-            found.append(f"process {pid} ({cmd[:120]})")
-    return found
-
 
 # --- files -------------------------------------------------------------------------
 
@@ -403,71 +295,6 @@ def sparse_copy(src: Path, dst: Path) -> None:
             pos = hole_at
         fo.truncate(size)
     os.chmod(dst, 0o644)
-
-
-def sweep_stale(runs: Path) -> List[str]:
-    """Remove the disks of runs whose runner died without tearing down (SIGKILL); prune old runs."""
-    removed = []
-    if not runs.is_dir():
-        return removed
-    dirs = sorted((d for d in runs.iterdir() if d.is_dir()), key=lambda d: d.name)
-    for d in dirs:
-        owner = d / "owner.pid"
-        if not owner.exists():
-            continue
-        try:
-            pid = int(owner.read_text().split()[0])
-            os.kill(pid, 0)
-            continue  # still running
-        except (ValueError, IndexError):
-            pass
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        for name in ("system.qcow2", "system.raw", "meta.tar", "seed.iso"):
-            if (d / name).exists():
-                (d / name).unlink()
-                removed.append(str(d / name))
-        owner.unlink()
-    finished = [d for d in dirs if (d / "result.json").exists() and not (d / "owner.pid").exists()]
-    for d in finished[:-KEEP_RUNS] if len(finished) > KEEP_RUNS else []:
-        kept = [p for p in d.iterdir() if p.name in ("system.qcow2", "system.raw", "meta.tar")]
-        if not kept:  # never prune what --keep kept
-            shutil.rmtree(d, ignore_errors=True)
-    return removed
-
-
-@contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGINT and SIGTERM raise Interrupted while the VM runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """Teardown must finish: a second Ctrl-C is ignored while it runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 # --- the run -----------------------------------------------------------------------
@@ -516,7 +343,7 @@ def run(cfg: VMConfig) -> VMResult:
     (plan.run_dir / "owner.pid").write_text(f"{os.getpid()}\n")
     st = _Run(plan, backend)
     reraise: Optional[BaseException] = None
-    with _signals_raise():
+    with signals_raise():
         try:
             backend.preflight()
             _prepare(plan, backend)
@@ -531,7 +358,7 @@ def run(cfg: VMConfig) -> VMResult:
             st.end, st.error = "error", f"{type(e).__name__}: {e}"
             reraise = e
         finally:
-            with _signals_ignored():
+            with signals_ignored():
                 result = _teardown(st, notes)
     if reraise is not None:
         raise reraise
@@ -581,9 +408,9 @@ def _run_stage(st: _Run, stage: Stage, vmm_log) -> None:
     if stage.interactive:
         # vm-shell: the terminal is the console; QEMU logs it (chardev logfile).
         st.groups = []
-        st.proc = _spawn(stage.argv, new_session=False, stderr=vmm_log)
+        st.proc = spawn(stage.argv, new_session=False, stderr=vmm_log)
         st.end = "running"
-        with _signals_ignored():  # Ctrl-C belongs to the guest
+        with signals_ignored():  # Ctrl-C belongs to the guest
             try:
                 code = st.proc.wait(timeout=None if math.isinf(to.run) else max(0.0, to.run - (time.monotonic() - st.t0)))
             except subprocess.TimeoutExpired:
@@ -605,7 +432,7 @@ def _run_stage(st: _Run, stage: Stage, vmm_log) -> None:
         st.proc = proc
         st.groups.append(proc.pid)
 
-    _spawn(stage.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if stage.console_from_stdout else vmm_log,
+    spawn(stage.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if stage.console_from_stdout else vmm_log,
            stderr=vmm_log, on_started=started)
     assert st.proc is not None
     st.end = "running"
@@ -695,7 +522,7 @@ def _teardown(st: _Run, notes: List[str]) -> VMResult:
     if st.proc is not None:
         running = st.proc.poll() is None
         t_term = time.monotonic()
-        _stop(st.proc, plan.timeouts.kill_after, group=bool(st.groups))
+        stop(st.proc, plan.timeouts.kill_after, group=bool(st.groups))
         if running:
             # QEMU exits 0 on SIGTERM: what matters is that the runner ended it.
             how = "SIGKILL" if time.monotonic() - t_term >= plan.timeouts.kill_after else "SIGTERM"
