@@ -32,9 +32,10 @@ from pathlib import Path
 import pytest
 
 import vm
-from vm import accel, bhyve, freebsd, metadisk, qemu, runner, standin
-from vm.supervise import console, leftovers
+from vm import accel, bhyve, metadisk, qemu, runner
 from vm.config import DEFAULTS, GUEST_DIR, GUESTS, VMConfig, VMError, validate
+from vm.images import freebsd, standin
+from vm.supervise import console, leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 FAKEBSD = GUEST_DIR / "fakebsd"

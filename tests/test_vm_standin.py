@@ -27,9 +27,10 @@ from typing import List
 import pytest
 
 import vm
-from vm import accel, metadisk, runner, standin
-from vm.supervise import leftovers
+from vm import accel, metadisk, runner
 from vm.config import GUEST_DIR, GUESTS, VMConfig, VMError
+from vm.images import standin
+from vm.supervise import leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,9 +13,9 @@ The pipeline (docs/vm-test.md):
   the serial console watcher (hook markers, panic detection), leftovers and stale runs;
 - ``vm.qemu`` and ``vm.bhyve``: the two backends, as argv builders plus a
   backend class each;
-- ``vm.standin``: the stand-in Linux guest made from Debian packages;
-- ``vm.freebsd``: official FreeBSD VM images (download, verify, cache) and the
-  cloud-init NoCloud seed that runs the hook;
+- ``vm.images``: what guests boot from: ``standin`` (the stand-in Linux guest
+  made from Debian packages) and ``freebsd`` (official FreeBSD VM images:
+  download, verify, cache; and the cloud-init NoCloud seed that runs the hook);
 - ``vm.runner``: ``run()``, the supervisor that enforces the timeouts and tears down;
 - ``vm.bench``: ``bench_vm()``, the stand-in guest's whole cycle, timed.
 

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Tuple
 from . import accel as accel_mod
 from . import metadisk
 from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend, validate
+from .images import freebsd, standin
 from .plan import Plan
 from .qemu import QemuBackend, Stage, VMExit, have_qemu_img
 from .supervise.children import spawn, stop
@@ -149,8 +150,6 @@ def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
     info: Dict[str, object] = {"run_id": run_id, "guest": cfg.guest}
 
     if cfg.guest == "standin":
-        from . import standin
-
         try:
             assets = standin.assets(fetch=not cfg.dry_run)
         except VMError:
@@ -164,8 +163,6 @@ def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
         append = " ".join(filter(None, [assets.append, cfg.extra_append]))
         info["kernel"] = f"{assets.package} ({assets.kernel_kind})"
     else:
-        from . import freebsd
-
         if cfg.release:
             if cfg.dry_run:
                 base = freebsd.cached_image(cfg.release, cfg.flavor) or Path(
@@ -232,7 +229,6 @@ def _kvm_probe(cfg: VMConfig):
     """
 
     def probe(limit: float) -> Optional[Tuple[bool, float, str]]:
-        from . import standin
         from .qemu import QEMU
 
         try:
@@ -372,9 +368,7 @@ def _prepare(plan: Plan, backend) -> None:
         script=plan.script, expect=plan.expect, modules=plan.modules, extra=plan.extra,
         auto_shutdown=not plan.interactive, interactive=plan.interactive, info=info))
     if plan.seed is not None:
-        from .freebsd import make_seed
-
-        make_seed(plan.seed, plan.run_id)
+        freebsd.make_seed(plan.seed, plan.run_id)
 
 
 def _responders(plan: Plan):

@@ -22,7 +22,7 @@ from typing import Dict, List
 from generator.common.files import write_all
 from generator.common.paths import BENCH_RESULTS
 from vm import accel as accel_mod
-from vm import standin
+from vm.images import standin
 from vm.config import VMConfig
 from vm.qemu import qemu_version
 from vm.runner import _kvm_probe, run

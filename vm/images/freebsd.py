@@ -30,7 +30,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 from generator.common import fetch
 
-from .config import CACHE, GUEST_DIR, RELEASE_RE, VMError
+from ..config import CACHE, GUEST_DIR, RELEASE_RE, VMError
 
 MIRROR = "https://download.freebsd.org"
 MIRROR_ENV = "KINSTKIT_FREEBSD_MIRROR"
