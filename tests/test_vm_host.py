@@ -32,7 +32,9 @@ from pathlib import Path
 import pytest
 
 import vm
-from vm import accel, bhyve, metadisk, qemu, runner
+from vm import metadisk
+from vm.backends import accel, bhyve, overlay, qemu
+from vm.backends.probe import kvm_probe
 from vm.config import DEFAULTS, GUEST_DIR, GUESTS, VMConfig, VMError, validate
 from vm.images import freebsd, standin
 from vm.supervise import console, leftovers
@@ -336,7 +338,7 @@ def test_kvm_probe_catches_an_emulated_kvm():
         standin.assets()
     except VMError as e:
         pytest.skip(f"the probe kernel (linux-image package) is not available: {e}")
-    ok, seconds, detail = runner._kvm_probe(VMConfig())(4.0)
+    ok, seconds, detail = kvm_probe(VMConfig())(4.0)
     assert not ok, f"the stand-in booted under this KVM in {seconds:.1f} s"
     print(f"probe under kvm: no marker in {seconds:.1f} s ({detail})")
 
@@ -642,7 +644,7 @@ def test_sparse_copy(tmp_path):
         f.seek(64 << 20)
         f.write(b"tail")
     dst = tmp_path / "dst"
-    runner.sparse_copy(src, dst)
+    overlay.sparse_copy(src, dst)
     assert dst.stat().st_size == src.stat().st_size
     with open(dst, "rb") as f:
         assert f.read(4) == b"head"

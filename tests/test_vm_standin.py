@@ -27,7 +27,10 @@ from typing import List
 import pytest
 
 import vm
-from vm import accel, metadisk, runner
+from vm import metadisk
+from vm.backends import accel
+from vm.backends.probe import kvm_probe
+from vm.backends.qemu import have_qemu_img
 from vm.config import GUEST_DIR, GUESTS, VMConfig, VMError
 from vm.images import standin
 from vm.supervise import leftovers
@@ -38,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _accel_here() -> accel.AccelChoice:
     if shutil.which("qemu-system-x86_64") is None:
         return accel.AccelChoice("none", "qemu-system-x86_64 not installed")
-    return accel.choose("auto", runner._kvm_probe(VMConfig()))
+    return accel.choose("auto", kvm_probe(VMConfig()))
 
 
 ACCEL = _accel_here()
@@ -128,7 +131,7 @@ def test_failing_script_reported_with_output(assets, tmp_path, accel_name):
     assert "the probe did not fire" in res.text()
     # --keep: the overlay and the meta disk (with the results in it) stay for debugging; no process does.
     run_dir = Path(res.run_dir)
-    assert sorted(Path(p).name for p in res.kept) == ["meta.tar", "system.qcow2" if runner.have_qemu_img() else "system.raw"]
+    assert sorted(Path(p).name for p in res.kept) == ["meta.tar", "system.qcow2" if have_qemu_img() else "system.raw"]
     assert "out/bad.out" in [m.lstrip("./") for m in metadisk.members(run_dir / "meta.tar")]
     assert _left_behind(run_dir, []) == [] and res.leftovers == []
     assert "kept" in _check(res, "teardown").detail

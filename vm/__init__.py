@@ -5,14 +5,14 @@ The pipeline (docs/vm-test.md):
     VMConfig -> validate() -> make_plan() -> pure *_args() builders -> run() -> VMResult
 
 - ``vm.config``: ``VMConfig`` (documented defaults), the ``GUESTS`` table, ``validate()``;
-- ``vm.accel``: whether ``-accel kvm`` really works here, and why (else TCG);
 - ``vm.metadisk``: the meta disk, a tar on a second virtio-blk disk that carries
   the guest script, its expected-output specs and the modules in, and the
   results out (FreeBSD CI's protocol);
 - ``vm.supervise``: process control: starting and stopping the VM monitor, SIGINT/SIGTERM,
   the serial console watcher (hook markers, panic detection), leftovers and stale runs;
-- ``vm.qemu`` and ``vm.bhyve``: the two backends, as argv builders plus a
-  backend class each;
+- ``vm.backends``: the two VM monitors, ``qemu`` and ``bhyve``, as argv builders plus
+  a backend class each, what they share (``base``, ``tools``, ``overlay``),
+  ``make_backend()``, and ``accel`` (whether ``-accel kvm`` really works here, and why);
 - ``vm.images``: what guests boot from: ``standin`` (the stand-in Linux guest
   made from Debian packages) and ``freebsd`` (official FreeBSD VM images:
   download, verify, cache; and the cloud-init NoCloud seed that runs the hook);

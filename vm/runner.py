@@ -31,14 +31,17 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
-from . import accel as accel_mod
 from . import metadisk
+from .backends import accel as accel_mod
+from .backends.base import Backend, Stage, VMExit
+from .backends.factory import make_backend
+from .backends.probe import kvm_probe
+from .backends.qemu import have_qemu_img
 from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend, validate
 from .images import freebsd, standin
 from .plan import Plan
-from .qemu import QemuBackend, Stage, VMExit, have_qemu_img
 from .supervise.children import spawn, stop
 from .supervise.console import ConsoleWatcher
 from .supervise.leftovers import leftover_processes, sweep_stale
@@ -180,7 +183,7 @@ def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
         info["image"] = str(base)
 
     if backend == "qemu":
-        choice = accel_mod.choose(cfg.accel, None if cfg.dry_run else _kvm_probe(cfg))
+        choice = accel_mod.choose(cfg.accel, None if cfg.dry_run else kvm_probe(cfg))
     else:
         choice = accel_mod.AccelChoice("vmm", "bhyve runs on the vmm hypervisor (VT-x/AMD-V)")
     timeouts = Timeouts.for_run(cfg, spec, choice.emulated)
@@ -221,93 +224,13 @@ def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
     )
 
 
-def _kvm_probe(cfg: VMConfig):
-    """The stand-in kernel, booted under KVM to its marker: the quick probe of vm.accel.
-
-    The kernel is looked up only when the probe runs; None from the probe means
-    no probe kernel could be had.
-    """
-
-    def probe(limit: float) -> Optional[Tuple[bool, float, str]]:
-        from .qemu import QEMU
-
-        try:
-            assets = standin.assets(fetch=cfg.guest == "standin")
-        except VMError:
-            return None
-
-        argv = [QEMU, "-nodefaults", "-no-user-config", "-no-reboot", "-machine", "pc", "-m", "256",
-                "-accel", "kvm", "-cpu", "host", "-kernel", str(assets.kernel), "-initrd", str(assets.initramfs),
-                "-append", assets.append, "-display", "none", "-serial", "stdio", "-monitor", "none"]
-        t0 = time.monotonic()
-        proc = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        watcher = ConsoleWatcher()
-        try:
-            fd = proc.stdout.fileno()
-            while time.monotonic() - t0 < limit:
-                r, _, _ = select.select([fd], [], [], 0.2)
-                if r:
-                    data = os.read(fd, 65536)
-                    if not data:
-                        break
-                    watcher.feed(data)
-                    if watcher.first("hook-start"):
-                        return True, time.monotonic() - t0, "reached the marker"
-            tail = " / ".join(line for line in watcher.tail(3) if line.strip())
-            return False, time.monotonic() - t0, tail[-160:] or "no console output"
-        finally:
-            stop(proc, 1.0)
-
-    return probe
-
-# --- files -------------------------------------------------------------------------
-
-
-def sparse_copy(src: Path, dst: Path) -> None:
-    """Copy ``src`` to ``dst`` keeping holes (SEEK_DATA/SEEK_HOLE), so a 5 GB image with 1 GB of data is quick."""
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        size = os.fstat(fi.fileno()).st_size
-        pos = 0
-        while pos < size:
-            try:
-                data_at = os.lseek(fi.fileno(), pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:  # only a hole remains
-                    break
-                data_at = pos  # no SEEK_DATA here: copy everything
-            try:
-                hole_at = os.lseek(fi.fileno(), data_at, os.SEEK_HOLE)
-            except OSError:
-                hole_at = size
-            fi.seek(data_at)
-            fo.seek(data_at)
-            left = hole_at - data_at
-            while left > 0:
-                chunk = fi.read(min(left, 1 << 20))
-                if not chunk:
-                    break
-                fo.write(chunk)
-                left -= len(chunk)
-            pos = hole_at
-        fo.truncate(size)
-    os.chmod(dst, 0o644)
-
-
 # --- the run -----------------------------------------------------------------------
-
-
-def make_backend(plan: Plan):
-    if plan.backend == "bhyve":
-        from .bhyve import BhyveBackend
-
-        return BhyveBackend(plan)
-    return QemuBackend(plan)
 
 
 class _Run:
     """The mutable state of one run, for the supervisor and teardown."""
 
-    def __init__(self, plan: Plan, backend):
+    def __init__(self, plan: Plan, backend: Backend):
         self.plan = plan
         self.backend = backend
         self.t0 = time.monotonic()
@@ -361,7 +284,7 @@ def run(cfg: VMConfig) -> VMResult:
     return result
 
 
-def _prepare(plan: Plan, backend) -> None:
+def _prepare(plan: Plan, backend: Backend) -> None:
     backend.make_overlay()
     info = dict(plan.info, accel=plan.accel.name, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
     metadisk.build(plan.meta, metadisk.MetaContents(
@@ -650,7 +573,7 @@ def _checks(st: _Run, results, hooked: bool, written: bool, panic_ev, leftovers:
     return checks
 
 
-def _dry_run(plan: Plan, backend) -> VMResult:
+def _dry_run(plan: Plan, backend: Backend) -> VMResult:
     cmds = backend.commands_for_display()
     return VMResult(
         status="pass", end="dry-run", guest=plan.guest.name, backend=plan.backend, accel=plan.accel.to_json(),

@@ -18,19 +18,12 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .config import VMError
-from .plan import Plan
-from .qemu import Stage, VMExit
+from ..config import VMError
+from ..plan import Plan
+from .base import Stage, VMExit
+from .overlay import sparse_copy
+from .tools import BHYVE_TOOLS
 
-# Tool names; the tests point them at stand-ins that record their arguments.
-TOOLS: Dict[str, str] = {
-    "bhyve": "bhyve",
-    "bhyvectl": "bhyvectl",
-    "bhyveload": "bhyveload",
-    "ifconfig": "ifconfig",
-    "kldstat": "kldstat",
-    "kldload": "kldload",
-}
 UEFI_FIRMWARE = Path("/usr/local/share/uefi-firmware/BHYVE_UEFI.fd")  # pkg install edk2-bhyve
 VMM_DIR = Path("/dev/vmm")
 
@@ -67,18 +60,18 @@ def host_console(plan: Plan) -> Optional[Path]:
 
 
 def destroy_args(plan: Plan) -> List[str]:
-    return [TOOLS["bhyvectl"], f"--vm={plan.name}", "--destroy"]
+    return [BHYVE_TOOLS["bhyvectl"], f"--vm={plan.name}", "--destroy"]
 
 
 def bhyveload_args(plan: Plan) -> List[str]:
     # The host's userboot loads the guest's loader and kernel from the system disk.
-    return [TOOLS["bhyveload"], "-c", console_device(plan), "-m", f"{plan.memory_mib}M",
+    return [BHYVE_TOOLS["bhyveload"], "-c", console_device(plan), "-m", f"{plan.memory_mib}M",
             "-d", str(plan.overlay), plan.name]
 
 
 def bhyve_args(plan: Plan, tap: Optional[str] = None) -> List[str]:
     args = [
-        TOOLS["bhyve"],
+        BHYVE_TOOLS["bhyve"],
         "-c", str(plan.cpus),
         "-m", f"{plan.memory_mib}M",
         "-A",  # ACPI tables: the guest can power off
@@ -100,11 +93,11 @@ def bhyve_args(plan: Plan, tap: Optional[str] = None) -> List[str]:
 
 
 def tap_create_args() -> List[str]:
-    return [TOOLS["ifconfig"], "tap", "create"]
+    return [BHYVE_TOOLS["ifconfig"], "tap", "create"]
 
 
 def tap_destroy_args(tap: str) -> List[str]:
-    return [TOOLS["ifconfig"], tap, "destroy"]
+    return [BHYVE_TOOLS["ifconfig"], tap, "destroy"]
 
 
 class BhyveBackend:
@@ -116,8 +109,8 @@ class BhyveBackend:
     def preflight(self) -> None:
         if os.geteuid() != 0:
             raise VMError("bhyve needs root (it creates a vmm instance)")
-        if subprocess.run([TOOLS["kldstat"], "-q", "-m", "vmm"]).returncode != 0:
-            proc = subprocess.run([TOOLS["kldload"], "vmm"], capture_output=True, text=True)
+        if subprocess.run([BHYVE_TOOLS["kldstat"], "-q", "-m", "vmm"]).returncode != 0:
+            proc = subprocess.run([BHYVE_TOOLS["kldload"], "vmm"], capture_output=True, text=True)
             if proc.returncode != 0:
                 raise VMError(f"kldload vmm: {proc.stderr.strip() or 'failed'} (bhyve needs VT-x/AMD-V)")
         if self.plan.loader == "uefi" and not (self.plan.firmware or UEFI_FIRMWARE).exists():
@@ -129,8 +122,6 @@ class BhyveBackend:
         return None
 
     def make_overlay(self) -> None:
-        from .runner import sparse_copy
-
         # A stale instance of the same name would make bhyve fail: destroy first.
         subprocess.run(destroy_args(self.plan), capture_output=True)
         sparse_copy(self.plan.base, self.plan.overlay)
