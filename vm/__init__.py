@@ -16,13 +16,17 @@ The pipeline (docs/vm-test.md):
 - ``vm.images``: what guests boot from: ``standin`` (the stand-in Linux guest
   made from Debian packages) and ``freebsd`` (official FreeBSD VM images:
   download, verify, cache; and the cloud-init NoCloud seed that runs the hook);
+- ``vm.planner``: ``make_plan()``, every choice of a run made into a ``vm.plan.Plan``;
 - ``vm.runner``: ``run()``, the supervisor that enforces the timeouts and tears down;
+- ``vm.results``: ``VMResult`` and its ``Check`` records, as printed and as JSON;
 - ``vm.bench``: ``bench_vm()``, the stand-in guest's whole cycle, timed.
 
 Guest-side files live in ``vm/guest/``.
 """
 
 from .config import GUESTS, VMConfig, VMError, validate
-from .runner import VMResult, make_plan, run
+from .planner import make_plan
+from .results import VMResult
+from .runner import run
 
 __all__ = ["GUESTS", "VMConfig", "VMError", "VMResult", "make_plan", "run", "validate"]

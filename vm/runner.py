@@ -24,207 +24,25 @@ import errno
 import json
 import math
 import os
-import secrets
+import re
 import select
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from . import metadisk
-from .backends import accel as accel_mod
 from .backends.base import Backend, Stage, VMExit
 from .backends.factory import make_backend
-from .backends.probe import kvm_probe
-from .backends.qemu import have_qemu_img
-from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend, validate
-from .images import freebsd, standin
+from .config import VMConfig, VMError, validate
+from .images import freebsd
 from .plan import Plan
+from .planner import make_plan
+from .results import Check, VMResult
 from .supervise.children import spawn, stop
 from .supervise.console import ConsoleWatcher
 from .supervise.leftovers import leftover_processes, sweep_stale
 from .supervise.signals import Interrupted, signals_ignored, signals_raise
-
-# --- results -----------------------------------------------------------------------
-
-
-@dataclass
-class Check:
-    """One verdict of the run."""
-
-    name: str
-    status: str  # pass, fail, error or skip
-    detail: str = ""
-    exit: Optional[int] = None  # the guest command's exit status, where there was one
-    output: str = ""  # the command's output (for failures: what went wrong)
-
-    def to_json(self) -> Dict[str, object]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "exit": self.exit,
-                "output": self.output}
-
-
-@dataclass
-class VMResult:
-    """What a run found: the verdict, per-check results, timings, where the logs are."""
-
-    status: str  # pass, fail or error
-    end: str  # poweroff, timeout, boot-timeout, panic, interrupted, vm-exit, error, dry-run
-    guest: str
-    backend: str
-    accel: Dict[str, object]
-    run_dir: str
-    console_log: str
-    timings: Dict[str, Optional[float]]
-    checks: List[Check]
-    vm_exit: Optional[Dict[str, object]] = None
-    panic: Optional[str] = None
-    leftovers: List[str] = field(default_factory=list)
-    kept: List[str] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-    commands: List[List[str]] = field(default_factory=list)
-    console_tail: List[str] = field(default_factory=list)
-    signal: Optional[int] = None  # the signal that interrupted the run
-
-    @property
-    def exit_status(self) -> int:
-        if self.end == "interrupted":
-            return 128 + (self.signal or signal.SIGINT)
-        return 0 if self.status == "pass" else 1
-
-    def to_json(self) -> Dict[str, object]:
-        return {
-            "status": self.status, "end": self.end, "guest": self.guest, "backend": self.backend,
-            "accel": self.accel, "run_dir": self.run_dir, "console_log": self.console_log,
-            "timings": self.timings, "vm_exit": self.vm_exit, "panic": self.panic,
-            "checks": [c.to_json() for c in self.checks], "leftovers": self.leftovers, "kept": self.kept,
-            "notes": self.notes, "commands": self.commands, "console_tail": self.console_tail,
-            "signal": self.signal,
-        }
-
-    def text(self) -> str:
-        lines = [f"vm-test {self.guest} ({self.backend}, {self.accel.get('name')}): {self.status.upper()} "
-                 f"[{self.end}]"]
-        lines.append(f"  accelerator: {self.accel.get('name')}: {self.accel.get('reason')}")
-        t = self.timings
-        lines.append("  timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if v is not None))
-        for c in self.checks:
-            extra = f" (exit {c.exit})" if c.exit is not None else ""
-            lines.append(f"  {c.status.upper():5} {c.name}{extra}{': ' + c.detail if c.detail else ''}")
-            if c.status in ("fail", "error") and c.output:
-                out = c.output.rstrip("\n").splitlines()
-                # a panic reads from its first line; anything else from its end
-                for line in (out[:20] if c.name == "panic" else out[-20:]):
-                    lines.append(f"        | {line}")
-        if self.panic:
-            lines.append(f"  panic: {self.panic}")
-        for n in self.notes:
-            lines.append(f"  note: {n}")
-        if self.kept:
-            lines.append("  kept: " + ", ".join(self.kept))
-        lines.append(f"  console log: {self.console_log}")
-        lines.append(f"  result: {Path(self.run_dir) / 'result.json'}")
-        if self.status != "pass" and self.console_tail and not any(c.output for c in self.checks if c.status != "pass"):
-            lines.append("  console (last lines):")
-            lines += [f"        | {line}" for line in self.console_tail[-15:]]
-        return "\n".join(lines) + "\n"
-
-
-# --- planning ----------------------------------------------------------------------
-
-
-def new_run_id(guest: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{guest}-{os.getpid()}-{secrets.token_hex(2)}"
-
-
-def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
-    """Every choice of the run made: backend, accelerator, limits, inputs, paths."""
-    spec = GUESTS[cfg.guest]
-    backend = resolve_backend(cfg)
-    run_id = run_id or new_run_id(cfg.guest)
-    runs = Path(cfg.runs_dir) if cfg.runs_dir else RUNS
-    run_dir = runs / run_id
-    notes: List[str] = []
-    kernel = initrd = None
-    append = ""
-    seed = None
-    login = False
-    info: Dict[str, object] = {"run_id": run_id, "guest": cfg.guest}
-
-    if cfg.guest == "standin":
-        try:
-            assets = standin.assets(fetch=not cfg.dry_run)
-        except VMError:
-            if not cfg.dry_run:
-                raise
-            assets = standin.StandinAssets(standin.STANDIN / "<kernel>/vmlinux", "vmlinux-pvh",
-                                           standin.STANDIN / "initramfs-<hash>.cpio.gz",
-                                           standin.STANDIN / "system.raw", "<not downloaded yet>")
-            notes.append("the stand-in kernel is not cached yet; a real run downloads and builds it")
-        kernel, initrd, base, base_format = assets.kernel, assets.initramfs, assets.system_disk, "raw"
-        append = " ".join(filter(None, [assets.append, cfg.extra_append]))
-        info["kernel"] = f"{assets.package} ({assets.kernel_kind})"
-    else:
-        if cfg.release:
-            if cfg.dry_run:
-                base = freebsd.cached_image(cfg.release, cfg.flavor) or Path(
-                    freebsd.IMAGES / cfg.release / Path(freebsd.image_url(cfg.release, cfg.flavor)[0]).name[:-3])
-                if not base.exists():
-                    notes.append(f"{base.name} is not cached yet: a real run downloads and verifies it (vm-image)")
-            else:
-                base = freebsd.fetch_image(cfg.release, cfg.flavor, mirror=cfg.mirror)
-            login = freebsd.FLAVORS[cfg.flavor].hook == "login"
-        else:
-            base = Path(cfg.image).resolve()
-            login = "BASIC-CI" in base.name
-        base_format = freebsd.image_format(base) if base.exists() else "raw"
-        seed = run_dir / "seed.iso"
-        info["image"] = str(base)
-
-    if backend == "qemu":
-        choice = accel_mod.choose(cfg.accel, None if cfg.dry_run else kvm_probe(cfg))
-    else:
-        choice = accel_mod.AccelChoice("vmm", "bhyve runs on the vmm hypervisor (VT-x/AMD-V)")
-    timeouts = Timeouts.for_run(cfg, spec, choice.emulated)
-    if cfg.interactive and cfg.timeout is None:
-        # vm-shell: the person at the console decides when it ends.
-        timeouts = Timeouts(boot=math.inf, run=math.inf, kill_after=cfg.kill_after, panic_grace=cfg.panic_grace)
-
-    overlay_format = "qcow2" if backend == "qemu" and have_qemu_img() else "raw"
-    if backend == "qemu" and overlay_format == "raw":
-        notes.append("qemu-img not found: the system disk is a sparse copy, not a qcow2 overlay")
-    overlay = run_dir / ("system.qcow2" if overlay_format == "qcow2" else "system.raw")
-
-    script = Path(cfg.script) if cfg.script else spec.script
-    expect = (Path(cfg.expect) if cfg.expect else None) if cfg.script else spec.expect
-    if cfg.modules:
-        modules_dir: Optional[Path] = Path(cfg.modules)
-    elif spec.wants_modules:
-        modules_dir = default_modules_dir()
-        if modules_dir is None:
-            notes.append("no built modules (build/<kernel-build-id>/*.ko): run `invoke build` or pass --modules; "
-                         "the module checks are skipped")
-    else:
-        modules_dir = None
-    modules = tuple(metadisk.module_files(modules_dir))
-    if modules_dir is not None:
-        info["modules_dir"] = str(modules_dir)
-        info["modules"] = [p.name for p in modules]
-
-    return Plan(
-        run_id=run_id, name=f"kinstkit-{run_id.rsplit('-', 2)[-2]}-{run_id.rsplit('-', 1)[-1]}",
-        guest=spec, backend=backend, accel=choice, timeouts=timeouts,
-        memory_mib=cfg.memory_mib or spec.memory_mib, cpus=cfg.cpus or spec.cpus,
-        run_dir=run_dir, base=base, base_format=base_format, overlay=overlay, overlay_format=overlay_format,
-        meta=run_dir / "meta.tar", seed=seed, kernel=kernel, initrd=initrd, append=append,
-        interactive=cfg.interactive, keep=cfg.keep, console=cfg.console, loader=cfg.loader,
-        network=cfg.network, login=login, script=script, expect=expect, modules_dir=modules_dir,
-        modules=modules, extra=tuple((Path(s), n) for s, n in cfg.extra), notes=tuple(notes), info=info,
-    )
-
-
-# --- the run -----------------------------------------------------------------------
 
 
 class _Run:
@@ -295,8 +113,6 @@ def _prepare(plan: Plan, backend: Backend) -> None:
 
 
 def _responders(plan: Plan):
-    import re
-
     if not plan.login:
         return ()
     # BASIC-CI has no nuageinit: log in as root (no password) and run the hook from the seed CD.
