@@ -204,8 +204,9 @@ def _check_tools(backend: str, cfg: VMConfig) -> None:
 def default_modules_dir(build: Path = BUILD) -> Optional[Path]:
     """The newest ``build/<kernel-build-id>/`` holding ``.ko`` files, or None.
 
-    Issue #5 writes ``build/<kernel-build-id>/<module>.ko``; other directories
-    under build/ (sample, harness, vm) hold no ``.ko`` at their top level.
+    ``invoke build`` writes ``build/<kernel-build-id>/<module>.ko``; other
+    directories under build/ (sample, harness, vm) hold no ``.ko`` at their
+    top level.
     """
     if not build.is_dir():
         return None

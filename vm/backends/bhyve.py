@@ -1,10 +1,11 @@
 """The bhyve backend (FreeBSD hosts): pure argv builders, exit-status meanings, the backend.
 
-As FreeBSD CI runs its test VMs (../shared/reference/dtmalloc-build-vm.md
-section 4.2): ``bhyvectl --destroy`` before and after, ``bhyveload`` (or the
-UEFI firmware) to start the guest's loader, then ``bhyve`` with virtio-blk
-disks and COM1 on stdio (or an nmdm pair).  The system disk is a sparse
-per-run copy of the raw base image (bhyve reads no qcow2).
+The run follows the steps FreeBSD CI uses for its test VMs:
+``bhyvectl --destroy`` before and after (a stale instance of the same name
+makes bhyve fail), ``bhyveload`` (or the UEFI firmware) to start the guest's
+loader, then ``bhyve`` with virtio-blk disks and COM1 on stdio (or an nmdm
+pair).  The system disk is a sparse per-run copy of the raw base image
+(bhyve reads no qcow2).
 
 Exit status, from bhyve(8): 0 rebooted, 1 powered off, 2 halted, 3 triple
 fault, 4 exited due to an error.  SIGTERM asks the guest to power off (ACPI),
