@@ -32,8 +32,12 @@ from pathlib import Path
 import pytest
 
 import vm
-from vm import accel, bhyve, console, freebsd, metadisk, qemu, runner, standin
+from vm import metadisk
+from vm.backends import accel, bhyve, overlay, qemu
+from vm.backends.probe import kvm_probe
 from vm.config import DEFAULTS, GUEST_DIR, GUESTS, VMConfig, VMError, validate
+from vm.images import freebsd, standin
+from vm.supervise import console, leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 FAKEBSD = GUEST_DIR / "fakebsd"
@@ -334,7 +338,7 @@ def test_kvm_probe_catches_an_emulated_kvm():
         standin.assets()
     except VMError as e:
         pytest.skip(f"the probe kernel (linux-image package) is not available: {e}")
-    ok, seconds, detail = runner._kvm_probe(VMConfig())(4.0)
+    ok, seconds, detail = kvm_probe(VMConfig())(accel.PROBE_SECONDS)  # as long as the runner's own probe waits
     assert not ok, f"the stand-in booted under this KVM in {seconds:.1f} s"
     print(f"probe under kvm: no marker in {seconds:.1f} s ({detail})")
 
@@ -640,7 +644,7 @@ def test_sparse_copy(tmp_path):
         f.seek(64 << 20)
         f.write(b"tail")
     dst = tmp_path / "dst"
-    runner.sparse_copy(src, dst)
+    overlay.sparse_copy(src, dst)
     assert dst.stat().st_size == src.stat().st_size
     with open(dst, "rb") as f:
         assert f.read(4) == b"head"
@@ -659,7 +663,7 @@ def test_sweep_stale(tmp_path):
     alive.mkdir()
     (alive / "owner.pid").write_text(f"{os.getpid()}\n")
     (alive / "meta.tar").write_bytes(b"x")
-    removed = runner.sweep_stale(tmp_path)
+    removed = leftovers.sweep_stale(tmp_path)
     assert removed == [str(dead / "system.qcow2")]
     assert (dead / "console.log").exists() and (alive / "meta.tar").exists()
 
@@ -703,12 +707,11 @@ def test_cli_errors_are_one_line():
 
 
 def test_invoke_tasks_registered():
-    sys.path.insert(0, str(REPO))
-    try:
-        import tasks
-    finally:
-        sys.path.remove(str(REPO))
-    names = set(tasks.ns.task_names)
+    # tasks.py is not part of the installed package: import it where it lives, in a fresh interpreter.
+    proc = subprocess.run([sys.executable, "-c", "import json, tasks; print(json.dumps(sorted(tasks.ns.task_names)))"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    names = set(json.loads(proc.stdout))
     assert {"vm-test", "vm-shell", "vm-image"} <= names
 
 
@@ -777,7 +780,7 @@ def test_bhyve_run_with_stand_in_tools(fake_bhyve, tmp_path):
     img, mods, log, script = fake_bhyve
     before = hashlib.sha256(img.read_bytes()).hexdigest()
     res = vm.run(VMConfig(guest="freebsd", image=str(img), backend="bhyve", modules=str(mods), script=str(script),
-                          runs_dir=str(tmp_path / "runs"), timeout=60))
+                          runs_dir=str(tmp_path / "runs")))
     assert res.status == "pass", res.text()
     assert res.backend == "bhyve" and res.accel["name"] == "vmm"
     assert res.vm_exit["kind"] == "poweroff"
@@ -795,7 +798,7 @@ def test_bhyve_run_bad_exit(fake_bhyve, tmp_path, monkeypatch, code, kind):
     img, mods, log, script = fake_bhyve
     monkeypatch.setenv("FAKE_BHYVE_EXIT", str(code))
     res = vm.run(VMConfig(guest="freebsd", image=str(img), backend="bhyve", modules=str(mods), script=str(script),
-                          runs_dir=str(tmp_path / "runs"), timeout=60))
+                          runs_dir=str(tmp_path / "runs")))
     assert res.status == "error" and res.vm_exit["kind"] == kind
     assert next(c for c in res.checks if c.name == "vm-exit").status == "error"
     assert log.read_text().splitlines()[-1].endswith("--destroy")
@@ -805,7 +808,7 @@ def test_bhyve_run_panic(fake_bhyve, tmp_path, monkeypatch):
     img, mods, log, script = fake_bhyve
     monkeypatch.setenv("FAKE_BHYVE_PANIC", "1")
     res = vm.run(VMConfig(guest="freebsd", image=str(img), backend="bhyve", modules=str(mods), script=str(script),
-                          runs_dir=str(tmp_path / "runs"), timeout=60))
+                          runs_dir=str(tmp_path / "runs")))
     assert res.end == "panic" and res.panic == "panic: page fault"
     assert next(c for c in res.checks if c.name == "panic").status == "fail"
     assert not any(c.name == "panic" and "debugger backends" in c.detail for c in res.checks)

@@ -6,6 +6,11 @@ process table (/proc) itself, not the runner's word, for anything left
 behind.  The accelerator is decided once, as the runner decides it, and is
 part of every test's id (``test_passing_run[tcg]``) and asserted in it.
 
+Every time budget for the guest comes from ``LIMITS``, the stand-in's limits
+as the runner computes them on this machine (the ``GUESTS`` table, times its
+``tcg_factor`` under TCG), never from a literal: a loaded machine that is
+slower than a fixed number of seconds is still within the guest's budget.
+
 Skips name the missing input: qemu-system-x86_64, or the linux-image package.
 """
 
@@ -27,8 +32,13 @@ from typing import List
 import pytest
 
 import vm
-from vm import accel, metadisk, runner, standin
-from vm.config import GUEST_DIR, GUESTS, VMConfig, VMError
+from vm import metadisk
+from vm.backends import accel
+from vm.backends.probe import kvm_probe
+from vm.backends.qemu import have_qemu_img
+from vm.config import GUEST_DIR, GUESTS, Timeouts, VMConfig, VMError
+from vm.images import standin
+from vm.supervise import leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -36,11 +46,13 @@ REPO = Path(__file__).resolve().parent.parent
 def _accel_here() -> accel.AccelChoice:
     if shutil.which("qemu-system-x86_64") is None:
         return accel.AccelChoice("none", "qemu-system-x86_64 not installed")
-    return accel.choose("auto", runner._kvm_probe(VMConfig()))
+    return accel.choose("auto", kvm_probe(VMConfig()))
 
 
 ACCEL = _accel_here()
 pytestmark = pytest.mark.parametrize("accel_name", [ACCEL.name])
+# The stand-in's boot and whole-run limits under this accelerator, as vm.run() sets them.
+LIMITS = Timeouts.for_run(VMConfig(), GUESTS["standin"], emulated=ACCEL.emulated)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +138,7 @@ def test_failing_script_reported_with_output(assets, tmp_path, accel_name):
     assert "the probe did not fire" in res.text()
     # --keep: the overlay and the meta disk (with the results in it) stay for debugging; no process does.
     run_dir = Path(res.run_dir)
-    assert sorted(Path(p).name for p in res.kept) == ["meta.tar", "system.qcow2" if runner.have_qemu_img() else "system.raw"]
+    assert sorted(Path(p).name for p in res.kept) == ["meta.tar", "system.qcow2" if have_qemu_img() else "system.raw"]
     assert "out/bad.out" in [m.lstrip("./") for m in metadisk.members(run_dir / "meta.tar")]
     assert _left_behind(run_dir, []) == [] and res.leftovers == []
     assert "kept" in _check(res, "teardown").detail
@@ -134,13 +146,16 @@ def test_failing_script_reported_with_output(assets, tmp_path, accel_name):
 
 def test_hang_killed_at_timeout(assets, tmp_path, accel_name):
     script = _script(tmp_path, "echo going to sleep\nsleep 600\n")
-    limit = (GUESTS["standin"].boot_timeout if accel_name == "kvm" else 8.0) + 3.0
-    t0 = time.monotonic()
-    res = vm.run(VMConfig(script=script, timeout=limit, kill_after=2.0, runs_dir=str(tmp_path / "runs")))
-    took = time.monotonic() - t0
+    # The whole-run limit is the guest's boot budget: the boot fits in it (the
+    # guest table says so), then the script hangs until the limit ends the run.
+    limit = LIMITS.boot
+    kill_after = 2.0
+    teardown = 3.0  # host side: stop QEMU, read the meta disk back, remove the disks
+    res = vm.run(VMConfig(script=script, timeout=limit, kill_after=kill_after, runs_dir=str(tmp_path / "runs")))
+    took = res.timings["total"]  # from the runner's start, the clock its limits use
     assert res.accel["name"] == accel_name
-    assert res.end == "timeout" and res.status == "error"
-    assert limit <= took < limit + 2.0 + 3.0, took
+    assert res.end == "timeout" and res.status == "error", res.text()
+    assert limit <= took < limit + kill_after + teardown, took
     assert "whole-run limit" in _check(res, "vm-exit").detail
     assert _check(res, "script").status == "error"
     assert "| going to sleep" in Path(res.console_log).read_text()
@@ -151,14 +166,16 @@ def test_panic_detected_and_run_ended(assets, tmp_path, accel_name):
     # panic=0 (after the runner's panic=-1) makes the guest hang after the panic
     # instead of rebooting: only the console watcher can end this run.
     script = _script(tmp_path, "echo about to panic\necho c > /proc/sysrq-trigger\nsleep 600\n")
-    t0 = time.monotonic()
-    res = vm.run(VMConfig(script=script, timeout=120, extra_append="panic=0", runs_dir=str(tmp_path / "runs")))
-    took = time.monotonic() - t0
+    res = vm.run(VMConfig(script=script, extra_append="panic=0", runs_dir=str(tmp_path / "runs")))
+    took = res.timings["total"]
     assert res.accel["name"] == accel_name
     assert res.end == "panic" and res.status in ("fail", "error")
     assert "Kernel panic - not syncing: sysrq triggered crash" in res.panic
     assert _check(res, "panic").status == "fail"
-    assert took < 60, f"the panic did not end the run at once ({took:.1f} s)"
+    # The panic follows the boot at once: the run must end within the boot budget plus
+    # the panic grace and one SIGTERM->SIGKILL, far short of the whole-run limit.
+    assert took < LIMITS.boot + LIMITS.panic_grace + LIMITS.kill_after < LIMITS.run, \
+        f"the panic did not end the run at once ({took:.1f} s)"
     assert res.vm_exit["kind"] == "stopped"  # the runner ended it; it did not end by itself
     _assert_clean(res)
 
@@ -166,7 +183,9 @@ def test_panic_detected_and_run_ended(assets, tmp_path, accel_name):
 def test_panic_with_reboot_ends_qemu(assets, tmp_path, accel_name):
     """The default panic=-1 with -no-reboot: QEMU exits by itself; still reported as a panic."""
     script = _script(tmp_path, "echo c > /proc/sysrq-trigger\nsleep 600\n")
-    res = vm.run(VMConfig(script=script, timeout=120, panic_grace=5.0, runs_dir=str(tmp_path / "runs")))
+    # The grace after the panic line is the time QEMU gets to end by itself: the guest's
+    # boot budget bounds what the guest does on its own, rebooting included.
+    res = vm.run(VMConfig(script=script, panic_grace=LIMITS.boot, runs_dir=str(tmp_path / "runs")))
     assert res.accel["name"] == accel_name
     assert res.end == "panic" and res.vm_exit["kind"] == "exited"
     _assert_clean(res)
@@ -208,12 +227,13 @@ def test_ctrl_c_leaves_nothing_behind(assets, tmp_path, accel_name):
     script = _script(tmp_path, "echo waiting for ctrl-c\nsleep 600\n")
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "generator", "vm-test", "--script", script, "--runs-dir", str(runs), "--json",
-         "--timeout", "300"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [sys.executable, "-m", "generator", "vm-test", "--script", script, "--runs-dir", str(runs), "--json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
+        # Until the script runs, or the runner gives up by itself (its limits are LIMITS).
+        deadline = time.monotonic() + LIMITS.run
         qemu = []
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             logs = list(runs.glob("*/console.log"))
             if logs and "waiting for ctrl-c" in logs[0].read_text(errors="replace"):
                 qemu = _qemu_children(proc.pid)
@@ -244,11 +264,11 @@ def test_runner_killed_takes_qemu_with_it(assets, tmp_path, accel_name):
     script = _script(tmp_path, "echo waiting\nsleep 600\n")
     runs = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", "generator", "vm-test", "--script", script, "--runs-dir",
-                             str(runs), "--timeout", "300"], cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
+                             str(runs)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # QEMU starts before the boot limit's clock could run out; the runner ends by itself at the latest.
+    deadline = time.monotonic() + LIMITS.run
     qemu = []
-    while time.monotonic() < deadline and not qemu:
+    while time.monotonic() < deadline and not qemu and proc.poll() is None:
         qemu = _qemu_children(proc.pid)
         time.sleep(0.1)
     assert qemu
@@ -260,7 +280,7 @@ def test_runner_killed_takes_qemu_with_it(assets, tmp_path, accel_name):
     assert not any(_alive(p) for p in qemu), "QEMU outlived a SIGKILLed runner"
     stale = next(runs.iterdir())
     assert any(stale.glob("system.*"))  # nobody could remove it...
-    assert runner.sweep_stale(runs)  # ...until the next run sweeps it
+    assert leftovers.sweep_stale(runs)  # ...until the next run sweeps it
     assert not any(stale.glob("system.*")) and not (stale / "meta.tar").exists()
 
 
@@ -292,7 +312,9 @@ def test_vm_shell_on_a_terminal(assets, tmp_path, accel_name):
     """vm-shell: the guest's console on a pseudo-terminal; commands run; exiting the shell powers off."""
     master, slave = pty.openpty()
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "generator", "vm-shell", "--runs-dir", str(runs), "--timeout", "120"],
+    # vm-shell has no limit of its own; the guest's whole-run limit ends a stuck session.
+    proc = subprocess.Popen([sys.executable, "-m", "generator", "vm-shell", "--runs-dir", str(runs),
+                             "--timeout", str(LIMITS.run)],
                             cwd=REPO, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     seen = b""
@@ -312,12 +334,13 @@ def test_vm_shell_on_a_terminal(assets, tmp_path, accel_name):
         return False
 
     try:
-        assert read_until(b"exit this shell", 90), seen.decode(errors="replace")[-500:]
+        # read_until also returns when the session ends (the terminal closes).
+        assert read_until(b"exit this shell", LIMITS.run), seen.decode(errors="replace")[-500:]
         time.sleep(0.5)
         os.write(master, b"echo shell-says-$((6*7)); ls /meta\r")
-        assert read_until(b"shell-says-42", 30), seen.decode(errors="replace")[-500:]
+        assert read_until(b"shell-says-42", LIMITS.run), seen.decode(errors="replace")[-500:]
         os.write(master, b"exit\r")
-        assert read_until(b"result.json", 60), seen.decode(errors="replace")[-500:]  # the report's last line
+        assert read_until(b"result.json", LIMITS.run), seen.decode(errors="replace")[-500:]  # the report's last line
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:

@@ -20,6 +20,8 @@ from typing import Dict, Optional, Tuple
 from generator.common import paths
 from generator.common.errors import UserError
 
+from .backends.tools import BHYVE_TOOLS, QEMU
+
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 # Downloads and derived guest assets (gitignored): stand-in kernel, FreeBSD images.
 CACHE = paths.CACHE / "vm"
@@ -28,7 +30,6 @@ RUNS = paths.BUILD / "vm"
 # Where `invoke build` puts modules: build/<kernel-build-id>/<module>.ko.
 BUILD = paths.BUILD
 
-QEMU = "qemu-system-x86_64"
 RELEASE_RE = re.compile(r"^\d+\.\d+-(RELEASE|BETA\d+|RC\d+)$")
 
 
@@ -191,10 +192,8 @@ def _check_tools(backend: str, cfg: VMConfig) -> None:
         if shutil.which(QEMU) is None:
             raise VMError(f"{QEMU} not found: install the qemu-system-x86 package (./bootstrap does)")
         return
-    from . import bhyve
-
-    for tool in (bhyve.TOOLS["bhyve"], bhyve.TOOLS["bhyvectl"]) + (
-        (bhyve.TOOLS["bhyveload"],) if cfg.loader == "bhyveload" else ()
+    for tool in (BHYVE_TOOLS["bhyve"], BHYVE_TOOLS["bhyvectl"]) + (
+        (BHYVE_TOOLS["bhyveload"],) if cfg.loader == "bhyveload" else ()
     ):
         if shutil.which(tool) is None:
             raise VMError(f"{tool} not found: the bhyve backend needs a FreeBSD host (base system)")
@@ -205,8 +204,9 @@ def _check_tools(backend: str, cfg: VMConfig) -> None:
 def default_modules_dir(build: Path = BUILD) -> Optional[Path]:
     """The newest ``build/<kernel-build-id>/`` holding ``.ko`` files, or None.
 
-    Issue #5 writes ``build/<kernel-build-id>/<module>.ko``; other directories
-    under build/ (sample, harness, vm) hold no ``.ko`` at their top level.
+    ``invoke build`` writes ``build/<kernel-build-id>/<module>.ko``; other
+    directories under build/ (sample, harness, vm) hold no ``.ko`` at their
+    top level.
     """
     if not build.is_dir():
         return None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .accel import AccelChoice
+from .backends.accel import AccelChoice
 from .config import Disk, GuestSpec, Timeouts
 
 

@@ -20,471 +20,35 @@ with it; the overlay such a runner leaves is removed by the next run
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import math
 import os
-import secrets
+import re
 import select
-import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import List, Optional
 
-from . import accel as accel_mod
 from . import metadisk
-from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend, validate
-from .console import ConsoleWatcher
+from .backends.base import Backend, Stage, VMExit
+from .backends.factory import make_backend
+from .config import VMConfig, VMError, validate
+from .images import freebsd
 from .plan import Plan
-from .qemu import QemuBackend, Stage, VMExit, have_qemu_img
-
-KEEP_RUNS = 30  # run directories kept under runs_dir; older ones are pruned
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the runner."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-# --- results -----------------------------------------------------------------------
-
-
-@dataclass
-class Check:
-    """One verdict of the run."""
-
-    name: str
-    status: str  # pass, fail, error or skip
-    detail: str = ""
-    exit: Optional[int] = None  # the guest command's exit status, where there was one
-    output: str = ""  # the command's output (for failures: what went wrong)
-
-    def to_json(self) -> Dict[str, object]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "exit": self.exit,
-                "output": self.output}
-
-
-@dataclass
-class VMResult:
-    """What a run found: the verdict, per-check results, timings, where the logs are."""
-
-    status: str  # pass, fail or error
-    end: str  # poweroff, timeout, boot-timeout, panic, interrupted, vm-exit, error, dry-run
-    guest: str
-    backend: str
-    accel: Dict[str, object]
-    run_dir: str
-    console_log: str
-    timings: Dict[str, Optional[float]]
-    checks: List[Check]
-    vm_exit: Optional[Dict[str, object]] = None
-    panic: Optional[str] = None
-    leftovers: List[str] = field(default_factory=list)
-    kept: List[str] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-    commands: List[List[str]] = field(default_factory=list)
-    console_tail: List[str] = field(default_factory=list)
-    signal: Optional[int] = None  # the signal that interrupted the run
-
-    @property
-    def exit_status(self) -> int:
-        if self.end == "interrupted":
-            return 128 + (self.signal or signal.SIGINT)
-        return 0 if self.status == "pass" else 1
-
-    def to_json(self) -> Dict[str, object]:
-        return {
-            "status": self.status, "end": self.end, "guest": self.guest, "backend": self.backend,
-            "accel": self.accel, "run_dir": self.run_dir, "console_log": self.console_log,
-            "timings": self.timings, "vm_exit": self.vm_exit, "panic": self.panic,
-            "checks": [c.to_json() for c in self.checks], "leftovers": self.leftovers, "kept": self.kept,
-            "notes": self.notes, "commands": self.commands, "console_tail": self.console_tail,
-            "signal": self.signal,
-        }
-
-    def text(self) -> str:
-        lines = [f"vm-test {self.guest} ({self.backend}, {self.accel.get('name')}): {self.status.upper()} "
-                 f"[{self.end}]"]
-        lines.append(f"  accelerator: {self.accel.get('name')}: {self.accel.get('reason')}")
-        t = self.timings
-        lines.append("  timings: " + ", ".join(f"{k} {v:.2f} s" for k, v in t.items() if v is not None))
-        for c in self.checks:
-            extra = f" (exit {c.exit})" if c.exit is not None else ""
-            lines.append(f"  {c.status.upper():5} {c.name}{extra}{': ' + c.detail if c.detail else ''}")
-            if c.status in ("fail", "error") and c.output:
-                out = c.output.rstrip("\n").splitlines()
-                # a panic reads from its first line; anything else from its end
-                for line in (out[:20] if c.name == "panic" else out[-20:]):
-                    lines.append(f"        | {line}")
-        if self.panic:
-            lines.append(f"  panic: {self.panic}")
-        for n in self.notes:
-            lines.append(f"  note: {n}")
-        if self.kept:
-            lines.append("  kept: " + ", ".join(self.kept))
-        lines.append(f"  console log: {self.console_log}")
-        lines.append(f"  result: {Path(self.run_dir) / 'result.json'}")
-        if self.status != "pass" and self.console_tail and not any(c.output for c in self.checks if c.status != "pass"):
-            lines.append("  console (last lines):")
-            lines += [f"        | {line}" for line in self.console_tail[-15:]]
-        return "\n".join(lines) + "\n"
-
-
-# --- planning ----------------------------------------------------------------------
-
-
-def new_run_id(guest: str) -> str:
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{guest}-{os.getpid()}-{secrets.token_hex(2)}"
-
-
-def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
-    """Every choice of the run made: backend, accelerator, limits, inputs, paths."""
-    spec = GUESTS[cfg.guest]
-    backend = resolve_backend(cfg)
-    run_id = run_id or new_run_id(cfg.guest)
-    runs = Path(cfg.runs_dir) if cfg.runs_dir else RUNS
-    run_dir = runs / run_id
-    notes: List[str] = []
-    kernel = initrd = None
-    append = ""
-    seed = None
-    login = False
-    info: Dict[str, object] = {"run_id": run_id, "guest": cfg.guest}
-
-    if cfg.guest == "standin":
-        from . import standin
-
-        try:
-            assets = standin.assets(fetch=not cfg.dry_run)
-        except VMError:
-            if not cfg.dry_run:
-                raise
-            assets = standin.StandinAssets(standin.STANDIN / "<kernel>/vmlinux", "vmlinux-pvh",
-                                           standin.STANDIN / "initramfs-<hash>.cpio.gz",
-                                           standin.STANDIN / "system.raw", "<not downloaded yet>")
-            notes.append("the stand-in kernel is not cached yet; a real run downloads and builds it")
-        kernel, initrd, base, base_format = assets.kernel, assets.initramfs, assets.system_disk, "raw"
-        append = " ".join(filter(None, [assets.append, cfg.extra_append]))
-        info["kernel"] = f"{assets.package} ({assets.kernel_kind})"
-    else:
-        from . import freebsd
-
-        if cfg.release:
-            if cfg.dry_run:
-                base = freebsd.cached_image(cfg.release, cfg.flavor) or Path(
-                    freebsd.IMAGES / cfg.release / Path(freebsd.image_url(cfg.release, cfg.flavor)[0]).name[:-3])
-                if not base.exists():
-                    notes.append(f"{base.name} is not cached yet: a real run downloads and verifies it (vm-image)")
-            else:
-                base = freebsd.fetch_image(cfg.release, cfg.flavor, mirror=cfg.mirror)
-            login = freebsd.FLAVORS[cfg.flavor].hook == "login"
-        else:
-            base = Path(cfg.image).resolve()
-            login = "BASIC-CI" in base.name
-        base_format = freebsd.image_format(base) if base.exists() else "raw"
-        seed = run_dir / "seed.iso"
-        info["image"] = str(base)
-
-    if backend == "qemu":
-        choice = accel_mod.choose(cfg.accel, None if cfg.dry_run else _kvm_probe(cfg))
-    else:
-        choice = accel_mod.AccelChoice("vmm", "bhyve runs on the vmm hypervisor (VT-x/AMD-V)")
-    timeouts = Timeouts.for_run(cfg, spec, choice.emulated)
-    if cfg.interactive and cfg.timeout is None:
-        # vm-shell: the person at the console decides when it ends.
-        timeouts = Timeouts(boot=math.inf, run=math.inf, kill_after=cfg.kill_after, panic_grace=cfg.panic_grace)
-
-    overlay_format = "qcow2" if backend == "qemu" and have_qemu_img() else "raw"
-    if backend == "qemu" and overlay_format == "raw":
-        notes.append("qemu-img not found: the system disk is a sparse copy, not a qcow2 overlay")
-    overlay = run_dir / ("system.qcow2" if overlay_format == "qcow2" else "system.raw")
-
-    script = Path(cfg.script) if cfg.script else spec.script
-    expect = (Path(cfg.expect) if cfg.expect else None) if cfg.script else spec.expect
-    if cfg.modules:
-        modules_dir: Optional[Path] = Path(cfg.modules)
-    elif spec.wants_modules:
-        modules_dir = default_modules_dir()
-        if modules_dir is None:
-            notes.append("no built modules (build/<kernel-build-id>/*.ko): run `invoke build` or pass --modules; "
-                         "the module checks are skipped")
-    else:
-        modules_dir = None
-    modules = tuple(metadisk.module_files(modules_dir))
-    if modules_dir is not None:
-        info["modules_dir"] = str(modules_dir)
-        info["modules"] = [p.name for p in modules]
-
-    return Plan(
-        run_id=run_id, name=f"kinstkit-{run_id.rsplit('-', 2)[-2]}-{run_id.rsplit('-', 1)[-1]}",
-        guest=spec, backend=backend, accel=choice, timeouts=timeouts,
-        memory_mib=cfg.memory_mib or spec.memory_mib, cpus=cfg.cpus or spec.cpus,
-        run_dir=run_dir, base=base, base_format=base_format, overlay=overlay, overlay_format=overlay_format,
-        meta=run_dir / "meta.tar", seed=seed, kernel=kernel, initrd=initrd, append=append,
-        interactive=cfg.interactive, keep=cfg.keep, console=cfg.console, loader=cfg.loader,
-        network=cfg.network, login=login, script=script, expect=expect, modules_dir=modules_dir,
-        modules=modules, extra=tuple((Path(s), n) for s, n in cfg.extra), notes=tuple(notes), info=info,
-    )
-
-
-def _kvm_probe(cfg: VMConfig):
-    """The stand-in kernel, booted under KVM to its marker: the quick probe of vm.accel.
-
-    The kernel is looked up only when the probe runs; None from the probe means
-    no probe kernel could be had.
-    """
-
-    def probe(limit: float) -> Optional[Tuple[bool, float, str]]:
-        from . import standin
-        from .qemu import QEMU
-
-        try:
-            assets = standin.assets(fetch=cfg.guest == "standin")
-        except VMError:
-            return None
-
-        argv = [QEMU, "-nodefaults", "-no-user-config", "-no-reboot", "-machine", "pc", "-m", "256",
-                "-accel", "kvm", "-cpu", "host", "-kernel", str(assets.kernel), "-initrd", str(assets.initramfs),
-                "-append", assets.append, "-display", "none", "-serial", "stdio", "-monitor", "none"]
-        t0 = time.monotonic()
-        proc = _spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        watcher = ConsoleWatcher()
-        try:
-            fd = proc.stdout.fileno()
-            while time.monotonic() - t0 < limit:
-                r, _, _ = select.select([fd], [], [], 0.2)
-                if r:
-                    data = os.read(fd, 65536)
-                    if not data:
-                        break
-                    watcher.feed(data)
-                    if watcher.first("hook-start"):
-                        return True, time.monotonic() - t0, "reached the marker"
-            tail = " / ".join(line for line in watcher.tail(3) if line.strip())
-            return False, time.monotonic() - t0, tail[-160:] or "no console output"
-        finally:
-            _stop(proc, 1.0)
-
-    return probe
-
-
-# --- processes ---------------------------------------------------------------------
-
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-def _child_setup(parent: int) -> None:
-    """In the child, before exec: die with the runner even if it is SIGKILLed (Linux),
-    and take the stop signals the runner blocked around the fork."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the runner died before prctl took effect
-            os._exit(1)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-
-
-def _spawn(argv: List[str], *, new_session: bool = True, on_started=None, **kw) -> subprocess.Popen:
-    """Start a child with SIGINT/SIGTERM held until ``on_started`` has recorded it,
-    so that an interrupt can never leave a child nobody knows about."""
-    parent = os.getpid()
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        proc = subprocess.Popen(argv, start_new_session=new_session, preexec_fn=lambda: _child_setup(parent), **kw)
-        if on_started is not None:
-            on_started(proc)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    return proc
-
-
-def _signal_group(proc: subprocess.Popen, sig: int, group: bool) -> None:
-    try:
-        if group:
-            os.killpg(proc.pid, sig)
-        else:
-            proc.send_signal(sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _stop(proc: subprocess.Popen, kill_after: float, group: bool = True) -> None:
-    """``timeout -k``: SIGTERM, then SIGKILL ``kill_after`` seconds later; reap."""
-    if proc.poll() is None:
-        _signal_group(proc, signal.SIGTERM, group)
-        try:
-            proc.wait(timeout=kill_after)
-        except subprocess.TimeoutExpired:
-            pass
-    if proc.poll() is None:
-        _signal_group(proc, signal.SIGKILL, group)
-        proc.wait()
-    if group:
-        _signal_group(proc, signal.SIGKILL, True)  # anything the monitor left in its group
-
-
-def processes() -> List[Tuple[int, int, str]]:
-    """(pid, process group, command line) of every process, from /proc (or ps)."""
-    out = []
-    proc = Path("/proc")
-    if (proc / "self" / "stat").exists():
-        for d in proc.iterdir():
-            if not d.name.isdigit():
-                continue
-            try:
-                stat = (d / "stat").read_text()
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] == "Z":
-                continue  # a zombie holds nothing
-            out.append((int(d.name), int(fields[2]), cmd))
-        return out
-    ps = subprocess.run(["ps", "-ax", "-o", "pid=", "-o", "pgid=", "-o", "state=", "-o", "command="],
-                        capture_output=True, text=True).stdout
-    for line in ps.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) == 4 and not parts[2].startswith("Z"):
-            out.append((int(parts[0]), int(parts[1]), parts[3]))
-    return out
-
-
-def leftover_processes(run_dir: Path, groups: List[int]) -> List[str]:
-    me = os.getpid()
-    found = []
-    for pid, pgid, cmd in processes():
-        if pid == me:
-            continue
-        if pgid in groups or str(run_dir) in cmd:
-            found.append(f"process {pid} ({cmd[:120]})")
-    return found
-
-
-# --- files -------------------------------------------------------------------------
-
-
-def sparse_copy(src: Path, dst: Path) -> None:
-    """Copy ``src`` to ``dst`` keeping holes (SEEK_DATA/SEEK_HOLE), so a 5 GB image with 1 GB of data is quick."""
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        size = os.fstat(fi.fileno()).st_size
-        pos = 0
-        while pos < size:
-            try:
-                data_at = os.lseek(fi.fileno(), pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:  # only a hole remains
-                    break
-                data_at = pos  # no SEEK_DATA here: copy everything
-            try:
-                hole_at = os.lseek(fi.fileno(), data_at, os.SEEK_HOLE)
-            except OSError:
-                hole_at = size
-            fi.seek(data_at)
-            fo.seek(data_at)
-            left = hole_at - data_at
-            while left > 0:
-                chunk = fi.read(min(left, 1 << 20))
-                if not chunk:
-                    break
-                fo.write(chunk)
-                left -= len(chunk)
-            pos = hole_at
-        fo.truncate(size)
-    os.chmod(dst, 0o644)
-
-
-def sweep_stale(runs: Path) -> List[str]:
-    """Remove the disks of runs whose runner died without tearing down (SIGKILL); prune old runs."""
-    removed = []
-    if not runs.is_dir():
-        return removed
-    dirs = sorted((d for d in runs.iterdir() if d.is_dir()), key=lambda d: d.name)
-    for d in dirs:
-        owner = d / "owner.pid"
-        if not owner.exists():
-            continue
-        try:
-            pid = int(owner.read_text().split()[0])
-            os.kill(pid, 0)
-            continue  # still running
-        except (ValueError, IndexError):
-            pass
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        for name in ("system.qcow2", "system.raw", "meta.tar", "seed.iso"):
-            if (d / name).exists():
-                (d / name).unlink()
-                removed.append(str(d / name))
-        owner.unlink()
-    finished = [d for d in dirs if (d / "result.json").exists() and not (d / "owner.pid").exists()]
-    for d in finished[:-KEEP_RUNS] if len(finished) > KEEP_RUNS else []:
-        kept = [p for p in d.iterdir() if p.name in ("system.qcow2", "system.raw", "meta.tar")]
-        if not kept:  # never prune what --keep kept
-            shutil.rmtree(d, ignore_errors=True)
-    return removed
-
-
-@contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGINT and SIGTERM raise Interrupted while the VM runs (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Interrupted(signum)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    """Teardown must finish: a second Ctrl-C is ignored while it runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-# --- the run -----------------------------------------------------------------------
-
-
-def make_backend(plan: Plan):
-    if plan.backend == "bhyve":
-        from .bhyve import BhyveBackend
-
-        return BhyveBackend(plan)
-    return QemuBackend(plan)
+from .planner import make_plan
+from .results import Check, VMResult
+from .supervise.children import spawn, stop
+from .supervise.console import ConsoleWatcher
+from .supervise.leftovers import leftover_processes, sweep_stale
+from .supervise.signals import Interrupted, signals_ignored, signals_raise
 
 
 class _Run:
     """The mutable state of one run, for the supervisor and teardown."""
 
-    def __init__(self, plan: Plan, backend):
+    def __init__(self, plan: Plan, backend: Backend):
         self.plan = plan
         self.backend = backend
         self.t0 = time.monotonic()
@@ -516,7 +80,7 @@ def run(cfg: VMConfig) -> VMResult:
     (plan.run_dir / "owner.pid").write_text(f"{os.getpid()}\n")
     st = _Run(plan, backend)
     reraise: Optional[BaseException] = None
-    with _signals_raise():
+    with signals_raise():
         try:
             backend.preflight()
             _prepare(plan, backend)
@@ -531,28 +95,24 @@ def run(cfg: VMConfig) -> VMResult:
             st.end, st.error = "error", f"{type(e).__name__}: {e}"
             reraise = e
         finally:
-            with _signals_ignored():
+            with signals_ignored():
                 result = _teardown(st, notes)
     if reraise is not None:
         raise reraise
     return result
 
 
-def _prepare(plan: Plan, backend) -> None:
+def _prepare(plan: Plan, backend: Backend) -> None:
     backend.make_overlay()
     info = dict(plan.info, accel=plan.accel.name, created=time.strftime("%Y-%m-%dT%H:%M:%S"))
     metadisk.build(plan.meta, metadisk.MetaContents(
         script=plan.script, expect=plan.expect, modules=plan.modules, extra=plan.extra,
         auto_shutdown=not plan.interactive, interactive=plan.interactive, info=info))
     if plan.seed is not None:
-        from .freebsd import make_seed
-
-        make_seed(plan.seed, plan.run_id)
+        freebsd.make_seed(plan.seed, plan.run_id)
 
 
 def _responders(plan: Plan):
-    import re
-
     if not plan.login:
         return ()
     # BASIC-CI has no nuageinit: log in as root (no password) and run the hook from the seed CD.
@@ -581,9 +141,9 @@ def _run_stage(st: _Run, stage: Stage, vmm_log) -> None:
     if stage.interactive:
         # vm-shell: the terminal is the console; QEMU logs it (chardev logfile).
         st.groups = []
-        st.proc = _spawn(stage.argv, new_session=False, stderr=vmm_log)
+        st.proc = spawn(stage.argv, new_session=False, stderr=vmm_log)
         st.end = "running"
-        with _signals_ignored():  # Ctrl-C belongs to the guest
+        with signals_ignored():  # Ctrl-C belongs to the guest
             try:
                 code = st.proc.wait(timeout=None if math.isinf(to.run) else max(0.0, to.run - (time.monotonic() - st.t0)))
             except subprocess.TimeoutExpired:
@@ -605,7 +165,7 @@ def _run_stage(st: _Run, stage: Stage, vmm_log) -> None:
         st.proc = proc
         st.groups.append(proc.pid)
 
-    _spawn(stage.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if stage.console_from_stdout else vmm_log,
+    spawn(stage.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE if stage.console_from_stdout else vmm_log,
            stderr=vmm_log, on_started=started)
     assert st.proc is not None
     st.end = "running"
@@ -695,7 +255,7 @@ def _teardown(st: _Run, notes: List[str]) -> VMResult:
     if st.proc is not None:
         running = st.proc.poll() is None
         t_term = time.monotonic()
-        _stop(st.proc, plan.timeouts.kill_after, group=bool(st.groups))
+        stop(st.proc, plan.timeouts.kill_after, group=bool(st.groups))
         if running:
             # QEMU exits 0 on SIGTERM: what matters is that the runner ended it.
             how = "SIGKILL" if time.monotonic() - t_term >= plan.timeouts.kill_after else "SIGTERM"
@@ -829,7 +389,7 @@ def _checks(st: _Run, results, hooked: bool, written: bool, panic_ev, leftovers:
     return checks
 
 
-def _dry_run(plan: Plan, backend) -> VMResult:
+def _dry_run(plan: Plan, backend: Backend) -> VMResult:
     cmds = backend.commands_for_display()
     return VMResult(
         status="pass", end="dry-run", guest=plan.guest.name, backend=plan.backend, accel=plan.accel.to_json(),

@@ -21,11 +21,12 @@ from typing import Dict, List
 
 from generator.common.files import write_all
 from generator.common.paths import BENCH_RESULTS
-from vm import accel as accel_mod
-from vm import standin
+from vm.backends import accel as accel_mod
+from vm.backends.probe import kvm_probe
+from vm.backends.qemu import qemu_version
 from vm.config import VMConfig
-from vm.qemu import qemu_version
-from vm.runner import _kvm_probe, run
+from vm.images import standin
+from vm.runner import run
 
 GOAL_SECONDS = 10.0
 PHASES = ("boot", "run", "collect", "teardown", "total")
@@ -36,7 +37,7 @@ def bench_vm(out_dir: Path = BENCH_RESULTS, runs: int = 3) -> Dict[str, object]:
     t0 = time.monotonic()
     assets = standin.assets()
     prepare = time.monotonic() - t0
-    choice = accel_mod.choose("auto", _kvm_probe(VMConfig()))
+    choice = accel_mod.choose("auto", kvm_probe(VMConfig()))
     cycles: List[Dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="kinstkit-bench-vm-") as tmp:
         for i in range(runs):

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence
 from generator.common import fetch
 from generator.common.errors import UserError
 
-DEFAULT_MIRROR = "https://download.freebsd.org"  # same variable and meaning as vm/freebsd.py's
+DEFAULT_MIRROR = "https://download.freebsd.org"  # same variable and meaning as vm/images/freebsd.py's
 ENV_MIRROR = "KINSTKIT_FREEBSD_MIRROR"
 ENV_CACHE = "KINSTKIT_CACHE"
 DISTS = ("src.txz", "kernel.txz", "kernel-dbg.txz")

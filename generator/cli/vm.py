@@ -127,7 +127,7 @@ def cmd_vm_shell(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_image(args: argparse.Namespace) -> int:
-    from vm.freebsd import fetch_image, image_url
+    from vm.images.freebsd import fetch_image, image_url
 
     url, _ = image_url(args.release, args.flavor, args.mirror)
     state: List[Tuple[int, int]] = []

@@ -30,7 +30,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 from generator.common import fetch
 
-from .config import CACHE, GUEST_DIR, RELEASE_RE, VMError
+from ..config import CACHE, GUEST_DIR, RELEASE_RE, VMError
 
 MIRROR = "https://download.freebsd.org"
 MIRROR_ENV = "KINSTKIT_FREEBSD_MIRROR"
@@ -97,7 +97,7 @@ def fetch_text(url: str, timeout: float = 60.0) -> str:
 
 def download(url: str, dest: Path, algo: str, timeout: float = 60.0,
              progress: Optional[Callable[[int, Optional[int]], None]] = None) -> str:
-    """Stream ``url`` to ``dest``; return its hex digest (see generator/fetch.py)."""
+    """Stream ``url`` to ``dest``; return its hex digest (see generator/common/fetch.py)."""
     try:
         return fetch.download(url, dest, algo, timeout, progress)
     except fetch.FetchError as e:

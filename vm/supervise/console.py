@@ -6,11 +6,11 @@ is over), the script exited, the results were written, or the kernel
 panicked.  It is pure apart from the log file, so the tests drive it with
 canned transcripts.
 
-Panic lines are data in ``PANIC_PATTERNS``.  The issue names ``panic:``,
-``KDB:`` and ``Kernel panic``; ``KDB:`` alone would also match two lines every
-FreeBSD GENERIC kernel prints at boot ("KDB: debugger backends: ddb",
-"KDB: current backend: ddb"), so only the debugger's entry and backtrace
-lines count (``BENIGN``).  Patterns are anchored at the start of a line
+Panic lines are data in ``PANIC_PATTERNS``: ``panic:`` (FreeBSD),
+``Kernel panic`` (Linux) and the debugger's ``KDB:`` lines.  ``KDB:`` alone
+would also match two lines every FreeBSD GENERIC kernel prints at boot
+("KDB: debugger backends: ddb", "KDB: current backend: ddb"), so only the
+debugger's entry and backtrace lines count (``BENIGN``).  Patterns are anchored at the start of a line
 (after a Linux printk timestamp), and the hooks prefix every line of the
 guest script's output with "| ", so a check that prints "panic:" cannot end
 the run.

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .config import CACHE, GUEST_DIR, VMError
+from ..config import CACHE, GUEST_DIR, VMError
 
 STANDIN = CACHE / "standin"
 META_PACKAGE = "linux-image-amd64"

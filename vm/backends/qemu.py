@@ -8,34 +8,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import dataclass
 from typing import List, Optional
 
-from .config import QEMU, VMError
-from .plan import Plan
-
-QEMU_IMG = "qemu-img"
-
-
-@dataclass(frozen=True)
-class VMExit:
-    """How the VM monitor process ended."""
-
-    code: Optional[int]  # exit status; negative: killed by that signal; None: never started
-    kind: str  # poweroff, reboot, halt, triple-fault, error, signal, exited
-    ok: bool  # a clean end as far as the monitor can tell
-    meaning: str
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One process of a run (bhyve has two: bhyveload, then bhyve)."""
-
-    argv: List[str]
-    name: str
-    console_from_stdout: bool = True  # else the backend opens the console itself (nmdm)
-    interactive: bool = False  # the terminal is the console
-    is_vm: bool = True  # False for a loader stage whose end does not end the run
+from ..config import VMError
+from ..plan import Plan
+from .base import Stage, VMExit
+from .overlay import sparse_copy
+from .tools import QEMU, QEMU_IMG
 
 
 def base_args(plan: Plan) -> List[str]:
@@ -55,7 +34,7 @@ def machine_args(plan: Plan) -> List[str]:
 
 def accel_args(plan: Plan) -> List[str]:
     if plan.accel.name == "kvm":
-        return ["-accel", "kvm", "-cpu", "host"]  # only when vm.accel found KVM working
+        return ["-accel", "kvm", "-cpu", "host"]  # only when vm.backends.accel found KVM working
     # TCG: QEMU's default qemu64 CPU is x86-64 baseline, which both guests need and no more.
     return ["-accel", "tcg"]
 
@@ -140,8 +119,6 @@ class QemuBackend:
     def make_overlay(self) -> None:
         cmd = self.overlay_command()
         if cmd is None:
-            from .runner import sparse_copy
-
             sparse_copy(self.plan.base, self.plan.overlay)
             return
         proc = subprocess.run(cmd, capture_output=True, text=True)

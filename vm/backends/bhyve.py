@@ -1,10 +1,11 @@
 """The bhyve backend (FreeBSD hosts): pure argv builders, exit-status meanings, the backend.
 
-As FreeBSD CI runs its test VMs (../shared/reference/dtmalloc-build-vm.md
-section 4.2): ``bhyvectl --destroy`` before and after, ``bhyveload`` (or the
-UEFI firmware) to start the guest's loader, then ``bhyve`` with virtio-blk
-disks and COM1 on stdio (or an nmdm pair).  The system disk is a sparse
-per-run copy of the raw base image (bhyve reads no qcow2).
+The run follows the steps FreeBSD CI uses for its test VMs:
+``bhyvectl --destroy`` before and after (a stale instance of the same name
+makes bhyve fail), ``bhyveload`` (or the UEFI firmware) to start the guest's
+loader, then ``bhyve`` with virtio-blk disks and COM1 on stdio (or an nmdm
+pair).  The system disk is a sparse per-run copy of the raw base image
+(bhyve reads no qcow2).
 
 Exit status, from bhyve(8): 0 rebooted, 1 powered off, 2 halted, 3 triple
 fault, 4 exited due to an error.  SIGTERM asks the guest to power off (ACPI),
@@ -18,19 +19,12 @@ import subprocess
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from .config import VMError
-from .plan import Plan
-from .qemu import Stage, VMExit
+from ..config import VMError
+from ..plan import Plan
+from .base import Stage, VMExit
+from .overlay import sparse_copy
+from .tools import BHYVE_TOOLS
 
-# Tool names; the tests point them at stand-ins that record their arguments.
-TOOLS: Dict[str, str] = {
-    "bhyve": "bhyve",
-    "bhyvectl": "bhyvectl",
-    "bhyveload": "bhyveload",
-    "ifconfig": "ifconfig",
-    "kldstat": "kldstat",
-    "kldload": "kldload",
-}
 UEFI_FIRMWARE = Path("/usr/local/share/uefi-firmware/BHYVE_UEFI.fd")  # pkg install edk2-bhyve
 VMM_DIR = Path("/dev/vmm")
 
@@ -67,18 +61,18 @@ def host_console(plan: Plan) -> Optional[Path]:
 
 
 def destroy_args(plan: Plan) -> List[str]:
-    return [TOOLS["bhyvectl"], f"--vm={plan.name}", "--destroy"]
+    return [BHYVE_TOOLS["bhyvectl"], f"--vm={plan.name}", "--destroy"]
 
 
 def bhyveload_args(plan: Plan) -> List[str]:
     # The host's userboot loads the guest's loader and kernel from the system disk.
-    return [TOOLS["bhyveload"], "-c", console_device(plan), "-m", f"{plan.memory_mib}M",
+    return [BHYVE_TOOLS["bhyveload"], "-c", console_device(plan), "-m", f"{plan.memory_mib}M",
             "-d", str(plan.overlay), plan.name]
 
 
 def bhyve_args(plan: Plan, tap: Optional[str] = None) -> List[str]:
     args = [
-        TOOLS["bhyve"],
+        BHYVE_TOOLS["bhyve"],
         "-c", str(plan.cpus),
         "-m", f"{plan.memory_mib}M",
         "-A",  # ACPI tables: the guest can power off
@@ -100,11 +94,11 @@ def bhyve_args(plan: Plan, tap: Optional[str] = None) -> List[str]:
 
 
 def tap_create_args() -> List[str]:
-    return [TOOLS["ifconfig"], "tap", "create"]
+    return [BHYVE_TOOLS["ifconfig"], "tap", "create"]
 
 
 def tap_destroy_args(tap: str) -> List[str]:
-    return [TOOLS["ifconfig"], tap, "destroy"]
+    return [BHYVE_TOOLS["ifconfig"], tap, "destroy"]
 
 
 class BhyveBackend:
@@ -116,8 +110,8 @@ class BhyveBackend:
     def preflight(self) -> None:
         if os.geteuid() != 0:
             raise VMError("bhyve needs root (it creates a vmm instance)")
-        if subprocess.run([TOOLS["kldstat"], "-q", "-m", "vmm"]).returncode != 0:
-            proc = subprocess.run([TOOLS["kldload"], "vmm"], capture_output=True, text=True)
+        if subprocess.run([BHYVE_TOOLS["kldstat"], "-q", "-m", "vmm"]).returncode != 0:
+            proc = subprocess.run([BHYVE_TOOLS["kldload"], "vmm"], capture_output=True, text=True)
             if proc.returncode != 0:
                 raise VMError(f"kldload vmm: {proc.stderr.strip() or 'failed'} (bhyve needs VT-x/AMD-V)")
         if self.plan.loader == "uefi" and not (self.plan.firmware or UEFI_FIRMWARE).exists():
@@ -129,8 +123,6 @@ class BhyveBackend:
         return None
 
     def make_overlay(self) -> None:
-        from .runner import sparse_copy
-
         # A stale instance of the same name would make bhyve fail: destroy first.
         subprocess.run(destroy_args(self.plan), capture_output=True)
         sparse_copy(self.plan.base, self.plan.overlay)
