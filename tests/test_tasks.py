@@ -73,17 +73,24 @@ def _documented() -> List[Tuple[str, str, str]]:
     """
     out = []
     for path in DOCS:
-        in_table = False
+        in_table = in_block = False
         for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.startswith("```"):
+                in_block = not in_block
+                continue
             if line.startswith("|") and "invoke ...`" in line:
                 in_table = True
                 continue
-            if in_table and line.startswith("|"):
-                line = "invoke " + line.split("|")[1].replace("`", " ").strip()
+            in_table = in_table and line.startswith("|")
+            if in_table:
+                code = ["invoke " + line.split("|")[1].replace("`", " ").strip()]
+            elif in_block:
+                code = [line]
             else:
-                in_table = False
-            for m in _INVOKE.finditer(line):
-                out.append((f"{path.name}:{n}", m.group(1), m.group(2)))
+                code = re.findall(r"`([^`]+)`", line)  # inline code spans; prose is not a command
+            for text in code:
+                for m in _INVOKE.finditer(text):
+                    out.append((f"{path.name}:{n}", m.group(1), m.group(2)))
     return out
 
 
