@@ -247,9 +247,28 @@ def test_mk_reader_conditions_and_modifiers() -> None:
     assert mk.expand("${E}") == "one two"
     assert mk.expand("${F}") == "yes" and mk.defaulted == {"MK_FOO"}
     assert mk.expand("${G}") == "x"  # := expands at once
-    for bad in (".for x in a b\n.endfor", ".if target(foo)\n.endif", "X= ${A:Q}\nY:= ${X}", ".if 1\n.error no"):
+    for bad in (".for x in a b\n.endfor", ".if target(foo)\n.endif", "X= ${A:Q}\nY:= ${X}", ".if 1\n.error no",
+                ".PATH ${X}"):
         with pytest.raises(MkUnsupported):
             MkReader({}).read(bad)
+
+
+def test_mk_reader_records_path() -> None:
+    """.PATH is a special target bmake searches for sources: expanded when read, appended, cleared when empty."""
+    mk = MkReader({".CURDIR": "/m", "MACHINE_CPUARCH": "amd64"})
+    mk.read("\n".join([
+        ".PATH:\t\t${.CURDIR}/${MACHINE_CPUARCH}",
+        "MACHINE_CPUARCH= i386",  # too late: a .PATH line is expanded as it is read
+        ".PATH.c: /c1",
+        ".if ${MACHINE_CPUARCH} == \"arm64\"",
+        ".PATH: /not-taken",
+        ".endif",
+        ".PATH: /x /y",
+    ]))
+    assert mk.search_path(".c") == ["/c1", "/m/amd64", "/x", "/y"]
+    assert mk.search_path(".h") == ["/m/amd64", "/x", "/y"]
+    mk.read(".PATH:")
+    assert mk.search_path(".c") == ["/c1"]
 
 
 def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorld, tmp_path: Path) -> None:
