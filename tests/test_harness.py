@@ -462,31 +462,33 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     inputs = [Input(b.plan.image, b.plan.build_id, b.plan.sha256)]
     render_tree("harness", tmp_path, glue_context(str(kfix["lib"]), layout(str(kfix["lib"]))), inputs, cmd)
     rendered = sorted(p.name for p in tmp_path.iterdir())
-    assert rendered == ["kinst_encoding.h", "kinst_harness.c", "kinst_refused.txt", "kinst_table.c"]
+    assert rendered == ["kinst_encoding.h", "kinst_harness_target.h", "kinst_refused.txt", "kinst_table.c"]
     for name in rendered:
         assert (tmp_path / name).read_bytes() == (b.dir / name).read_bytes(), name
 
 
-def test_library_is_built_from_the_hand_written_core(kfix, tmp_path, monkeypatch):
-    """The build compiles the module's own core from where it is committed, and a change to
-    it is a new build directory (the cache key covers it)."""
+def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, monkeypatch):
+    """The build compiles the module's own core and the harness glue from where they are committed,
+    and a change to either is a new build directory (the cache key covers them)."""
     from generator.common.paths import SYS_MODULES
     from generator.run import harness
     from generator.run.harness import build
 
     b = build(str(kfix["lib"]), all_functions=True)
     line = (b.dir / "commands.sh").read_text().splitlines()[-1]
-    assert str(SYS_MODULES / "kinst" / "amd64" / "kinst_core.c") in line and " kinst_table.c" in line
-    assert not (b.dir / "kinst_core.c").exists()
-    # The same inputs with a copy of the core that differs in a comment: another key.
-    copy = tmp_path / "kinst"
-    shutil.copytree(harness.CORE_DIR / "amd64", copy / "amd64")
-    with open(copy / "amd64" / "kinst_core.c", "a") as f:
+    core = SYS_MODULES / "kinst" / "amd64" / "kinst_core.c"
+    glue = harness.GLUE_DIR / "amd64" / "kinst_harness.c"
+    assert str(core) in line and str(glue) in line and " kinst_table.c" in line
+    assert not (b.dir / "kinst_core.c").exists() and not (b.dir / "kinst_harness.c").exists()
+    # The same inputs with a copy of the hand-written glue that differs in a comment: another key.
+    copy = tmp_path / "harness_c"
+    shutil.copytree(harness.GLUE_DIR, copy)
+    with open(copy / "amd64" / "kinst_harness.c", "a") as f:
         f.write("/* changed */\n")
-    monkeypatch.setattr(harness, "CORE_DIR", copy)
+    monkeypatch.setattr(harness, "GLUE_DIR", copy)
     again = build(str(kfix["lib"]), all_functions=True)
     assert again.dir != b.dir and again.lib.exists()
-    assert str(copy / "amd64" / "kinst_core.c") in (again.dir / "commands.sh").read_text()
+    assert str(copy / "amd64" / "kinst_harness.c") in (again.dir / "commands.sh").read_text()
 
 
 # -- the benchmark and more real code -------------------------------------------------------------
