@@ -54,7 +54,7 @@ PROVIDERS: Dict[str, Provider] = {
     ),
     "dtmalloc": Provider(
         "dtmalloc",
-        plain=(),  # generated whole, for now
+        plain=("dtmalloc.c", "dtmalloc_core.c", "dtmalloc_core.h"),
         portable=("dtmalloc_core.c", "dtmalloc_table.c"),
         includes=(".",),
         table="dtmalloc_table.c",

@@ -6,10 +6,16 @@ order (sorted by probe name, byte by byte, for the core's binary search), how
 a description is spelled as a C string or in Markdown, which compile-time
 checks pin the build to the target kernel, and the ``dtrace -l``-style lines.
 
-The table is a report, not the provider's list of types: the generated module
-creates probes from the kernel's live malloc-type list, like stock dtmalloc,
-so types that appear after generation still get probes.  At load the glue
-compares the live list with the table and says what differs.
+Only what varies with the target is generated (``dtmalloc_table.c``,
+``dtmalloc_target.h``, ``dtmalloc_abi.h``, the listing and the types
+document); the glue (``dtmalloc.c``) and the portable core
+(``dtmalloc_core.[ch]``) are hand-written and committed in
+``sys/modules/dtmalloc/``.
+
+The table is a report, not the provider's list of types: the module creates
+probes from the kernel's live malloc-type list, like stock dtmalloc, so types
+that appear after generation still get probes.  At load the glue compares
+the live list with the table and says what differs.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ class DocRow:
 
 @dataclass(frozen=True)
 class Check:
-    """A compile-time assertion the glue makes against the headers it is built with."""
+    """A compile-time assertion the glue makes against the headers it is built with (``dtmalloc_abi.h``)."""
 
     expr: str
     why: str
