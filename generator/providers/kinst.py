@@ -27,9 +27,11 @@ from generator.common.cstring import c_bytes
 from generator.common.defaults import DEFAULT_PROLOGUE_RULE
 from generator.common.paths import SYS_MODULES
 from generator.image.elf import KernelImage
-from generator.render import Input, render_tree
+from generator.render import Input, remove_outdated, render_tree
 
 DEFAULT_OUT = SYS_MODULES / "kinst"
+# What kinstkit generated before the fixed C was committed; removed from the output directory.
+OUTDATED = ("kinst_glue.c", "kinst_core.c", "kinst_core.h")
 # What the harness renders for the hand-written core: everything but kinst_target.c (module glue data).
 CORE_TEMPLATES = ("kinst_encoding.h.j2", "kinst_table.c.j2", "kinst_refused.txt.j2")
 
@@ -127,4 +129,5 @@ def generate(kernel: str, functions: Sequence[str], all_functions: bool,
     """Analyse ``kernel``, plan its table and render the module sources into ``out``."""
     plan = build_plan(kernel, functions, all_functions)
     paths = render_plan(plan, out or DEFAULT_OUT, command_line(kernel, functions, all_functions))
+    remove_outdated(out or DEFAULT_OUT, OUTDATED)
     return plan, paths

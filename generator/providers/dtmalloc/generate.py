@@ -30,12 +30,14 @@ from generator.providers.dtmalloc import layouts as L
 from generator.common.errors import UserError
 from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import Discovery, MallocType, discover, probe_bytes
-from generator.render import Input, render_tree
+from generator.render import Input, remove_outdated, render_tree
 
 PROVIDER = "dtmalloc"
 PROBE_NAMES = ("malloc", "free")
 TEMPLATE_DIR = "dtmalloc"
 DEFAULT_OUT = SYS_MODULES / PROVIDER
+# What kinstkit generated before the fixed C was committed; removed from the output directory.
+OUTDATED = ("dtmalloc_glue.c", "dtmalloc_core.c", "dtmalloc_core.h")
 
 # dtrace(1) -l: "%5s %10s %17s %33s %s" (ID PROVIDER MODULE FUNCTION NAME).
 LISTING_FORMAT = "{id:>5} {provider:>10} {module:>17} {function:>33} {name}"
@@ -240,4 +242,6 @@ def render(d: Discovery, out_dir: Optional[Path] = None) -> List[Path]:
     """Render ``templates/dtmalloc/`` for ``d`` into ``out_dir``; return the files written."""
     ctx = context(d)
     command = command_line(d.kernel, d.modules)
-    return render_tree(TEMPLATE_DIR, out_dir or DEFAULT_OUT, ctx, inputs_of([d.kernel, *d.modules]), command)
+    paths = render_tree(TEMPLATE_DIR, out_dir or DEFAULT_OUT, ctx, inputs_of([d.kernel, *d.modules]), command)
+    remove_outdated(out_dir or DEFAULT_OUT, OUTDATED)
+    return paths
