@@ -126,3 +126,24 @@ def test_generate_removes_what_it_no_longer_generates(name: str, stale: str, sam
     assert res.returncode == 0, res.stderr
     assert not (out / stale).exists()
     assert (out / mine).read_text() == "/* someone's own file of that name */\n"
+
+
+def test_generator_fingerprint_covers_the_hand_written_c(tmp_path: Path, monkeypatch) -> None:
+    """A change to a committed module source regenerates (build's stamp keys on the fingerprint);
+    the generated files beside them do not count."""
+    import shutil
+
+    from generator.build import manifest, sources
+
+    copy = tmp_path / "repo"
+    shutil.copytree(sources.MODULES, copy / "sys" / "modules")
+    monkeypatch.setattr(sources, "MODULES", copy / "sys" / "modules")
+    monkeypatch.setattr(manifest, "REPO", copy)
+    for base in ("generator", "templates"):
+        (copy / base).symlink_to(REPO / base)
+    before = manifest.generator_fingerprint()
+    (copy / "sys" / "modules" / "kinst" / "kinst_table.c").write_text("/* generated: not an input */\n")
+    assert manifest.generator_fingerprint() == before
+    with open(copy / "sys" / "modules" / "kinst" / "amd64" / "kinst_isa.c", "a") as f:
+        f.write("/* changed */\n")
+    assert manifest.generator_fingerprint() != before
