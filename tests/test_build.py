@@ -42,7 +42,7 @@ from generator.build.manifest import sha256_file
 from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile
 from generator.build.nativebuild import native_build
 from generator.build.sources import PROVIDERS
-from generator.common.tools import Completed
+from generator.common.tools import Completed, run_tool
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,12 +66,15 @@ def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kern
     assert len(lines) == 1, res.stderr
     assert "--sysdir" in lines[0] and "invoke fetch-release" in lines[0] and "no .ko was made" in lines[0]
     bid = KernelImage.open(str(sample_kernel)).build_id
-    for m, portable in (("kinst", "kinst_core.c, kinst_table.c"), ("dtmalloc", "dtmalloc_core.c, dtmalloc_table.c")):
+    for m, portable in (("kinst", "amd64/kinst_core.c, kinst_table.c, kinst_target.c"),
+                        ("dtmalloc", "dtmalloc_core.c, dtmalloc_table.c")):
         assert f"{m}: sources generated in {src / m}" in res.stdout
         assert f"{m}: {m}_table.c names kernel build-id {bid}" in res.stdout
         assert f"{m}: portable {portable} compile with gcc and clang" in res.stdout
         assert f"{m}: portable objects link (ld.lld -r)" in res.stdout
-        assert (src / m / "Makefile").read_bytes() == (REPO / "sys" / "modules" / m / "Makefile").read_bytes()
+        # The hand-written Makefile and C are staged beside the generated files.
+        for rel in ("Makefile", *PROVIDERS[m].plain):
+            assert (src / m / rel).read_bytes() == (REPO / "sys" / "modules" / m / rel).read_bytes(), rel
     assert not list(out.rglob("*.ko")) and not list((out / bid).glob("*.json"))
 
 
@@ -95,19 +98,12 @@ class StandinWorld:
         self.kernel = standin.build_kernel(root / "kernel")
         standin.build_dependencies(root / "kernel")
         self.build_id = KernelImage.open(str(self.kernel)).build_id
-        self._glue: Dict[str, Path] = {}
 
-    def glue(self, module: str) -> Path:
-        """A generated glue, to learn which headers the tree must have."""
-        if module not in self._glue:
-            out = self.root / "glue" / module
-            args = ["--function", "vm_fault"] if module == "kinst" else []
-            res = subprocess.run([sys.executable, "-m", "generator", "generate", "--provider", module, "--kernel",
-                                  str(self.kernel), "--out", str(out), *args], capture_output=True, text=True,
-                                 cwd=REPO, timeout=300)
-            assert res.returncode == 0, res.stderr
-            self._glue[module] = out / f"{module}_glue.c"
-        return self._glue[module]
+    @staticmethod
+    def glue(module: str) -> List[Path]:
+        """The module's hand-written C, to learn which headers the tree must have."""
+        provider = PROVIDERS[module]
+        return [provider.source_dir / rel for rel in provider.plain if rel.endswith(".c")]
 
     def tree(self, module: str, where: Path) -> Path:
         return standin.make_tree(where, module, self.glue(module))
@@ -247,9 +243,57 @@ def test_mk_reader_conditions_and_modifiers() -> None:
     assert mk.expand("${E}") == "one two"
     assert mk.expand("${F}") == "yes" and mk.defaulted == {"MK_FOO"}
     assert mk.expand("${G}") == "x"  # := expands at once
-    for bad in (".for x in a b\n.endfor", ".if target(foo)\n.endif", "X= ${A:Q}\nY:= ${X}", ".if 1\n.error no"):
+    for bad in (".for x in a b\n.endfor", ".if target(foo)\n.endif", "X= ${A:Q}\nY:= ${X}", ".if 1\n.error no",
+                ".PATH ${X}"):
         with pytest.raises(MkUnsupported):
             MkReader({}).read(bad)
+
+
+def test_mk_reader_records_path() -> None:
+    """.PATH is a special target bmake searches for sources: expanded when read, appended, cleared when empty."""
+    mk = MkReader({".CURDIR": "/m", "MACHINE_CPUARCH": "amd64"})
+    mk.read("\n".join([
+        ".PATH:\t\t${.CURDIR}/${MACHINE_CPUARCH}",
+        "MACHINE_CPUARCH= i386",  # too late: a .PATH line is expanded as it is read
+        ".PATH.c: /c1",
+        ".if ${MACHINE_CPUARCH} == \"arm64\"",
+        ".PATH: /not-taken",
+        ".endif",
+        ".PATH: /x /y",
+    ]))
+    assert mk.search_path(".c") == ["/c1", "/m/amd64", "/x", "/y"]
+    assert mk.search_path(".h") == ["/m/amd64", "/x", "/y"]
+    mk.read(".PATH:")
+    assert mk.search_path(".c") == ["/c1"]
+
+
+def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) -> None:
+    """The kinst Makefile's ISA files are found through its .PATH, as bmake finds them; a source that
+    is nowhere is one line naming where it was looked for."""
+    from generator.build.crossbuild import cross_build
+    from generator.build.sources import stage_sources
+
+    from generator.providers import kinst
+
+    tree = world.tree("kinst", tmp_path / "sys")
+    profile = KmodProfile.for_tree(tree)
+    src = tmp_path / "src" / "kinst"
+    kinst.generate(str(world.kernel), ["vm_fault"], False, src)
+    stage_sources(PROVIDERS["kinst"], src)
+    vars_ = profile.makefile_vars(ModuleMakefile.read(src / "Makefile"))
+    assert vars_[".PATH"] == str(src / "amd64")
+    (src / "kinst_target.c").unlink()
+    ran: List[List[str]] = []
+
+    def run(argv, cwd=None, env=None):
+        ran.append(list(argv))
+        return run_tool(argv, cwd, env)
+
+    # The hand-written sources are found and compile; the generated file removed above is missing.
+    with pytest.raises(UserError, match=rf"kinst_target.c: listed in SRCS but not in {src} or {src / 'amd64'}"):
+        cross_build(PROVIDERS["kinst"], src, tmp_path / "obj", profile, run)
+    compiled = [argv[argv.index("-c") + 1] for argv in ran if "-c" in argv]
+    assert compiled == [str(src / "kinst.c"), str(src / "amd64" / "kinst_isa.c"), str(src / "amd64" / "kinst_core.c")]
 
 
 def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorld, tmp_path: Path) -> None:
@@ -290,9 +334,9 @@ def test_native_build_command_and_manifest_fields(tmp_path: Path, tmp_path_facto
         obj = Path(env["MAKEOBJDIR"])
         if "-V" not in argv:  # bsd.kmod.mk: objects and the .ko in MAKEOBJDIR, dependency files beside them
             shutil.copy(good, obj / "kinst.ko")
-            (srcdir / "kinst_core.h").write_text("/* header */\n")
-            depend = f"kinst_glue.o: {srcdir}/kinst_glue.c \\\n  {srcdir}/kinst_core.h\n"
-            (obj / ".depend.kinst_glue.o").write_text(depend)
+            (srcdir / "kinst_encoding.h").write_text("/* header */\n")
+            depend = f"kinst.o: {srcdir}/kinst.c \\\n  {srcdir}/kinst_encoding.h\n"
+            (obj / ".depend.kinst.o").write_text(depend)
             return Completed(0, "", "")
         return Completed(0, "kinst\n-O2 -pipe -D_KERNEL -mcmodel=kernel\n-warn-common --build-id=sha1\ncc\nld\n"
                             "20240711\n", "")
@@ -307,7 +351,7 @@ def test_native_build_command_and_manifest_fields(tmp_path: Path, tmp_path_facto
     assert built.cflags == ["-O2", "-pipe", "-D_KERNEL", "-mcmodel=kernel"]
     assert built.ldflags == ["-warn-common", "--build-id=sha1"]
     assert built.mode == "native (make with bsd.kmod.mk)" and built.tools["make"] == "bmake 20240711"
-    assert built.headers == [str((srcdir / "kinst_core.h").resolve())]  # from bsd.dep.mk's .depend.* files
+    assert built.headers == [str((srcdir / "kinst_encoding.h").resolve())]  # from bsd.dep.mk's .depend.* files
 
     def failing(argv, cwd, env) -> Completed:
         return Completed(2, "", 'make: "/usr/share/mk/bsd.sysdir.mk" line 1: Unable to locate the kernel source tree.')

@@ -1,11 +1,15 @@
-"""The generated dtmalloc provider: deterministic, and compiling as far as this machine allows.
+"""The dtmalloc provider: generated files deterministic, the module compiling as far as this machine allows.
 
-The portable core is compiled with gcc and with clang for FreeBSD (-Wall
--Wextra -Werror, freestanding, no headers) and run in user space against
-Python's probe-name rule.  The FreeBSD glue is compiled against the stand-in
-headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, and against a
-real FreeBSD sys/ tree when SYSDIR names one (the test skips, naming SYSDIR,
-otherwise: no FreeBSD headers exist here).
+``generate`` writes what varies with the target (dtmalloc_table.c,
+dtmalloc_target.h, dtmalloc_abi.h, the listing and the types document); the
+glue (dtmalloc.c) and the portable core (dtmalloc_core.[ch]) are hand-written
+in sys/modules/dtmalloc/ and staged beside them, as ``invoke build --src``
+does.  The portable core is compiled with gcc and with clang for FreeBSD
+(-Wall -Wextra -Werror, freestanding, no headers) and run in user space
+against Python's probe-name rule.  The FreeBSD glue is compiled against the
+stand-in headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, and
+against a real FreeBSD sys/ tree when SYSDIR names one (the test skips,
+naming SYSDIR, otherwise: no FreeBSD headers exist here).
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ import pytest
 from dtmalloc_fixtures import (
     LAYOUT_12, RELEASE_12, RELEASE_14, SRC, Fixtures, assert_one_line_error, require, run_cli, shared,
 )
+from generator.build.sources import PROVIDERS, stage_sources
 from generator.providers.dtmalloc.mallocs import discover, probe_name
 
 REPO = Path(__file__).resolve().parent.parent
-GENERATED = ["dtmalloc.list", "dtmalloc_core.c", "dtmalloc_core.h", "dtmalloc_glue.c", "dtmalloc_table.c",
-             "dtmalloc_types.md"]
-PORTABLE = ["dtmalloc_core.c", "dtmalloc_table.c"]
+DTMALLOC = PROVIDERS["dtmalloc"]
+GENERATED = ["dtmalloc.list", "dtmalloc_abi.h", "dtmalloc_table.c", "dtmalloc_target.h", "dtmalloc_types.md"]
+PORTABLE = list(DTMALLOC.portable)  # dtmalloc_core.c, dtmalloc_table.c
 STRICT = ["-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0", "-nostdinc", "-mcmodel=kernel", "-mno-red-zone",
                  "-fno-pic"]
@@ -54,6 +59,15 @@ def generated(inputs, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def module(generated: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated files with the hand-written C and Makefile staged beside them."""
+    out = tmp_path_factory.mktemp("module") / "dtmalloc"
+    shutil.copytree(generated, out)
+    stage_sources(DTMALLOC, out)
+    return out
+
+
 def _cc(argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
 
@@ -66,8 +80,10 @@ def test_same_inputs_give_identical_files(generated: Path, inputs, tmp_path: Pat
     assert res.returncode == 0, res.stderr
     match, mismatch, errors = filecmp.cmpfiles(copy, generated, GENERATED, shallow=False)
     assert (mismatch, errors) == ([], []) and len(match) == len(GENERATED)
-    header = (generated / "dtmalloc_glue.c").read_text().splitlines()
-    assert any(kernel in line for line in header[:10]) and not any("Date" in line for line in header[:10])
+    for name in GENERATED:
+        header = (generated / name).read_text().splitlines()
+        assert any(kernel in line for line in header[:10]) and not any("Date" in line for line in header[:10])
+        assert any(f"from templates/dtmalloc/{name}.j2" in line for line in header[:10]), name
 
 
 def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
@@ -83,27 +99,31 @@ def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
     assert "duplicate: probes go to M_CACHE@subr_b.c in kernel" in doc
     listing = (generated / "dtmalloc.list").read_text().splitlines()
     assert listing[-1].split() == ["-", "dtmalloc", "temp", "free"]
-    glue = (generated / "dtmalloc_glue.c").read_text()
-    assert "CTASSERT(M_VERSION == 2024042901UL);" in glue
-    assert "CTASSERT(__FreeBSD_version <= 1400097);" in glue
-    assert "mtip = &mtp->ks_mti;" in glue
+    abi = (generated / "dtmalloc_abi.h").read_text()
+    assert "CTASSERT(M_VERSION == 2024042901UL);" in abi
+    assert "CTASSERT(__FreeBSD_version <= 1400097);" in abi
+    assert "#define\tDTMALLOC_MTIP(mtp)\t(&mtp->ks_mti)" in abi
+    target = (generated / "dtmalloc_target.h").read_text()
+    assert f"#define\tDTMALLOC_NKNOWN\t\t\t{len(d.probed)}\n" in target
+    assert "#define\tDTMALLOC_TARGET_M_VERSION\t2024042901UL" in target
+    assert "mtip = DTMALLOC_MTIP(mtp);" in (DTMALLOC.source_dir / "dtmalloc.c").read_text()
 
 
 @pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
-def test_core_compiles_freestanding(generated: Path, cc: List[str], tmp_path: Path) -> None:
+def test_core_compiles_freestanding(module: Path, cc: List[str], tmp_path: Path) -> None:
     require(cc[0])
     for src in PORTABLE:
-        res = _cc([*cc, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], generated)
+        res = _cc([*cc, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], module)
         assert res.returncode == 0, res.stderr
-    portable = "".join((generated / n).read_text() for n in (*PORTABLE, "dtmalloc_core.h"))
-    assert "#include <" not in portable
+    portable = "".join((module / n).read_text() for n in (*PORTABLE, "dtmalloc_core.h", "dtmalloc_target.h"))
+    assert '#include "dtmalloc_target.h"' in portable and "#include <" not in portable
 
 
-def test_core_runs_the_probe_name_rule(generated: Path, inputs, tmp_path: Path) -> None:
+def test_core_runs_the_probe_name_rule(module: Path, inputs, tmp_path: Path) -> None:
     require("gcc")
     exe = tmp_path / "core_test"
     res = _cc(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I.", str(SRC / "core_test.c"), *PORTABLE,
-               "-o", str(exe)], generated)
+               "-o", str(exe)], module)
     assert res.returncode == 0, res.stderr
     d = discover(*inputs[:1], [inputs[1]])
     cases = [t.raw.decode() for t in d.types] + ["not a type", "x" * 300, "a\x0bb\x0cc\rd"]
@@ -118,30 +138,30 @@ def test_core_runs_the_probe_name_rule(generated: Path, inputs, tmp_path: Path) 
     assert lines[-1] == f"table {len(known)} ok"
 
 
-def _glue(generated: Path, cc: List[str], version: str, m_version: str, out: Path) -> subprocess.CompletedProcess:
+def _glue(module: Path, cc: List[str], version: str, m_version: str, out: Path) -> subprocess.CompletedProcess:
     return _cc([*cc, "-std=c99", "-ffreestanding", "-nostdinc", "-D_KERNEL", "-Wall", "-Wextra", "-Werror",
                 f"-I{STUBS}", f"-DSTUB_FREEBSD_VERSION={version}", f"-DSTUB_M_VERSION={m_version}",
-                "-c", "dtmalloc_glue.c", "-o", str(out)], generated)
+                "-c", "dtmalloc.c", "-o", str(out)], module)
 
 
 @pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
-def test_glue_compiles_against_stand_in_headers(generated: Path, cc: List[str], tmp_path: Path) -> None:
+def test_glue_compiles_against_stand_in_headers(module: Path, cc: List[str], tmp_path: Path) -> None:
     require(cc[0])
-    res = _glue(generated, cc, "1400097", "2024042901UL", tmp_path / "glue.o")
+    res = _glue(module, cc, "1400097", "2024042901UL", tmp_path / "glue.o")
     assert res.returncode == 0, res.stderr
 
 
 @pytest.mark.parametrize("version, m_version", [("1400097", "2020110501UL"), ("1400100", "2024042901UL"),
                                                 ("1302001", "2024042901UL")],
                          ids=["other-M_VERSION", "newer-headers", "other-major"])
-def test_glue_refuses_a_tree_that_is_not_the_targets(generated: Path, version: str, m_version: str,
+def test_glue_refuses_a_tree_that_is_not_the_targets(module: Path, version: str, m_version: str,
                                                       tmp_path: Path) -> None:
     require("gcc")
-    res = _glue(generated, ["gcc"], version, m_version, tmp_path / "glue.o")
+    res = _glue(module, ["gcc"], version, m_version, tmp_path / "glue.o")
     assert res.returncode != 0 and "static assertion failed" in res.stderr
 
 
-def test_glue_against_sysdir(generated: Path, tmp_path: Path) -> None:
+def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
     """The real build: bsd.kmod.mk against the FreeBSD sys/ tree in $SYSDIR."""
     sysdir = os.environ.get("SYSDIR")
     if not sysdir or not (Path(sysdir) / "sys" / "malloc.h").is_file():
@@ -150,8 +170,7 @@ def test_glue_against_sysdir(generated: Path, tmp_path: Path) -> None:
     if make is None or (Path(make).name == "make" and os.uname().sysname != "FreeBSD"):
         pytest.skip("SYSDIR is set but no BSD make (bmake) is installed to run bsd.kmod.mk")
     work = tmp_path / "build"
-    shutil.copytree(generated, work)
-    shutil.copy(REPO / "sys" / "modules" / "dtmalloc" / "Makefile", work / "Makefile")
+    shutil.copytree(module, work)
     res = subprocess.run([make, f"SYSDIR={sysdir}", "WITHOUT_CTF=yes"], cwd=work, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
     assert (work / "dtmalloc.ko").is_file()
@@ -161,8 +180,13 @@ def test_makefile_uses_bsd_kmod_mk() -> None:
     text = (REPO / "sys" / "modules" / "dtmalloc" / "Makefile").read_text()
     assert ".include <bsd.kmod.mk>" in text
     assert "KMOD=\tdtmalloc" in text
-    srcs = " ".join(line for line in text.splitlines() if line.startswith("SRCS"))
-    assert set(srcs.split()) >= {"dtmalloc_glue.c", "dtmalloc_core.c", "dtmalloc_table.c"}
+    srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))
+    c_files = [n for n in srcs.split() if n.endswith(".c")]
+    assert sorted(c_files) == ["dtmalloc.c", "dtmalloc_core.c", "dtmalloc_table.c"]
+    # Each is hand-written and committed beside the Makefile, or generated: never both.
+    for name in c_files:
+        assert (name in DTMALLOC.plain) != (name in GENERATED), name
+        assert name in GENERATED or (DTMALLOC.source_dir / name).is_file(), name
 
 
 def test_default_out_and_sample_kernel(sample_kernel, tmp_path: Path) -> None:

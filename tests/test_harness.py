@@ -461,8 +461,34 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     render_plan(b.plan, tmp_path, cmd, only=CORE_TEMPLATES)
     inputs = [Input(b.plan.image, b.plan.build_id, b.plan.sha256)]
     render_tree("harness", tmp_path, glue_context(str(kfix["lib"]), layout(str(kfix["lib"]))), inputs, cmd)
-    for name in ("kinst_core.h", "kinst_core.c", "kinst_table.c", "kinst_harness.c", "kinst_refused.txt"):
+    rendered = sorted(p.name for p in tmp_path.iterdir())
+    assert rendered == ["kinst_encoding.h", "kinst_harness_target.h", "kinst_refused.txt", "kinst_table.c"]
+    for name in rendered:
         assert (tmp_path / name).read_bytes() == (b.dir / name).read_bytes(), name
+
+
+def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, monkeypatch):
+    """The build compiles the module's own core and the harness glue from where they are committed,
+    and a change to either is a new build directory (the cache key covers them)."""
+    from generator.common.paths import SYS_MODULES
+    from generator.run import harness
+    from generator.run.harness import build
+
+    b = build(str(kfix["lib"]), all_functions=True)
+    line = (b.dir / "commands.sh").read_text().splitlines()[-1]
+    core = SYS_MODULES / "kinst" / "amd64" / "kinst_core.c"
+    glue = harness.GLUE_DIR / "amd64" / "kinst_harness.c"
+    assert str(core) in line and str(glue) in line and " kinst_table.c" in line
+    assert not (b.dir / "kinst_core.c").exists() and not (b.dir / "kinst_harness.c").exists()
+    # The same inputs with a copy of the hand-written glue that differs in a comment: another key.
+    copy = tmp_path / "harness_c"
+    shutil.copytree(harness.GLUE_DIR, copy)
+    with open(copy / "amd64" / "kinst_harness.c", "a") as f:
+        f.write("/* changed */\n")
+    monkeypatch.setattr(harness, "GLUE_DIR", copy)
+    again = build(str(kfix["lib"]), all_functions=True)
+    assert again.dir != b.dir and again.lib.exists()
+    assert str(copy / "amd64" / "kinst_harness.c") in (again.dir / "commands.sh").read_text()
 
 
 # -- the benchmark and more real code -------------------------------------------------------------

@@ -1,16 +1,22 @@
-"""The generated kinst provider: deterministic, compiling, and the glue's logic run.
+"""The kinst provider: generated files deterministic, the module compiling, and the glue's logic run.
 
-What this machine can check, in order of strength:
+``generate`` writes only what varies with the image (kinst_table.c,
+kinst_target.c, kinst_encoding.h, kinst_refused.txt); the rest is hand-written
+in sys/modules/kinst/ (kinst.c, kinst.h, kinst_target.h; amd64/kinst_isa.c
+and the portable core amd64/kinst_core.[ch]).  The tests compile the two
+together in a module directory staged the way ``invoke build --src`` stages
+one.  What this machine can check, in order of strength:
 
-* the portable core and the table compile with gcc and with clang for
-  FreeBSD (freestanding, kernel code model, -Wall -Wextra -Werror), also with
-  the warnings FreeBSD's kernel builds add;
+* the portable core, the table and the target data compile with gcc and with
+  clang for FreeBSD (freestanding, kernel code model, -Wall -Wextra
+  -Werror), also with the warnings FreeBSD's kernel builds add;
 * the same inputs give byte-identical files, whose headers name the
   generator, the input and its build-id and sha256, and whose KINST_F_* and
   enum kinst_kind values are the Python ones;
-* the FreeBSD glue compiles against the stand-in kernel headers in
-  tests/fixtures/kinst/kinst_standin.h, and *runs* over stand-in kernel
-  services (tests/fixtures/kinst/glue_world.c): load and the build-id check,
+* the FreeBSD glue (kinst.c and amd64/kinst_isa.c) compiles against the
+  stand-in kernel headers in tests/fixtures/kinst/kinst_standin.h, and
+  *runs* over stand-in kernel services (tests/fixtures/kinst/glue_world.c,
+  a unity build of both): load and the build-id check,
   resolution with a load bias, provide/ioctl/condense, every table probe
   armed, hit and disarmed with its trampoline or call target checked, and
   unload -- for a kernel table and for a .ko table;
@@ -34,13 +40,17 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from generator import __version__
+from generator.build.sources import PROVIDERS, stage_sources
 from generator.isa.amd64.probe_md import KinstFlag
 from generator.isa.amd64.probe_md import TABLE_KINDS
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "kinst"
-RENDERED = ["kinst_core.c", "kinst_core.h", "kinst_glue.c", "kinst_refused.txt", "kinst_table.c"]
-CORE_SOURCES = ["kinst_core.c", "kinst_table.c"]
+KINST = PROVIDERS["kinst"]
+RENDERED = ["kinst_encoding.h", "kinst_refused.txt", "kinst_table.c", "kinst_target.c"]
+CORE_SOURCES = list(KINST.portable)  # amd64/kinst_core.c, kinst_table.c, kinst_target.c
+INCLUDES = [f"-I{d}" for d in KINST.includes]  # relative to the module directory
+GLUE_SOURCES = ["kinst.c", "amd64/kinst_isa.c"]  # hand-written, each its own compilation unit
 
 STRICT = ["-std=c99", "-ffreestanding", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-Wall", "-Wextra", "-Werror"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0"]
@@ -67,14 +77,28 @@ def render(out: Path, *args: str) -> Path:
     return out
 
 
+def module_dir(tree: Path, where: Path) -> Path:
+    """A complete module directory: the rendered ``tree`` plus the hand-written C and Makefile, staged."""
+    shutil.copytree(tree, where)
+    stage_sources(KINST, where)
+    return where
+
+
 @pytest.fixture(scope="module")
 def trees(sample_kernel: Path, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    """The sample kernel rendered for one function and for --all."""
+    """The sample kernel rendered for one function and for --all (generated files only)."""
     base = tmp_path_factory.mktemp("kinst")
     return {
         "single": render(base / "single", "--kernel", str(sample_kernel), "--function", "vm_fault"),
         "all": render(base / "all", "--kernel", str(sample_kernel), "--all"),
     }
+
+
+@pytest.fixture(scope="module")
+def modules(trees: Dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+    """Each rendered tree staged into a module directory, as ``invoke build --src`` stages one."""
+    base = tmp_path_factory.mktemp("kinst-module")
+    return {which: module_dir(tree, base / which) for which, tree in trees.items()}
 
 
 def cc(argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -86,23 +110,31 @@ def cc(argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("which", ["single", "all"])
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
-def test_core_and_table_compile(trees: Dict[str, Path], which: str, compiler: str, tmp_path: Path) -> None:
+def test_core_and_table_compile(modules: Dict[str, Path], which: str, compiler: str, tmp_path: Path) -> None:
     argv = COMPILERS[compiler]
     require(argv[0])
     for src in CORE_SOURCES:
-        res = cc([*argv, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], trees[which])
+        res = cc([*argv, *STRICT, *INCLUDES, "-c", src, "-o", str(tmp_path / (Path(src).name + ".o"))],
+                 modules[which])
         assert res.returncode == 0, f"{compiler} {src}:\n{res.stderr}"
 
 
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
-def test_core_compiles_with_kernel_warnings(trees: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
+def test_core_compiles_with_kernel_warnings(modules: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
     """The kmod build adds kern.mk's CWARNFLAGS; the core must pass them too."""
     argv = COMPILERS[compiler]
     require(argv[0])
     for src in CORE_SOURCES:
-        res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-nostdinc", "-c", src, "-o", str(tmp_path / "x.o")],
-                 trees["all"])
+        res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-nostdinc", *INCLUDES, "-c", src, "-o", str(tmp_path / "x.o")],
+                 modules["all"])
         assert res.returncode == 0, f"{compiler} {src}:\n{res.stderr}"
+
+
+def test_portable_sources_include_no_system_header(modules: Dict[str, Path]) -> None:
+    """The core, its headers, the table and the target data compile anywhere: no <...> include."""
+    files = [*CORE_SOURCES, "amd64/kinst_core.h", "kinst_encoding.h", "kinst_target.h"]
+    text = "".join((modules["all"] / f).read_text() for f in files)
+    assert '#include "kinst_core.h"' in text and "#include <" not in text
 
 
 # --- (b) determinism -------------------------------------------------------
@@ -149,7 +181,7 @@ def test_headers_name_generator_and_input(trees: Dict[str, Path], sample_kernel:
 
 
 def test_core_header_encodings_match_python(trees: Dict[str, Path]) -> None:
-    header = (trees["single"] / "kinst_core.h").read_text()
+    header = (trees["single"] / "kinst_encoding.h").read_text()
     flags = {m[0]: int(m[1], 16) for m in re.findall(r"#define\s+KINST_F_(\w+)\s+(0x[0-9a-fA-F]+)", header)}
     assert flags == {f.name: int(f) for f in KinstFlag}
     enum = re.search(r"enum kinst_kind \{(.*?)\};", header, re.S).group(1)
@@ -193,9 +225,7 @@ def kmod_flags(sysdir: Path, work: Path) -> List[str]:
 def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
     """On FreeBSD, `make` with bsd.kmod.mk; elsewhere clang with kmod.mk's flags against $SYSDIR."""
     sysdir = sysdir_or_skip()
-    work = tmp_path / "kinst"
-    shutil.copytree(trees["all"], work)
-    shutil.copy(REPO / "sys" / "modules" / "kinst" / "Makefile", work / "Makefile")
+    work = module_dir(trees["all"], tmp_path / "kinst")
     share_mk = sysdir.parent / "share" / "mk"
     if os.uname().sysname == "FreeBSD":
         argv = ["make", f"SYSDIR={sysdir}", "WITHOUT_CTF=yes"]
@@ -214,41 +244,58 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
         res = subprocess.run(["awk", "-f", str(sysdir / "tools" / "vnode_if.awk"),
                               str(sysdir / "kern" / "vnode_if.src"), flag], cwd=work, capture_output=True, text=True)
         assert res.returncode == 0 and (work / name).is_file(), res.stderr
-    for src in ("kinst_glue.c", *CORE_SOURCES):
-        res = cc([*kmod_flags(sysdir, work), "-c", src, "-o", src[:-2] + ".o"], work)
+    for src in (*GLUE_SOURCES, *CORE_SOURCES):
+        res = cc([*kmod_flags(sysdir, work), f"-I{work / 'amd64'}", "-c", src, "-o", Path(src).stem + ".o"], work)
         assert res.returncode == 0, f"{src}:\n{res.stderr}"
 
 
-def test_makefile_builds_the_rendered_sources() -> None:
-    text = (REPO / "sys" / "modules" / "kinst" / "Makefile").read_text()
+def test_makefile_builds_the_module_sources() -> None:
+    """SRCS: the hand-written and the generated C; .PATH finds the ISA folder's files, -I its headers."""
+    from generator.build.mk import MkReader, ModuleMakefile
+
+    module = KINST.source_dir
+    text = (module / "Makefile").read_text()
     assert re.search(r"^KMOD=\s+kinst$", text, re.M)
-    srcs = " ".join(line for line in text.splitlines() if line.startswith("SRCS"))
-    assert all(n in srcs.split() for n in ("kinst_glue.c", "kinst_core.c", "kinst_table.c", "vnode_if.h"))
+    srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))
+    c_files = [n for n in srcs.split() if n.endswith(".c")]
+    assert sorted(c_files) == sorted(["kinst.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c", "kinst_table.c"])
+    assert "vnode_if.h" in srcs.split()
     assert ".include <bsd.kmod.mk>" in text and "${OPENZFS_CFLAGS}" in text
     assert "debug_compat.h" in text.split(".include <bsd.kmod.mk>")[1]
+    makefile = ModuleMakefile.read(module / "Makefile")
+    mk = MkReader({"MACHINE_CPUARCH": "amd64", ".CURDIR": str(module)})
+    mk.read(makefile.before)
+    assert mk.search_path(".c") == [str(module / "amd64")]
+    assert f"-I{module} -I{module / 'amd64'}" in mk.expand("${CFLAGS}")
+    # Each source is hand-written (in the module directory or on .PATH) or generated.
+    for name in c_files:
+        found = [d for d in (module, *map(Path, mk.search_path(".c"))) if (d / name).is_file()]
+        assert len(found) == 1 or name in RENDERED, name
 
 
 # --- the glue on this machine: stand-in headers and a stand-in kernel ------
 
 
-def standin_tree(glue: Path, root: Path) -> Path:
-    """Every <...> header kinst_glue.c includes, as a file that includes kinst_standin.h."""
-    for header in re.findall(r"^#include <([^>]+)>", glue.read_text(), re.M):
-        path = root / header
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text('#include "kinst_standin.h"\n')
+def standin_tree(module: Path, root: Path) -> Path:
+    """Every <...> header the glue (kinst.c, amd64/kinst_isa.c) includes, as a file that includes kinst_standin.h."""
+    for glue in GLUE_SOURCES:
+        for header in re.findall(r"^#include <([^>]+)>", (module / glue).read_text(), re.M):
+            path = root / header
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text('#include "kinst_standin.h"\n')
     return root
 
 
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
-def test_glue_compiles_against_standins(trees: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
+def test_glue_compiles_against_standins(modules: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
     argv = COMPILERS[compiler]
     require(argv[0])
-    for which, tree in trees.items():
-        stubs = standin_tree(tree / "kinst_glue.c", tmp_path / which)
-        res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-Wshadow", "-nostdinc", "-D_KERNEL", f"-I{stubs}",
-                  f"-I{FIXTURES}", "-c", "kinst_glue.c", "-o", str(tmp_path / "glue.o")], tree)
-        assert res.returncode == 0, f"{compiler} {which}:\n{res.stderr}"
+    for which, module in modules.items():
+        stubs = standin_tree(module, tmp_path / which)
+        for src in GLUE_SOURCES:
+            res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-Wshadow", "-nostdinc", "-D_KERNEL", f"-I{stubs}",
+                      f"-I{FIXTURES}", *INCLUDES, "-c", src, "-o", str(tmp_path / "glue.o")], module)
+            assert res.returncode == 0, f"{compiler} {which} {src}:\n{res.stderr}"
 
 
 def image_files(image: Path, out: Path) -> List[str]:
@@ -270,16 +317,19 @@ def image_files(image: Path, out: Path) -> List[str]:
 
 def run_world(tree: Path, work: Path, scenario: str, kernel: Path, build_id_arg: str,
               module: Optional[Path] = None) -> str:
+    """Build glue_world (kinst.c and amd64/kinst_isa.c as one unit) with the module's portable
+    objects and run one scenario; ``tree`` is a staged module directory."""
     require("gcc")
     work.mkdir(parents=True, exist_ok=True)
-    stubs = standin_tree(tree / "kinst_glue.c", work / "stubs")
+    stubs = standin_tree(tree, work / "stubs")
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
-    res = cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{stubs}", f"-I{FIXTURES}", f"-I{tree}",
+    includes = [f"-I{tree / d}" for d in KINST.includes]
+    res = cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{stubs}", f"-I{FIXTURES}", *includes,
               "-c", str(FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], work)
     assert res.returncode == 0, res.stderr
     exe = work / "glue_host"
-    res = cc(["gcc", *flags, f"-I{FIXTURES}", str(FIXTURES / "glue_host.c"), str(work / "world.o"),
-              str(tree / "kinst_core.c"), str(tree / "kinst_table.c"), "-o", str(exe)], work)
+    res = cc(["gcc", *flags, f"-I{FIXTURES}", *includes, str(FIXTURES / "glue_host.c"), str(work / "world.o"),
+              *(str(tree / src) for src in CORE_SOURCES), "-o", str(exe)], work)
     assert res.returncode == 0, res.stderr
     argv = [str(exe), scenario, *image_files(kernel, work), build_id_arg]
     if module is not None:
@@ -292,15 +342,15 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: Path, build_id_arg:
 
 
 @pytest.mark.parametrize("which", ["single", "all"])
-def test_glue_runs_a_kernel_table(trees: Dict[str, Path], sample_kernel: Path, which: str, tmp_path: Path) -> None:
-    out = run_world(trees[which], tmp_path, "kernel", sample_kernel, build_id(sample_kernel))
+def test_glue_runs_a_kernel_table(modules: Dict[str, Path], sample_kernel: Path, which: str, tmp_path: Path) -> None:
+    out = run_world(modules[which], tmp_path, "kernel", sample_kernel, build_id(sample_kernel))
     # Refusals are one line each, with the reason.
     assert "kinst: vm_fault:2 is not a probe of the generated table" in out
     assert re.search(r"kinst: not enabling kernel:\w+:0: the live bytes differ", out)
 
 
-def test_glue_refuses_another_kernel(trees: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:
-    out = run_world(trees["single"], tmp_path, "build-id", sample_kernel, "0" * 40)
+def test_glue_refuses_another_kernel(modules: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:
+    out = run_world(modules["single"], tmp_path, "build-id", sample_kernel, "0" * 40)
     line = [x for x in out.splitlines() if x.startswith("kinst:")]
     assert line == [f"kinst: table made for kernel build-id {build_id(sample_kernel)}, running kernel is "
                     f"{'0' * 40}: not loading"]
@@ -332,17 +382,18 @@ def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path: Path) -> None:
     tree = render(tmp_path / "gen", "--kernel", str(module_ko), "--all")
-    glue = (tree / "kinst_glue.c").read_text()
-    assert '#define\tKINST_FILE\t\t"fixmod.ko"' in glue and 'kinst_modname[] = "fixmod";' in glue
-    assert "#define\tKINST_TABLE_KERNEL\t0" in glue
+    target = (tree / "kinst_target.c").read_text()
+    assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod";' in target
+    assert "const int kinst_table_kernel = 0;" in target
     # A module table is not held to the kernel's build-id.
-    run_world(tree, tmp_path / "world", "module", sample_kernel, "0" * 40, module_ko)
+    run_world(module_dir(tree, tmp_path / "module"), tmp_path / "world", "module", sample_kernel, "0" * 40,
+              module_ko)
 
 
 def test_glue_data_for_the_kernel(trees: Dict[str, Path]) -> None:
-    glue = (trees["all"] / "kinst_glue.c").read_text()
-    assert '#define\tKINST_FILE\t\t"kernel"' in glue and 'kinst_modname[] = "kernel";' in glue
-    assert "#define\tKINST_TABLE_KERNEL\t1" in glue
+    glue = (trees["all"] / "kinst_target.c").read_text()
+    assert 'const char kinst_file[] = "kernel";' in glue and 'char kinst_modname[] = "kernel";' in glue
+    assert "const int kinst_table_kernel = 1;" in glue
     table = (trees["all"] / "kinst_table.c").read_text()
     names = re.findall(r'\.kf_name = "([^"]*)"', table)
     block = re.search(r"kinst_byname\[\] = \{(.*?)\};", glue, re.S).group(1)

@@ -2,8 +2,9 @@
 
 Functions that probe context may call, or whose tracing would make a broken
 kinst impossible to debug.  The ISA adds its own (``Isa.md_excluded``).  The
-generated glue applies the same lists again at probe creation, rendered from
-here: this module is their only owner.
+module's glue (``sys/modules/kinst/kinst.c``) applies the same lists again at
+probe creation, from the generated ``kinst_target.c``, rendered from here:
+this module is their only owner.
 """
 
 from __future__ import annotations

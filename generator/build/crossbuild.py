@@ -6,8 +6,10 @@ works out for the target's ``sys/`` tree:
 
 * the object directory gets what kmod.mk generates there (include links,
   ``opt_*.h``, ``vnode_if*.h``);
-* every C source in SRCS is compiled with ``clang --target=...-freebsdX.Y``
-  and ``-MD``, so the manifest can list every header the compiler read;
+* every C source in SRCS, found in the module directory or, as bmake finds
+  it, in a ``.PATH`` directory (the module's ISA folder), is compiled with
+  ``clang --target=...-freebsdX.Y`` and ``-MD``, so the manifest can list
+  every header the compiler read;
 * ``ld.lld -m elf_x86_64_fbsd -r`` with the tree's link script makes the
   ``.ko`` (ET_REL, as amd64 modules are);
 * ``EXPORT_SYMS=NO`` (kmod.mk's default) makes every defined global local,
@@ -35,6 +37,7 @@ def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodPro
     mvars = profile.makefile_vars(makefile)
     kmod = mvars["KMOD"] or provider.name
     srcs = mvars["SRCS"].split()
+    search = [srcdir, *(srcdir / d for d in mvars[".PATH"].split())]
     fresh(objdir)
     clang = require_tool("clang")
     lld = require_tool("ld.lld")
@@ -47,9 +50,10 @@ def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodPro
             continue
         if not src.endswith(".c"):
             raise UserError(f"{makefile.path}: SRCS lists {src}; the cross build compiles C sources only")
-        path = srcdir / src
-        if not path.is_file():
-            raise UserError(f"{path}: listed in SRCS but missing; run the generator first")
+        path = next((d / src for d in search if (d / src).is_file()), None)
+        if path is None:
+            where = " or ".join(str(d) for d in search)
+            raise UserError(f"{src}: listed in SRCS but not in {where}; run the generator first")
         obj = f"{Path(src).stem}.o"
         argv = [clang, f"--target={profile.triple}", *cflags, "-MD", f"-MF.depend.{obj}", f"-MT{obj}",
                 "-c", str(path), "-o", obj]

@@ -34,7 +34,7 @@ then stops with one line saying that linking a ``.ko`` needs ``--sysdir`` or
 
 This module is the order of those steps; each step is a module of its own:
 
-* ``providers``   -- the modules, their generated sources and Makefile, the table's build-id check
+* ``sources``     -- the modules: generated sources beside the hand-written C and Makefile, the table's build-id check
 * ``portable``    -- the portable cores with gcc and clang, linked and resolved (no tree needed)
 * ``kmodflags``   -- kmod.mk's and kern.mk's flags for a tree, and the headers kmod.mk generates
 * ``mk``          -- the bmake reader that evaluates the tree's kern.mk and the module Makefile
@@ -66,7 +66,7 @@ from generator.common.paths import BUILD, SYS_MODULES
 from generator.build.nativebuild import native_build
 from generator.build.objdir import Built
 from generator.build.portable import portable_checks
-from generator.build.sources import PROVIDERS, Provider, generate_module, stage_makefile, table_names_kernel
+from generator.build.sources import PROVIDERS, Provider, generate_module, stage_sources, table_names_kernel
 from generator.build.targets import TARGETS
 from generator.common.tools import Runner, run_tool, tool_version
 
@@ -188,7 +188,7 @@ def _sources_and_offline_checks(req: BuildRequest, provider: Provider, srcdir: P
     """Steps 1 and 2, which need no tree: generate, then check the table and the portable cores."""
     _, wrote = generate_module(provider, srcdir, bdir / ".stamps", kernel=req.kernel, functions=req.functions,
                                all_functions=req.all_functions, extra_kos=req.extra_kos)
-    stage_makefile(provider, srcdir)
+    stage_sources(provider, srcdir)
     res.lines.append(f"{provider.name}: sources {'generated' if wrote else 'unchanged'} in {srcdir}")
     bad = table_names_kernel(srcdir, provider, build_id)
     if bad:
@@ -215,9 +215,9 @@ def _build_module(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Pat
 
     manifest_path = bdir / f"{provider.name}.json"
     final = bdir / f"{provider.name}.ko"
-    sources = sorted(p for p in srcdir.iterdir() if p.is_file() and not p.name.startswith("."))
+    sources = module_sources(srcdir)
     sysdir = str(profile.sysdir) if profile else str(Path(req.sysdir).resolve())
-    key = stamp_key(_material(req, provider, kernel_sha, sysdir, sources))
+    key = stamp_key(_material(req, provider, kernel_sha, sysdir, srcdir, sources))
     if module_up_to_date(read_manifest(manifest_path), key, final):
         res.up_to_date, res.ko, res.manifest, res.check_ok = True, final, manifest_path, True
         res.lines.append(f"{provider.name}: up to date: {final} (same inputs; nothing rebuilt)")
@@ -240,7 +240,13 @@ def _build_module(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Pat
     res.failures += report.failures
 
 
-def _material(req: BuildRequest, provider: Provider, kernel_sha: str, sysdir: str,
+def module_sources(srcdir: Path) -> List[Path]:
+    """Every file of a module directory, the ISA folders' included (hidden files aside): the build's sources."""
+    return sorted(p for p in srcdir.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(srcdir).parts))
+
+
+def _material(req: BuildRequest, provider: Provider, kernel_sha: str, sysdir: str, srcdir: Path,
               sources: Sequence[Path]) -> Dict[str, object]:
     """What decides the module build's result: its stamp key is a hash of this."""
     return {
@@ -250,7 +256,7 @@ def _material(req: BuildRequest, provider: Provider, kernel_sha: str, sysdir: st
         "mode": "native" if req.native else "cross",
         "kernel": kernel_sha,
         "sysdir": sysdir,
-        "sources": {p.name: sha256_file(p) for p in sources},
+        "sources": {str(p.relative_to(srcdir)): sha256_file(p) for p in sources},
         "tools": [tool_version(t) for t in (("cc", "ld") if req.native else ("clang", "ld.lld", "llvm-objcopy"))],
         "dep_modules": list(req.dep_modules),
         "module_path": list(req.module_path),

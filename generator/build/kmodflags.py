@@ -186,7 +186,7 @@ class KmodProfile:
         ``.include <bsd.kmod.mk>``, kmod.mk's, kern.mk's (CWARNFLAGS, the
         arch flags, CSTD), then the Makefile's CFLAGS from after the include.
         """
-        mk = MkReader(self._mk_variables())
+        mk = MkReader({**self._mk_variables(), ".CURDIR": str(makefile.path.parent)})
         mk.vars.update(self.openzfs())
         mk.vars["CFLAGS"] = "-O2 -pipe"
         try:
@@ -223,11 +223,15 @@ class KmodProfile:
         return mk
 
     def makefile_vars(self, makefile: ModuleMakefile) -> Dict[str, str]:
-        """KMOD, SRCS and EXPORT_SYMS of the module Makefile (SRCS with opt_global.h as kmod.mk adds it)."""
-        mk = MkReader({"SYSDIR": str(self.sysdir), "MACHINE_CPUARCH": "amd64", "MACHINE": "amd64"})
+        """KMOD, SRCS and EXPORT_SYMS of the module Makefile, and ``.PATH``: the directories
+        bmake searches for a C source that is not in the module directory (its ISA folder)."""
+        mk = MkReader({"SYSDIR": str(self.sysdir), "MACHINE_CPUARCH": "amd64", "MACHINE": "amd64",
+                       ".CURDIR": str(makefile.path.parent)})
         mk.read(makefile.before)
         mk.read(makefile.after)
-        return {k: mk.expand(mk.vars.get(k, "")) for k in ("KMOD", "SRCS", "EXPORT_SYMS")}
+        out = {k: mk.expand(mk.vars.get(k, "")) for k in ("KMOD", "SRCS", "EXPORT_SYMS")}
+        out[".PATH"] = " ".join(mk.search_path(".c"))
+        return out
 
 
 def portable_cflags(compiler: str) -> List[str]:

@@ -28,9 +28,10 @@ from generator.common.errors import UserError
 # Directives MkReader.read handles.  Conditionals are tracked even in branches not taken.
 _CONDITIONALS = ("if", "ifdef", "ifndef", "elif", "else", "endif")
 _INCLUDES = ("include", "sinclude", "-include", "dinclude")  # skipped, and listed in skipped_includes
-# Directives that change nothing an assignment or condition reads; skipped.  (.undef is applied.)
+# Directives that change nothing an assignment or condition reads; skipped.  (.undef is applied;
+# .PATH is recorded, see MkReader.paths.)
 _HARMLESS = ("warning", "info", "export", "export-env", "unexport", "MAKEFLAGS", "PHONY",
-             "NOTMAIN", "NOPATH", "SUFFIXES", "ORDER", "PATH")
+             "NOTMAIN", "NOPATH", "SUFFIXES", "ORDER")
 
 
 class MkUnsupported(Exception):
@@ -45,7 +46,9 @@ class MkReader:
     ``.elif``/``.else``/``.endif`` with ``defined()``, ``empty()``, ``!``,
     ``&&``, ``||``, parentheses and ``== != < <= > >=`` on strings and
     numbers, and the modifiers ``:M :N :T :H :[n]``.  Target rules and their
-    commands are skipped; ``.include`` is skipped (and listed).  Anything
+    commands are skipped; ``.include`` is skipped (and listed).  The special
+    target ``.PATH:`` (and ``.PATH.<suffix>:``) is recorded in ``paths``,
+    where bmake looks for sources not in the current directory.  Anything
     else that is reached -- an unknown function or modifier, a ``.for`` or an
     ``.error`` in a taken branch -- raises ``MkUnsupported``, so that a
     newer kern.mk is never read wrongly in silence.
@@ -57,6 +60,8 @@ class MkReader:
         self.vars: Dict[str, str] = dict(variables)
         self.skipped_includes: List[str] = []
         self.defaulted: set = set()  # MK_* options read as "no" because nothing defined them
+        # .PATH search directories, expanded, in order: "" for .PATH, ".c" for .PATH.c and so on.
+        self.paths: Dict[str, List[str]] = {}
 
     # expansion
     def expand(self, text: str, depth: int = 0) -> str:
@@ -233,6 +238,8 @@ class MkReader:
         """Any other ``.word`` in a taken branch: skipped when harmless, else MkUnsupported."""
         if word in _INCLUDES:
             self.skipped_includes.append(rest)
+        elif word == "PATH":
+            self._path(rest)
         elif word == "undef":
             self.vars.pop(rest, None)
         elif word in _HARMLESS:
@@ -241,6 +248,25 @@ class MkReader:
             raise MkUnsupported(f".error {rest}")
         else:
             raise MkUnsupported(f".{word}")
+
+    def _path(self, rest: str) -> None:
+        """``.PATH: dirs`` or ``.PATH.<suffix>: dirs`` (``rest`` is what follows ``.PATH``).
+
+        As in bmake, the line is expanded when it is read, the directories are
+        appended in order, and a ``.PATH:`` with none clears the list.
+        """
+        m = re.fullmatch(r"(\.\w+)?\s*:\s*(.*)", rest)
+        if not m:
+            raise MkUnsupported(f".PATH{rest}")
+        suffix, dirs = m.group(1) or "", self.expand(m.group(2)).split()
+        if dirs:
+            self.paths.setdefault(suffix, []).extend(dirs)
+        else:
+            self.paths[suffix] = []
+
+    def search_path(self, suffix: str) -> List[str]:
+        """Where bmake looks for a source ending in ``suffix`` (".c") beyond the current directory."""
+        return [*self.paths.get(suffix, []), *self.paths.get("", [])]
 
     def _assign(self, line: str) -> None:
         """``NAME op value``; any other line is a dependency line of a target rule: not ours to run."""

@@ -1,12 +1,14 @@
 """The offline checks that need no ``sys/`` tree: the portable cores, compiled, linked and resolved.
 
-Each provider's core and table are written to compile without FreeBSD's
-headers.  Compiling them with gcc *and* clang under the kernel's flags and
-``-Werror``, linking the clang objects with ``ld.lld -r`` and finding every
-symbol they leave undefined among the target kernel's globals catches most
-mistakes a module build would -- on any host, in CI without a tree.  A stamp
-skips the work when the sources, flags, tools and kernel exports are the
-same as when it last passed.
+Each provider's core, table and target data are written to compile without
+FreeBSD's headers: the hand-written core (in the module directory or its ISA
+folder) and the generated files beside it.  Compiling them with gcc *and*
+clang under the kernel's flags and ``-Werror``, linking the clang objects
+with ``ld.lld -r`` and finding every symbol they leave undefined among the
+target kernel's globals catches most mistakes a module build would -- on any
+host, in CI without a tree.  A stamp skips the work when the sources, their
+headers, the flags, tools and kernel exports are the same as when it last
+passed.
 """
 
 from __future__ import annotations
@@ -28,14 +30,17 @@ _COMPILERS = ("gcc", "clang")
 
 def portable_checks(provider: Provider, srcdir: Path, workdir: Path, kernel_exports: Iterable[str],
                     run: Runner) -> List[str]:
-    """Compile the portable core and table with gcc and clang, link the clang objects
+    """Compile the portable core, table and target data with gcc and clang, link the clang objects
     with ``ld.lld -r`` and check that every symbol they leave undefined is a kernel
     global.  Returns the lines to print; failures raise UserError."""
     lines = []
     exports = set(kernel_exports)
     sources = [srcdir / n for n in provider.portable]
+    includes = [srcdir / d for d in provider.includes]
+    headers = sorted(h for d in includes for h in d.glob("*.h"))
     material = {
         "recipe": RECIPE, "sources": [sha256_file(s) for s in sources],
+        "headers": {str(h.relative_to(srcdir)): sha256_file(h) for h in headers},
         "flags": {c: portable_cflags(c) for c in _COMPILERS},
         "tools": [tool_version(t) for t in ("gcc", "clang", "ld.lld")],
         "exports": hashlib.sha256("\n".join(sorted(exports)).encode()).hexdigest(),
@@ -48,7 +53,7 @@ def portable_checks(provider: Provider, srcdir: Path, workdir: Path, kernel_expo
     compilers = [c for c in _COMPILERS if shutil.which(c)]
     if not compilers:
         raise UserError("neither gcc nor clang is installed; the portable cores cannot be compiled")
-    clang_objs = _compile(provider, sources, workdir, compilers, run)
+    clang_objs = _compile(provider, sources, includes, workdir, compilers, run)
     lines.append(f"{provider.name}: portable {', '.join(provider.portable)} compile with {' and '.join(compilers)} "
                  "(kernel flags, -Werror)")
     missing = [c for c in _COMPILERS if c not in compilers]
@@ -60,16 +65,17 @@ def portable_checks(provider: Provider, srcdir: Path, workdir: Path, kernel_expo
     return lines
 
 
-def _compile(provider: Provider, sources: Sequence[Path], workdir: Path, compilers: Sequence[str],
-             run: Runner) -> List[Path]:
-    """Each source with each compiler into ``workdir/<cc>/``; returns the clang objects."""
+def _compile(provider: Provider, sources: Sequence[Path], includes: Sequence[Path], workdir: Path,
+             compilers: Sequence[str], run: Runner) -> List[Path]:
+    """Each source with each compiler into ``workdir/<cc>/``, the module's header
+    directories searched (as the Makefile's ``-I`` do); returns the clang objects."""
     clang_objs: List[Path] = []
     for cc in compilers:
         objdir = workdir / cc
         objdir.mkdir(parents=True, exist_ok=True)
         for src in sources:
             obj = objdir / (src.stem + ".o")
-            checked(run, [cc, *portable_cflags(cc), "-c", str(src), "-o", str(obj)],
+            checked(run, [cc, *portable_cflags(cc), *(f"-I{d}" for d in includes), "-c", str(src), "-o", str(obj)],
                     f"{provider.name}: portable {src.name} with {cc}")
             if cc == "clang":
                 clang_objs.append(obj)

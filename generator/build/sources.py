@@ -1,12 +1,15 @@
 """The modules kinstkit builds, and their sources in ``sys/modules/<m>/`` (stage 5, step 1).
 
-Each provider is generated C (``providers.kinst``, ``providers.dtmalloc``) plus a
-hand-written ``bsd.kmod.mk`` Makefile.  ``generate_module`` renders the
-sources unless a stamp says the same kernel, options and kinstkit code made
-them already, so an unchanged build does not touch them and nothing
-downstream rebuilds; ``stage_makefile`` puts the Makefile beside sources
-generated elsewhere (``--src``); ``table_names_kernel`` is the first
-offline check, that the table was made for this kernel.
+Each provider is hand-written C and a hand-written ``bsd.kmod.mk`` Makefile,
+committed in ``sys/modules/<m>/`` (ISA-specific files in ``<arch>/``), plus
+the C that varies with the target, generated beside them
+(``providers.kinst``, ``providers.dtmalloc``).  ``generate_module`` renders
+the generated part unless a stamp says the same kernel, options and kinstkit
+code made it already, so an unchanged build does not touch it and nothing
+downstream rebuilds; ``stage_sources`` copies the Makefile and the
+hand-written C beside sources generated elsewhere (``--src``), so that every
+build reads one complete module directory; ``table_names_kernel`` is the
+first offline check, that the table was made for this kernel.
 """
 
 from __future__ import annotations
@@ -21,22 +24,41 @@ from generator.build.manifest import generator_fingerprint, input_record, inputs
 from generator.common.files import write_json
 from generator.common.paths import SYS_MODULES
 
-MAKEFILES = SYS_MODULES  # the hand-written bsd.kmod.mk Makefiles
+MODULES = SYS_MODULES  # the committed module directories: Makefiles and hand-written C
 
 
 @dataclass(frozen=True)
 class Provider:
-    """A module kinstkit generates: its FreeBSD glue and its portable part."""
+    """A module kinstkit builds.  Paths are relative to its module directory."""
 
     name: str
-    glue: str
-    portable: Tuple[str, ...]  # compile anywhere: core and table
+    plain: Tuple[str, ...]  # hand-written C, committed in sys/modules/<name>/ (ISA files in <arch>/)
+    portable: Tuple[str, ...]  # compile anywhere, without kernel headers: core, table, target data
+    includes: Tuple[str, ...]  # directories the portable sources' headers are in
     table: str  # the file whose header names the kernel it was made from
+
+    @property
+    def source_dir(self) -> Path:
+        """Where the hand-written files and the Makefile are committed."""
+        return MODULES / self.name
 
 
 PROVIDERS: Dict[str, Provider] = {
-    "kinst": Provider("kinst", "kinst_glue.c", ("kinst_core.c", "kinst_table.c"), "kinst_table.c"),
-    "dtmalloc": Provider("dtmalloc", "dtmalloc_glue.c", ("dtmalloc_core.c", "dtmalloc_table.c"), "dtmalloc_table.c"),
+    "kinst": Provider(
+        "kinst",
+        plain=("kinst.c", "kinst.h", "kinst_target.h", "amd64/kinst_core.c", "amd64/kinst_core.h",
+               "amd64/kinst_isa.c"),
+        portable=("amd64/kinst_core.c", "kinst_table.c", "kinst_target.c"),
+        includes=(".", "amd64"),
+        table="kinst_table.c",
+    ),
+    "dtmalloc": Provider(
+        "dtmalloc",
+        plain=("dtmalloc.c", "dtmalloc_core.c", "dtmalloc_core.h"),
+        portable=("dtmalloc_core.c", "dtmalloc_table.c"),
+        includes=(".",),
+        table="dtmalloc_table.c",
+    ),
 }
 
 
@@ -96,16 +118,21 @@ def _render_dtmalloc(srcdir: Path, kernel: str, extra_kos: Sequence[str]) -> Lis
     return dtmalloc.render(dtmalloc.discover_for(kernel, extra_kos), srcdir)
 
 
-def stage_makefile(provider: Provider, srcdir: Path) -> Path:
-    """The module's hand-written Makefile in ``srcdir`` (copied there when sources are generated elsewhere)."""
-    src = MAKEFILES / provider.name / "Makefile"
-    dst = srcdir / "Makefile"
-    if dst.resolve() != src.resolve():
-        if not src.is_file():
-            raise UserError(f"{src}: missing; the module Makefile is part of kinstkit")
-        if not dst.is_file() or dst.read_bytes() != src.read_bytes():
-            shutil.copyfile(src, dst)
-    return dst
+def stage_sources(provider: Provider, srcdir: Path) -> List[Path]:
+    """The module's Makefile and hand-written C in ``srcdir``, copied there when the sources
+    are generated elsewhere (``--src``): a build then reads one complete module directory, as
+    ``make`` in ``sys/modules/<m>/`` does.  A copy is rewritten only when it differs."""
+    out = []
+    for rel in ("Makefile", *provider.plain):
+        src, dst = provider.source_dir / rel, srcdir / rel
+        if dst.resolve() != src.resolve():
+            if not src.is_file():
+                raise UserError(f"{src}: missing; the module's Makefile and hand-written C are part of kinstkit")
+            if not dst.is_file() or dst.read_bytes() != src.read_bytes():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        out.append(dst)
+    return out
 
 
 def table_names_kernel(srcdir: Path, provider: Provider, build_id: Optional[str]) -> Optional[str]:

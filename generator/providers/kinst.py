@@ -1,9 +1,15 @@
-"""``generate --provider kinst``: analysis -> plan -> rendered kinst module sources.
+"""``generate --provider kinst``: analysis -> plan -> the generated kinst module sources.
 
-Renders ``templates/kinst/`` into ``sys/modules/kinst/`` (or ``--out``): the
-portable core (``kinst_core.[ch]``), the table (``kinst_table.c``), the
-FreeBSD glue and the list of refusals.  The user-space harness renders the
-same core and table with its own glue (``generator/harness.py``).
+Renders ``templates/kinst/`` into ``sys/modules/kinst/`` (or ``--out``): what
+varies with the input image, and nothing else -- the table
+(``kinst_table.c``), the image's linker-file name, lookup order and the
+exclusion list (``kinst_target.c``), the ISA's encodings
+(``kinst_encoding.h``) and the list of refusals.  The C that no input changes
+is hand-written and committed beside them: ``kinst.c``, ``kinst.h``,
+``kinst_target.h`` and, per ISA, ``<arch>/kinst_isa.c`` and the portable core
+``<arch>/kinst_core.[ch]``.  The user-space harness renders the same
+encodings and table and compiles them with the same core and its own glue
+(``generator/run/harness.py``).
 """
 
 from __future__ import annotations
@@ -21,10 +27,13 @@ from generator.common.cstring import c_bytes
 from generator.common.defaults import DEFAULT_PROLOGUE_RULE
 from generator.common.paths import SYS_MODULES
 from generator.image.elf import KernelImage
-from generator.render import Input, render_tree
+from generator.render import Input, remove_outdated, render_tree
 
 DEFAULT_OUT = SYS_MODULES / "kinst"
-CORE_TEMPLATES = ("kinst_core.h.j2", "kinst_core.c.j2", "kinst_table.c.j2", "kinst_refused.txt.j2")
+# What kinstkit generated before the fixed C was committed; removed from the output directory.
+OUTDATED = ("kinst_glue.c", "kinst_core.c", "kinst_core.h")
+# What the harness renders for the hand-written core: everything but kinst_target.c (module glue data).
+CORE_TEMPLATES = ("kinst_encoding.h.j2", "kinst_table.c.j2", "kinst_refused.txt.j2")
 
 
 def build_plan(kernel: str, functions: Sequence[str], all_functions: bool,
@@ -81,7 +90,7 @@ def linker_names(plan: ProbePlan) -> Tuple[str, str, bool]:
 
 
 def glue_context(plan: ProbePlan, md_excluded) -> Dict[str, Any]:
-    """What the FreeBSD glue needs beyond the table: names, lookup order, exclusions."""
+    """What the FreeBSD glue needs beyond the table (``kinst_target.c``): names, lookup order, exclusions."""
     file_name, dtrace_module, is_kernel = linker_names(plan)
     names = [f.name for f in plan.funcs]
     # The anchor gives the load bias: a global function (its name is unique in
@@ -120,4 +129,5 @@ def generate(kernel: str, functions: Sequence[str], all_functions: bool,
     """Analyse ``kernel``, plan its table and render the module sources into ``out``."""
     plan = build_plan(kernel, functions, all_functions)
     paths = render_plan(plan, out or DEFAULT_OUT, command_line(kernel, functions, all_functions))
+    remove_outdated(out or DEFAULT_OUT, OUTDATED)
     return plan, paths

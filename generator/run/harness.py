@@ -1,12 +1,15 @@
 """``harness``: run real code with every table probe placed, and prove the counts.
 
-The generated core (``kinst_core.c``) and table (``kinst_table.c``) that go
-into kinst.ko are rendered again for a user-space target ELF and compiled with
-``templates/harness/kinst_harness.c.j2`` into an rtld audit library.  Loaded
-with ``LD_AUDIT``, it patches int3 over every probe of the target as soon as
-rtld maps it (at startup or on dlopen), resumes through static per-probe
-trampolines or call emulation from its SIGTRAP handler, and writes per-probe
-hit counts at exit.
+The portable core that goes into kinst.ko (hand-written,
+``sys/modules/kinst/<arch>/kinst_core.c``) is compiled, with a table
+(``kinst_table.c``) and encodings (``kinst_encoding.h``) rendered for a
+user-space target ELF, and with the hand-written user-space glue
+(``harness_c/<arch>/kinst_harness.c``; the target's path, segments and
+build-id are rendered into ``kinst_harness_target.h``), into an rtld audit
+library.  Loaded with ``LD_AUDIT``, it patches int3 over every probe of the
+target as soon as rtld maps it (at startup or on dlopen), resumes through
+static per-probe trampolines or call emulation from its SIGTRAP handler, and
+writes per-probe hit counts at exit.
 
 The runner runs the command twice, plain and probed, and the run passes only
 when stdout, stderr and the exit status are identical.  With ``verify`` the
@@ -16,7 +19,8 @@ must equal callgrind's execution count of that instruction.
 
 Layout: ``build/harness/<key>/`` holds the rendered sources, ``commands.sh``
 and ``libkinst_harness.so``; the key hashes everything the library depends
-on, so an unchanged table is not compiled twice.
+on (the plan, the templates and the hand-written C), so an unchanged table
+is not compiled twice.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from generator import isa as isa_registry
 from generator.analysis.plan import ProbePlan
 from generator.common.errors import UserError
-from generator.common.paths import BUILD, TEMPLATE_DIR
+from generator.common.paths import BUILD, SYS_MODULES, TEMPLATE_DIR
 from generator.image.elf import KernelImage
 from generator.providers import kinst
 from generator.render import Input, render_tree
@@ -54,7 +58,9 @@ CFLAGS = (
     "-fno-tree-loop-distribute-patterns", "-fno-builtin", "-Wall", "-Wextra", "-Werror",
     "-Wl,-z,now", "-Wl,-z,noexecstack",
 )
-SOURCES = ("kinst_core.c", "kinst_table.c", "kinst_harness.c")
+# The hand-written C, by ISA: the module's portable core and the harness's own glue.
+CORE_DIR = SYS_MODULES / "kinst"  # <arch>/kinst_core.[ch]
+GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # <arch>/kinst_harness.c
 
 # PF_* -> PROT_* (PF_X = 1 -> PROT_EXEC = 4, PF_W = 2 -> 2, PF_R = 4 -> 1).
 _PROT = {1: 4, 2: 2, 4: 1}
@@ -130,6 +136,15 @@ def glue_context(elf: str, lay: Layout) -> Dict[str, object]:
     }
 
 
+def plain_dirs(arch: str) -> Tuple[Path, Path]:
+    """The hand-written C the library is built from, for ``arch``: the module's core, the harness glue."""
+    core_dir, glue_dir = CORE_DIR / arch, GLUE_DIR / arch
+    for d, what in ((core_dir, "kinst core"), (glue_dir, "harness glue")):
+        if not d.is_dir():
+            raise UserError(f"{d}: no hand-written {what} for {arch}; the harness runs amd64 code")
+    return core_dir, glue_dir
+
+
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan=None) -> Build:
     """Render and compile the audit library for ``elf`` (cached by content)."""
     if not elf:
@@ -145,20 +160,26 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
         plan = kinst.build_plan(elf, functions, all_functions)
     command = command_line(elf, functions, all_functions) + ("" if given is None else " (table supplied by the caller)")
     ctx = glue_context(elf, lay)
+    core_dir, glue_dir = plain_dirs(plan.arch)
+    sources = [str(core_dir / "kinst_core.c"), "kinst_table.c", str(glue_dir / "kinst_harness.c")]
+    includes = ["-I.", f"-I{core_dir}"]  # the rendered headers first, then the core's
     h = hashlib.sha256()
-    for part in (repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc):
+    for part in (repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc,
+                 " ".join(includes + sources)):
         h.update(part.encode() + b"\0")
     for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2")) + sorted((TEMPLATE_DIR / "harness").glob("*.j2")):
         h.update(t.read_bytes())
+    for f in sorted(f for d in (core_dir, glue_dir) for f in d.iterdir() if f.suffix in (".c", ".h")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
     out = BUILD_DIR / h.hexdigest()[:16]
     lib = out / LIB_NAME
     if not lib.exists():
         inputs = [Input(plan.image, plan.build_id, plan.sha256)]
         kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
-        render_tree("harness", out, ctx, inputs, command, only=("kinst_harness.c.j2",))
+        render_tree("harness", out, ctx, inputs, command, only=("kinst_harness_target.h.j2",))
         tmp = out / f".{LIB_NAME}.{os.getpid()}"
-        cmd = [cc, *CFLAGS, "-o", str(tmp.name), *SOURCES]
-        shown = " ".join(shlex.quote(w) for w in [cc, *CFLAGS, "-o", LIB_NAME, *SOURCES])
+        cmd = [cc, *CFLAGS, *includes, "-o", str(tmp.name), *sources]
+        shown = " ".join(shlex.quote(w) for w in [cc, *CFLAGS, *includes, "-o", LIB_NAME, *sources])
         (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shown}\n')
         proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
         if proc.returncode != 0:

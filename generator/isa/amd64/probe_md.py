@@ -1,6 +1,6 @@
 """amd64's probe metadata: kinst's ``struct kinst_probe_md``, its flag bits and the table kinds.
 
-One owner for these encodings: the generated ``kinst_core.h`` is rendered
+One owner for these encodings: the generated ``kinst_encoding.h`` is rendered
 from ``FLAG_BITS`` and ``TABLE_KINDS``, and nothing else defines them.
 """
 
@@ -45,7 +45,7 @@ KIND_CALL_MEM = "call-mem"  # ff /2 through memory: emulated
 KIND_CALL_RIPREL = "call-riprel"  # ff /2 through (%rip): emulated
 
 # The kinds a generated table can hold, in the order of their C enum values
-# (enum kinst_kind in the rendered kinst_core.h).
+# (enum kinst_kind in the rendered kinst_encoding.h).
 TABLE_KINDS = (
     TableKind(KIND_TRAMPOLINE, "KINST_K_TRAMPOLINE", "copied verbatim, then jmp back"),
     TableKind(KIND_RIPREL, "KINST_K_RIPREL", "copied, disp32 rewritten for the trampoline"),

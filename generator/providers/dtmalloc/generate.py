@@ -6,10 +6,16 @@ order (sorted by probe name, byte by byte, for the core's binary search), how
 a description is spelled as a C string or in Markdown, which compile-time
 checks pin the build to the target kernel, and the ``dtrace -l``-style lines.
 
-The table is a report, not the provider's list of types: the generated module
-creates probes from the kernel's live malloc-type list, like stock dtmalloc,
-so types that appear after generation still get probes.  At load the glue
-compares the live list with the table and says what differs.
+Only what varies with the target is generated (``dtmalloc_table.c``,
+``dtmalloc_target.h``, ``dtmalloc_abi.h``, the listing and the types
+document); the glue (``dtmalloc.c``) and the portable core
+(``dtmalloc_core.[ch]``) are hand-written and committed in
+``sys/modules/dtmalloc/``.
+
+The table is a report, not the provider's list of types: the module creates
+probes from the kernel's live malloc-type list, like stock dtmalloc, so types
+that appear after generation still get probes.  At load the glue compares
+the live list with the table and says what differs.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from generator.providers.dtmalloc import layouts as L
 from generator.common.errors import UserError
 from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import Discovery, MallocType, discover, probe_bytes
-from generator.render import Input, render_tree
+from generator.render import Input, remove_outdated, render_tree
 
 PROVIDER = "dtmalloc"
 PROBE_NAMES = ("malloc", "free")
 TEMPLATE_DIR = "dtmalloc"
 DEFAULT_OUT = SYS_MODULES / PROVIDER
+# What kinstkit generated before the fixed C was committed; removed from the output directory.
+OUTDATED = ("dtmalloc_glue.c", "dtmalloc_core.c", "dtmalloc_core.h")
 
 # dtrace(1) -l: "%5s %10s %17s %33s %s" (ID PROVIDER MODULE FUNCTION NAME).
 LISTING_FORMAT = "{id:>5} {provider:>10} {module:>17} {function:>33} {name}"
@@ -60,7 +68,7 @@ class DocRow:
 
 @dataclass(frozen=True)
 class Check:
-    """A compile-time assertion the glue makes against the headers it is built with."""
+    """A compile-time assertion the glue makes against the headers it is built with (``dtmalloc_abi.h``)."""
 
     expr: str
     why: str
@@ -234,4 +242,6 @@ def render(d: Discovery, out_dir: Optional[Path] = None) -> List[Path]:
     """Render ``templates/dtmalloc/`` for ``d`` into ``out_dir``; return the files written."""
     ctx = context(d)
     command = command_line(d.kernel, d.modules)
-    return render_tree(TEMPLATE_DIR, out_dir or DEFAULT_OUT, ctx, inputs_of([d.kernel, *d.modules]), command)
+    paths = render_tree(TEMPLATE_DIR, out_dir or DEFAULT_OUT, ctx, inputs_of([d.kernel, *d.modules]), command)
+    remove_outdated(out_dir or DEFAULT_OUT, OUTDATED)
+    return paths

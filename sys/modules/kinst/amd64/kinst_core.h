@@ -1,17 +1,27 @@
-{{ header }}
-
-/*
- * kinst_core.h: the portable core of a kinstkit-generated kinst provider.
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
  *
- * Freestanding C99 with no headers at all, so the same core compiles into the
- * FreeBSD module (kinst_glue.c) and into the user-space harness that proves
- * it on real code.  Fixed-width types come from the compiler's predefined
- * macros.  The encodings below (KINST_F_*, enum kinst_kind) are rendered from
- * generator/isa/amd64.py and generator/records.py, their only owner.
+ * kinst_core.h: the portable core of kinstkit's kinst provider, amd64.
+ *
+ * Freestanding C99 with no system headers at all, so that the same core
+ * compiles into the FreeBSD module (kinst.c, kinst_isa.c) and into the
+ * user-space harness that proves it on real code
+ * (generator/run/harness_c/amd64/kinst_harness.c).  Fixed-width types come
+ * from the compiler's predefined macros.
+ *
+ * This header is hand-written: it holds what no input changes, the layout
+ * of the table's records, the register file and the core's entry points.
+ * The encodings those records carry (KINST_PATCHVAL, KINST_TRAMP_SIZE, the
+ * KINST_F_* flag bits and enum kinst_kind) are not written here but
+ * rendered into kinst_encoding.h from generator/isa/amd64/probe_md.py, their
+ * one owner, which also writes them into every generated table: C and
+ * Python cannot disagree about them.
  */
 
 #ifndef _KINST_CORE_H_
 #define	_KINST_CORE_H_
+
+#include "kinst_encoding.h"
 
 typedef __UINT8_TYPE__		kc_uint8_t;
 typedef __INT8_TYPE__		kc_int8_t;
@@ -22,21 +32,7 @@ typedef __UINT64_TYPE__		kc_uint64_t;
 typedef __INT64_TYPE__		kc_int64_t;
 typedef __UINTPTR_TYPE__	kc_uintptr_t;
 
-#define	KINST_PATCHVAL		{{ "%#04x" | format(patchval) }}	/* int3 */
-#define	KINST_TRAMP_SIZE	{{ tramp_size }}	/* template + jmp *0(%rip) + address */
 #define	KINST_TEMPLATE_SIZE	16
-
-/* Per-probe flags, as kinst_instr_dissect() computes them. */
-{% for f in flags %}
-#define	{{ f.name }}	{{ "%#06x" | format(f.value) }}	/* {{ f.doc }} */
-{% endfor %}
-
-/* How a hit on a probe resumes. */
-enum kinst_kind {
-{% for k in kinds %}
-	{{ k.name }} = {{ k.value }},	/* {{ k.doc }} */
-{% endfor %}
-};
 
 /* Errors returned by the core. */
 #define	KINST_E_BYTES		1	/* live bytes differ from the table's */

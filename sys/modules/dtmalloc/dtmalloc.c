@@ -1,16 +1,13 @@
-{{ header }}
-
-/*
- * FreeBSD glue of the generated dtmalloc provider; the portable part is in
- * dtmalloc_core.c and dtmalloc_table.c.  dtmalloc::<type>:malloc and :free
- * for every malloc(9) type, with the arguments of dtrace_dtmalloc(4)
- * (mtp, mtip, mtsp, size, zindx; zindx 0 for free).
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
  *
- * Target: {{ release }} (from {{ release_source }}), osreldate {{ osreldate }}.
- * Selected from the target kernel:
- *	struct malloc_type	{{ malloc_type_layout }}, {{ malloc_type_size }} bytes, M_VERSION {{ m_version }}
- *	internal struct		{{ mtip }}
- *	struct sysinit		{{ sysinit_layout }}, {{ sysinit_size }} bytes
+ * dtmalloc.c: the FreeBSD glue of kinstkit's dtmalloc provider; the portable
+ * part is in dtmalloc_core.c and the generated dtmalloc_table.c, and what
+ * the target kernel's ABI is -- compile-time checks of the sys/ tree against
+ * it and the internal-struct expression -- in the generated dtmalloc_abi.h.
+ * dtmalloc::<type>:malloc and :free for every malloc(9) type, with the
+ * arguments of dtrace_dtmalloc(4) (mtp, mtip, mtsp, size, zindx; zindx 0 for
+ * free).
  *
  * Like stock dtmalloc, probes come from the kernel's live malloc-type list
  * (malloc_type_list()) each time DTrace asks for probes, so types registered
@@ -31,15 +28,7 @@
 #include <sys/dtrace_bsd.h>
 
 #include "dtmalloc_core.h"
-
-/*
- * The sys/ tree this is compiled against must be the target kernel's: a
- * mismatch would otherwise surface at kldload time, on the target.
- */
-{% for c in checks %}
-/* {{ c.why }} */
-CTASSERT({{ c.expr }});
-{% endfor %}
+#include "dtmalloc_abi.h"
 
 extern bool dtrace_malloc_enabled;
 
@@ -91,7 +80,7 @@ dtmalloc_type_cb(struct malloc_type *mtp, void *arg __unused)
 	struct malloc_type_internal *mtip;
 	char name[DTRACE_FUNCNAMELEN];
 
-	mtip = {{ mtip }};
+	mtip = DTMALLOC_MTIP(mtp);
 	dtmalloc_probe_name(name, sizeof(name), mtp->ks_shortdesc);
 	if (dtrace_probe_lookup(dtmalloc_id, NULL, name, "malloc") != 0)
 		return;
@@ -203,7 +192,7 @@ dtmalloc_load(void)
 		    "unload the other dtmalloc provider first\n");
 		return (EEXIST);
 	}
-	error = dtrace_register("{{ provider }}", &dtmalloc_attr,
+	error = dtrace_register("dtmalloc", &dtmalloc_attr,
 	    DTRACE_PRIV_USER, NULL, &dtmalloc_pops, NULL, &dtmalloc_id);
 	if (error != 0)
 		return (error);
@@ -245,7 +234,7 @@ dtmalloc_modevent(module_t mod __unused, int type, void *data __unused)
 }
 
 static moduledata_t dtmalloc_mod = {
-	.name = "{{ provider }}",
+	.name = "dtmalloc",
 	.evhand = dtmalloc_modevent,
 	.priv = NULL,
 };

@@ -1,29 +1,22 @@
-{{ header }}
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * dtmalloc_core.h: the portable core of kinstkit's dtmalloc provider:
+ * freestanding C99 that includes no system header at all, so that it
+ * compiles and runs the same in the kernel and in a user-space test.  The
+ * FreeBSD glue (dtmalloc.c) calls it.  What the target kernel was found to
+ * hold (the table's size, the probe-name limit, the release) is rendered
+ * into dtmalloc_target.h.
+ */
 
 #ifndef _DTMALLOC_CORE_H_
 #define	_DTMALLOC_CORE_H_
 
-/*
- * Portable core of the generated dtmalloc provider: freestanding C99 that
- * includes no header at all, so that it compiles and runs the same in the
- * kernel and in a user-space test.  The FreeBSD glue (dtmalloc.c) calls it.
- *
- * Target: {{ release }} (from {{ release_source }}), osreldate {{ osreldate }},
- * struct malloc_type {{ malloc_type_layout }} ({{ malloc_type_size }} bytes),
- * struct sysinit {{ sysinit_layout }} ({{ sysinit_size }} bytes).
- */
+#include "dtmalloc_target.h"
 
 typedef	__UINT8_TYPE__		dtmalloc_uint8_t;
 typedef	__UINT32_TYPE__		dtmalloc_uint32_t;
 typedef	__SIZE_TYPE__		dtmalloc_size_t;
-
-/* DTRACE_FUNCNAMELEN: a probe's function name, NUL included. */
-#define	DTMALLOC_FUNCNAMELEN	{{ funcnamelen }}
-
-/* What the target kernel was found to hold when this was generated. */
-#define	DTMALLOC_TARGET_MAJOR		{{ major }}
-#define	DTMALLOC_TARGET_M_VERSION	{{ m_version }}UL
-#define	DTMALLOC_NKNOWN			{{ nknown }}
 
 /*
  * A malloc type found in the target's files ahead of time.  The provider

@@ -1,9 +1,10 @@
-{{ header }}
-
-/*
- * Portable core of the generated dtmalloc provider (see dtmalloc_core.h):
- * the probe-name rule of dtrace_dtmalloc(4), the lookup in the table of the
- * malloc types found ahead of time (dtmalloc_table.c), and the enable counter.
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * dtmalloc_core.c: the portable core of kinstkit's dtmalloc provider (see
+ * dtmalloc_core.h): the probe-name rule of dtrace_dtmalloc(4), the lookup in
+ * the generated table of the malloc types found ahead of time
+ * (dtmalloc_table.c), and the enable counter.
  */
 
 #include "dtmalloc_core.h"

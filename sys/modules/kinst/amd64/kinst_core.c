@@ -1,12 +1,13 @@
-{{ header }}
-
-/*
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
  * kinst_core.c: table lookup, trampoline fill and call emulation over a
- * register file.  Freestanding C99, no headers, no library calls: the
- * kernel glue runs this in probe context and the user-space harness in a
- * SIGTRAP handler, and neither may call into code that could itself be
- * probed (kinst's kinst_memcpy() rule).  Hence the byte loop below instead
- * of memcpy(), and no structure assignment a compiler could turn into one.
+ * register file, for amd64.  Freestanding C99, no headers, no library
+ * calls: the kernel glue runs this in probe context and the user-space
+ * harness in a SIGTRAP handler, and neither may call into code that could
+ * itself be probed (kinst's kinst_memcpy() rule).  Hence the byte loop below
+ * instead of memcpy(), and no structure assignment a compiler could turn
+ * into one.
  */
 
 #include "kinst_core.h"

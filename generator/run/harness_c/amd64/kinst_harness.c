@@ -1,17 +1,18 @@
-{{ header }}
-
-/*
- * kinst_harness.c: user-space glue that runs the generated kinst core on real
- * code.  The same kinst_core.c and kinst_table.c that go into kinst.ko are
- * compiled with this file into an rtld audit library (LD_AUDIT):
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kinst_harness.c: user-space glue that runs kinstkit's kinst core on real
+ * amd64 code.  The same kinst_core.c (sys/modules/kinst/amd64/) and the same
+ * generated kinst_table.c that go into kinst.ko are compiled with this file
+ * into an rtld audit library (LD_AUDIT), by generator/run/harness.py:
  *
  * - la_objopen() sees every object as soon as rtld maps it, before its
  *   relocations and constructors run: the program, the libraries it needs at
  *   startup and the ones dlopen() loads later.  When the object is the image
- *   the table was made for ({{ target }}),
- *   every table probe is checked against the live bytes (kinst_core_check),
- *   given a static trampoline within +-2 GiB of the image
- *   (kinst_core_tramp_fill, filled once) and patched with int3.
+ *   the table was made for (kh_target, in the generated
+ *   kinst_harness_target.h), every table probe is checked against the live
+ *   bytes (kinst_core_check), given a static trampoline within +-2 GiB of
+ *   the image (kinst_core_tramp_fill, filled once) and patched with int3.
  * - The SIGTRAP handler maps the ucontext onto struct kinst_regs, looks the
  *   probe up (kinst_core_lookup, address = %rip - 1 - load bias), counts the
  *   hit and resumes through the trampoline, or emulates a call
@@ -66,20 +67,12 @@ struct kh_segment {
 	int		ks_prot;
 };
 
-static const char kh_target[] = {{ target | c_string }};
-static const struct kh_segment kh_segments[{{ segments | length }}] = {
-{% for s in segments %}
-	{ {{ s.vaddr }}, {{ s.memsz }}, {{ s.prot }} },
-{% endfor %}
-};
-#define	KH_NSEGMENTS	{{ segments | length }}
-static const uintptr_t kh_image_lo = {{ image_lo }};	/* lowest PT_LOAD */
-static const uintptr_t kh_image_hi = {{ image_hi }};	/* end of the highest */
-{% if build_id_vaddr %}
-static const uintptr_t kh_build_id_vaddr = {{ build_id_vaddr }};
-static const uint8_t kh_build_id[{{ build_id_len }}] = {{ build_id_bytes }};
-#define	KH_HAVE_BUILD_ID	1
-{% endif %}
+/*
+ * The image: its path, its loadable segments at link time (kh_segments,
+ * KH_NSEGMENTS), their range (kh_image_lo, kh_image_hi) and, when it has
+ * one, where its GNU build-id lies and what it is (KH_HAVE_BUILD_ID).
+ */
+#include "kinst_harness_target.h"
 
 /* One mapped copy of the image. */
 struct kh_inst {

@@ -1,14 +1,17 @@
-{{ header }}
-
-/*
- * kinst_glue.c: the FreeBSD side of a kinstkit-generated kinst provider.
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kinst.c: the machine-independent FreeBSD side of kinstkit's kinst
+ * provider.
  *
  * This file registers the DTrace provider "kinst" and /dev/dtrace/kinst
  * exactly as sys/cddl/dev/kinst/kinst.c does, so that stock dtrace(1) and
  * libdtrace work unchanged, but it never decodes an instruction: every probe
- * comes from the table in kinst_table.c, made ahead of time for one linker
- * file (KINST_FILE below), and the portable core (kinst_core.c) does the
- * lookups, the trampoline fill, the byte check and the call emulation.
+ * comes from the generated table in kinst_table.c, made ahead of time for one
+ * linker file (kinst_file, in the generated kinst_target.c), and the portable
+ * core (<arch>/kinst_core.c) does the lookups, the trampoline fill, the byte
+ * check and the call emulation.  The breakpoint hook, the patching of the
+ * breakpoint byte and the trampoline pages are in <arch>/kinst_isa.c.
  * Design notes and the differences from stock kinst: docs/kinst-module.md.
  *
  * Probe lifecycle.  A probe is kinst:<module>:<function>:<offset>.  It is
@@ -21,32 +24,9 @@
  * struct kinst_probe behind a table entry, and its trampoline, are allocated
  * the first time that entry becomes a probe and freed only at unload: the
  * breakpoint handler never touches freed memory, and a later probe for the
- * same entry reuses both.
- *
- * Trampolines are static and per probe, not per thread and per CPU as in
- * stock amd64 kinst, which rewrites a shared trampoline on every hit because
- * the rel32 fix-up depends on where the trampoline is.  There, a thread
- * interrupted or faulting inside its trampoline resumes into whatever the
- * trampoline holds by then, and code running on the same thread in between
- * (a fault handler, a preemption with interrupts enabled) may have hit
- * another probe and refilled it.  Here each trampoline is filled once, at
- * probe creation, for one instruction at one address, before the probe can
- * be enabled, and is never written again.  Any number of CPUs and threads
- * may run, be interrupted in, be preempted in or sleep in the same
- * trampoline: there is no per-hit state, nested hits use other trampolines,
- * and the interrupt flag is the interrupted code's own (popf and sti are
- * refused by the generator anyway).  A trampoline outlives its probe: it is
- * reused only for the same entry at the same address, that is with the same
- * contents, and trampoline pages are released only at unload, after
- * dtrace_unregister() (no probe left, none enabled), dtrace_invop_remove()
- * and dtrace_sync().  The remaining window, which stock kinst shares for its
- * per-thread trampolines, is a thread still asleep inside a trampoline when
- * the module is unloaded.
- *
- * Trampoline pages are mapped above KERNBASE, in the kernel's top 2 GiB like
- * the kernel text and every module (trampoline.c does the same), so that the
- * rewritten rel32 of a RIP-relative instruction reaches its target;
- * kinst_core_tramp_fill() refuses the probe if it does not.
+ * same entry reuses both.  Each trampoline is filled once, when its probe is
+ * created and before it can be enabled, and never written again (see
+ * kinst_isa.c for why that is safe).
  */
 
 #include <sys/param.h>
@@ -66,125 +46,18 @@
 
 #include <sys/dtrace.h>
 
-#include <vm/vm.h>
-#include <vm/pmap.h>
-#include <vm/vm_extern.h>
-#include <vm/vm_kern.h>
-#include <vm/vm_map.h>
-#include <vm/vm_object.h>
-#include <vm/vm_param.h>
-
 #include <machine/atomic.h>
-#include <machine/cpufunc.h>
-#include <machine/frame.h>
-#include <machine/md_var.h>
 
 #include "kinst_core.h"
+#include "kinst_target.h"
+#include "kinst.h"
 
-#if !defined(__amd64__)
-#error "the kinstkit kinst glue is amd64 only"
-#endif
-#ifndef DTRACE_INVOP_CALL
-#error "no call emulation in dtrace_invop_start(): FreeBSD 14.0 or later"
-#endif
-
-/*
- * What the table was made for.  KINST_FILE is the linker file's name
- * (lf->filename: "kernel", or the .ko's file name); kinst_modname is the
- * probes' module name, the file name without ".ko" as fbt uses it and as
- * dtrace_module_unloaded() matches it when the module goes away.
- */
-#define	KINST_FILE		{{ module_file | c_string }}
-#define	KINST_TABLE_KERNEL	{{ table_is_kernel }}	/* 1: an ET_EXEC kernel */
-/*
- * KINST_ANCHOR is a function whose name is unique in the image
- * ({{ anchor_name }}): its live address gives the load bias that maps every
- * table address to a live one.  -1: none, nothing can be resolved.
- */
-#define	KINST_ANCHOR		{{ anchor }}
 #define	KINST_AFRAMES		3	/* trap, dtrace_invop, kinst_invop */
-
-static char kinst_modname[] = {{ dtrace_module | c_string }};
-
-/* Table functions by name (strcmp order), for lookups by symbol name. */
-static const uint32_t kinst_byname[] = {
-{% for i in byname %}
-	{{ i }},
-{% endfor %}
-	0	/* spare, so that the array is never empty */
-};
-
-/*
- * kinst's exclusion list (kinst.c: kinst_excluded()), applied again here at
- * probe creation although the generator already left these functions out.
- * Rendered from generator/probes.py and generator/isa/amd64.py.
- */
-struct kinst_exclusion {
-	const char	*kx_name;	/* name or prefix */
-	const char	*kx_why;
-};
-
-static const struct kinst_exclusion kinst_excluded_names[] = {
-{% for x in excluded_names %}
-	{ {{ x.name | c_string }},
-	    {{ x.why | c_string(56) }} },
-{% endfor %}
-	{ NULL, NULL }
-};
-
-static const struct kinst_exclusion kinst_excluded_prefixes[] = {
-{% for x in excluded_prefixes %}
-	{ {{ x.name | c_string }},
-	    {{ x.why | c_string(56) }} },
-{% endfor %}
-	{ NULL, NULL }
-};
-
-/* Prefixes that are allowed even though a shorter excluded prefix matches. */
-static const char *const kinst_excluded_exceptions[] = {
-{% for x in excluded_exceptions %}
-	{{ x | c_string }},
-{% endfor %}
-	NULL
-};
-
-/* The ioctl libdtrace issues, as in sys/cddl/dev/kinst/kinst.h. */
-typedef struct {
-	char	kpd_func[DTRACE_FUNCNAMELEN];
-	char	kpd_mod[DTRACE_MODNAMELEN];
-	int	kpd_off;	/* -1: every instruction */
-} dtrace_kinst_probedesc_t;
-
-#define	KINSTIOC_MAKEPROBE	_IOW('k', 1, dtrace_kinst_probedesc_t)
-
-/* struct kinst_probe kp_state */
-#define	KINST_S_IDLE		0	/* unpatched; traps are not ours */
-#define	KINST_S_ARMED		1	/* int3 written */
-#define	KINST_S_DISARMED	2	/* byte back; a trap may be in flight */
-
-struct kinst_probe {
-	const struct kinst_entry *kp_entry;	/* the table row */
-	uint8_t		*kp_patchpoint;		/* live instruction address */
-	uint8_t		*kp_tramp;		/* trampoline; NULL for calls */
-	uintptr_t	kp_tramp_pc;		/* patch point it serves */
-	linker_file_t	kp_lf;			/* file of the patch point */
-	dtrace_id_t	kp_id;			/* 0: not a DTrace probe now */
-	volatile u_int	kp_state;		/* KINST_S_* */
-	bool		kp_unreachable;		/* kp_tramp cannot be used */
-	bool		kp_counted;		/* counted in kp_lf->nenabled */
-	bool		kp_warned;		/* enable refusal printed */
-};
 
 /* Per table function: where it lives now. */
 struct kinst_fstate {
 	uintptr_t	fs_base;	/* live address; 0: not found */
 	bool		fs_warned;	/* refusal printed */
-};
-
-struct kinst_trampchunk {
-	SLIST_ENTRY(kinst_trampchunk) tc_next;
-	vm_offset_t	tc_addr;
-	u_int		tc_used;	/* bytes handed out, from the start */
 };
 
 MALLOC_DEFINE(M_KINST, "kinst", "kinstkit kinst provider");
@@ -200,7 +73,6 @@ static void	kinst_disable(void *, dtrace_id_t, void *);
 static void	kinst_getargdesc(void *, dtrace_id_t, void *,
 		    dtrace_argdesc_t *);
 static void	kinst_destroy(void *, dtrace_id_t, void *);
-static int	kinst_invop(uintptr_t, struct trapframe *, uintptr_t);
 
 static dtrace_pattr_t kinst_attr = {
 { DTRACE_STABILITY_EVOLVING, DTRACE_STABILITY_EVOLVING, DTRACE_CLASS_COMMON },
@@ -243,7 +115,7 @@ static struct cdevsw kinst_cdevsw = {
  * dtrace_unregister(); the .ko-table ioctl runs under kld_sx, which the unload
  * handler holds.  The breakpoint handler takes no lock.
  */
-static struct sx	kinst_sx;
+struct sx		kinst_sx;
 static struct sx	kinst_dev_sx;
 SX_SYSINIT(kinst_sx, &kinst_sx, "kinst");
 SX_SYSINIT(kinst_dev_sx, &kinst_dev_sx, "kinst device");
@@ -255,17 +127,16 @@ static int			kinst_load_error;
 static struct cdev		*kinst_cdev;
 static eventhandler_tag		kinst_unload_try_tag;
 
-static struct kinst_probe	**kinst_probes;	/* one slot per table entry */
+struct kinst_probe		**kinst_probes;	/* one slot per table entry */
 static struct kinst_fstate	*kinst_fstate;	/* one per table function */
 static linker_file_t		kinst_lf;	/* resolved against; or NULL */
 static int			kinst_lf_loadcnt;
-static uint64_t			kinst_bias;	/* live minus table address */
-static SLIST_HEAD(, kinst_trampchunk) kinst_trampchunks =
-    SLIST_HEAD_INITIALIZER(kinst_trampchunks);
+uint64_t			kinst_bias;	/* live minus table address */
 
 /*
- * kinst_excluded() as in kinst.c, over the rendered lists: the reason, or
- * NULL when the function may be traced.
+ * kinst_excluded() as in sys/cddl/dev/kinst/kinst.c, over the generated
+ * lists (kinst_target.c): the reason, or NULL when the function may be
+ * traced.
  */
 static const char *
 kinst_excluded(const char *name)
@@ -306,7 +177,7 @@ kinst_mod_matches(const char *mod)
 {
 
 	return (mod[0] == '\0' || kinst_isglob(mod) ||
-	    strcmp(mod, kinst_modname) == 0 || strcmp(mod, KINST_FILE) == 0);
+	    strcmp(mod, kinst_modname) == 0 || strcmp(mod, kinst_file) == 0);
 }
 
 static const char *
@@ -334,78 +205,15 @@ kinst_byname_first(const char *name)
 	return (lo);
 }
 
+/* Say once why function 'f' makes no probes: 'why', then 'where' (or ""). */
 static void
-kinst_fwarn(u_int f, const char *why)
+kinst_fwarn(u_int f, const char *why, const char *where)
 {
 
 	if (kinst_fstate[f].fs_warned)
 		return;
 	kinst_fstate[f].fs_warned = true;
-	printf("kinst: no probes in %s: %s\n", kinst_fname(f), why);
-}
-
-/*
- * Trampoline memory: whole pages above KERNBASE, handed out 32 bytes at a
- * time and filled with int3 so that a stray jump traps cleanly.  Nothing is
- * returned before unload (see the comment at the top).
- */
-static uint8_t *
-kinst_tramp_alloc(void)
-{
-	struct kinst_trampchunk *tc;
-	vm_offset_t addr;
-	uint8_t *tramp;
-
-	sx_assert(&kinst_sx, SA_XLOCKED);
-	tc = SLIST_FIRST(&kinst_trampchunks);
-	if (tc == NULL || tc->tc_used + KINST_TRAMP_SIZE > PAGE_SIZE) {
-		addr = KERNBASE;
-		if (vm_map_find(kernel_map, NULL, 0, &addr, PAGE_SIZE, 0,
-		    VMFS_ANY_SPACE, VM_PROT_ALL, VM_PROT_ALL, 0) !=
-		    KERN_SUCCESS)
-			return (NULL);
-		if (kmem_back(kernel_object, addr, PAGE_SIZE,
-		    M_WAITOK | M_EXEC) != KERN_SUCCESS) {
-			(void)vm_map_remove(kernel_map, addr, addr + PAGE_SIZE);
-			return (NULL);
-		}
-		memset((void *)addr, KINST_PATCHVAL, PAGE_SIZE);
-		tc = malloc(sizeof(*tc), M_KINST, M_WAITOK);
-		tc->tc_addr = addr;
-		tc->tc_used = 0;
-		SLIST_INSERT_HEAD(&kinst_trampchunks, tc, tc_next);
-	}
-	tramp = (uint8_t *)(tc->tc_addr + tc->tc_used);
-	tc->tc_used += KINST_TRAMP_SIZE;
-	return (tramp);
-}
-
-static void
-kinst_tramp_free_all(void)
-{
-	struct kinst_trampchunk *tc;
-
-	while ((tc = SLIST_FIRST(&kinst_trampchunks)) != NULL) {
-		SLIST_REMOVE_HEAD(&kinst_trampchunks, tc_next);
-		kmem_unback(kernel_object, tc->tc_addr, PAGE_SIZE);
-		(void)vm_map_remove(kernel_map, tc->tc_addr,
-		    tc->tc_addr + PAGE_SIZE);
-		free(tc, M_KINST);
-	}
-}
-
-/* kinst_patch_tracepoint(): one byte, written with CR0.WP clear. */
-static void
-kinst_patch(struct kinst_probe *kp, uint8_t val)
-{
-	register_t intr;
-	bool old_wp;
-
-	intr = intr_disable();
-	old_wp = disable_wp();
-	*kp->kp_patchpoint = val;
-	restore_wp(old_wp);
-	intr_restore(intr);
+	printf("kinst: no probes in %s: %s%s\n", kinst_fname(f), why, where);
 }
 
 /*
@@ -428,7 +236,7 @@ kinst_anchor_cb(linker_file_t lf __unused, int symidx __unused,
 	const struct kinst_func *kf;
 
 	kr = arg;
-	kf = &kinst_table.kt_funcs[KINST_ANCHOR];
+	kf = &kinst_table.kt_funcs[kinst_anchor];
 	if (sv->size != kf->kf_size || strcmp(sv->name, kf->kf_name) != 0)
 		return (0);
 	kr->kr_bias = (uint64_t)(uintptr_t)sv->value - kf->kf_addr;
@@ -473,9 +281,9 @@ kinst_resolve_locked(linker_file_t lf)
 		kinst_fstate[f].fs_base = 0;
 		kinst_fstate[f].fs_warned = false;
 	}
-	if (KINST_ANCHOR < 0)
+	if (kinst_anchor < 0)
 		return;
-	kf = &kinst_table.kt_funcs[KINST_ANCHOR];
+	kf = &kinst_table.kt_funcs[kinst_anchor];
 	kr.kr_bias = 0;
 	kr.kr_found = false;
 	(void)linker_file_function_listall(lf, kinst_anchor_cb, &kr);
@@ -557,7 +365,7 @@ static int
 kinst_make_locked(const char *func, int off)
 {
 	const struct kinst_func *kf;
-	const char *why;
+	const char *why, *where;
 	u_int first, last, i, f, e;
 	bool found, refused;
 	int error;
@@ -579,10 +387,13 @@ kinst_make_locked(const char *func, int off)
 		f = func == NULL ? i : kinst_byname[i];
 		kf = &kinst_table.kt_funcs[f];
 		why = kinst_excluded(kf->kf_name);
-		if (why == NULL && kinst_fstate[f].fs_base == 0)
-			why = "not at its table address in " KINST_FILE;
+		where = "";
+		if (why == NULL && kinst_fstate[f].fs_base == 0) {
+			why = "not at its table address in ";
+			where = kinst_file;
+		}
 		if (why != NULL) {
-			kinst_fwarn(f, why);
+			kinst_fwarn(f, why, where);
 			refused = true;
 			continue;
 		}
@@ -639,7 +450,7 @@ static void
 kinst_provide_module(void *arg __unused, modctl_t *lf)
 {
 
-	if (KINST_TABLE_KERNEL || strcmp(lf->filename, KINST_FILE) != 0)
+	if (kinst_table_kernel || strcmp(lf->filename, kinst_file) != 0)
 		return;
 	sx_xlock(&kinst_sx);
 	kinst_resolve_locked(lf);
@@ -732,94 +543,6 @@ kinst_getargdesc(void *arg __unused, dtrace_id_t id __unused,
 	desc->dtargd_ndx = DTRACE_ARGNONE;
 }
 
-/*
- * The dtrace_invop() hook, called by dtrace_invop_start() with interrupts
- * disabled for every int3 in the kernel.  'addr' is the breakpoint's address
- * and 'scratch' a 16-byte slot from which bp_call pushes the return address
- * of an emulated call.  No lock, no allocation, no call into code that could
- * itself be probed.
- */
-static int
-kinst_invop(uintptr_t addr, struct trapframe *frame, uintptr_t scratch)
-{
-	solaris_cpu_t *cpu;
-	struct kinst_probe *kp;
-	struct kinst_regs kr;
-	uint64_t target, retaddr;
-	uintptr_t *stack;
-	long ndx;
-	u_int state;
-
-	ndx = kinst_core_lookup(&kinst_table, (uint64_t)addr - kinst_bias);
-	if (ndx < 0)
-		return (0);
-	kp = (struct kinst_probe *)atomic_load_acq_ptr(
-	    (volatile uintptr_t *)&kinst_probes[ndx]);
-	if (kp == NULL)
-		return (0);
-	state = atomic_load_acq_int(&kp->kp_state);
-	if (state == KINST_S_IDLE || (uintptr_t)kp->kp_patchpoint != addr)
-		return (0);
-	/*
-	 * Disarmed, our byte is back: a trap now can only be one taken just
-	 * before, unless another provider has since put its own int3 here.
-	 */
-	if (state == KINST_S_DISARMED && *kp->kp_patchpoint == KINST_PATCHVAL)
-		return (0);
-
-	/* regs[] reports the breakpoint's address, as in stock kinst. */
-	frame->tf_rip--;
-	if (kp->kp_id != 0) {
-		cpu = &solaris_cpu[curcpu];
-		stack = (uintptr_t *)frame->tf_rsp;
-		DTRACE_CPUFLAG_SET(CPU_DTRACE_NOFAULT);
-		cpu->cpu_dtrace_caller = stack[0];
-		DTRACE_CPUFLAG_CLEAR(CPU_DTRACE_NOFAULT | CPU_DTRACE_BADADDR);
-		dtrace_probe(kp->kp_id, 0, 0, 0, 0, 0);
-		cpu->cpu_dtrace_caller = 0;
-	}
-
-	if (kinst_core_is_call(kp->kp_entry)) {
-		kr.kr_gpr[0] = frame->tf_rax;
-		kr.kr_gpr[1] = frame->tf_rcx;
-		kr.kr_gpr[2] = frame->tf_rdx;
-		kr.kr_gpr[3] = frame->tf_rbx;
-		kr.kr_gpr[4] = frame->tf_rsp;
-		kr.kr_gpr[5] = frame->tf_rbp;
-		kr.kr_gpr[6] = frame->tf_rsi;
-		kr.kr_gpr[7] = frame->tf_rdi;
-		kr.kr_gpr[8] = frame->tf_r8;
-		kr.kr_gpr[9] = frame->tf_r9;
-		kr.kr_gpr[10] = frame->tf_r10;
-		kr.kr_gpr[11] = frame->tf_r11;
-		kr.kr_gpr[12] = frame->tf_r12;
-		kr.kr_gpr[13] = frame->tf_r13;
-		kr.kr_gpr[14] = frame->tf_r14;
-		kr.kr_gpr[15] = frame->tf_r15;
-		kr.kr_rip = addr;
-		kr.kr_rflags = frame->tf_rflags;
-		if (kinst_core_call(kp->kp_entry, addr, &kr, &target,
-		    &retaddr) == 0) {
-			*(uintptr_t *)scratch = retaddr;
-			frame->tf_rip = (register_t)target;
-			return (DTRACE_INVOP_CALL);
-		}
-	} else if (kp->kp_tramp != NULL) {
-		frame->tf_rip = (register_t)kp->kp_tramp;
-		return (DTRACE_INVOP_NOP);
-	}
-
-	/*
-	 * Unreachable with a consistent table.  As stock kinst does when it
-	 * has no trampoline: put the instruction back and run it in place.
-	 * Nothing may be printed here.
-	 */
-	kinst_patch(kp, kp->kp_entry->ke_orig[0]);
-	atomic_store_rel_int(&kp->kp_state, KINST_S_DISARMED);
-	frame->tf_rip = (register_t)addr;
-	return (DTRACE_INVOP_NOP);
-}
-
 static int
 kinst_open(struct cdev *dev __unused, int oflags __unused,
     int devtype __unused, struct thread *td __unused)
@@ -848,7 +571,7 @@ kinst_ioctl_file(linker_file_t lf, void *arg)
 	dtrace_kinst_probedesc_t *pd;
 	int error;
 
-	if (!KINST_TABLE_KERNEL && strcmp(lf->filename, KINST_FILE) != 0)
+	if (!kinst_table_kernel && strcmp(lf->filename, kinst_file) != 0)
 		return (0);
 	if (!kinst_registered)
 		return (ENXIO);
@@ -878,7 +601,7 @@ kinst_ioctl(struct cdev *dev __unused, u_long cmd, caddr_t data,
 	pd->kpd_mod[sizeof(pd->kpd_mod) - 1] = '\0';
 	if (!kinst_mod_matches(pd->kpd_mod))
 		return (0);
-	if (KINST_TABLE_KERNEL) {
+	if (kinst_table_kernel) {
 		sx_slock(&kinst_dev_sx);
 		error = kinst_ioctl_file(linker_kernel_file, pd);
 		sx_sunlock(&kinst_dev_sx);
@@ -903,7 +626,7 @@ kinst_check_build_id(void)
 	char running[2 * 64 + 1];
 	size_t len;
 
-	if (!KINST_TABLE_KERNEL || kinst_table.kt_build_id[0] == '\0')
+	if (!kinst_table_kernel || kinst_table.kt_build_id[0] == '\0')
 		return (0);
 	len = sizeof(running);
 	if (kernel_sysctlbyname(curthread, name, running, &len, NULL, 0, NULL,
@@ -921,7 +644,7 @@ static int
 kinst_load_file(linker_file_t lf, void *arg __unused)
 {
 
-	if (KINST_TABLE_KERNEL || strcmp(lf->filename, KINST_FILE) == 0) {
+	if (kinst_table_kernel || strcmp(lf->filename, kinst_file) == 0) {
 		sx_xlock(&kinst_sx);
 		kinst_resolve_locked(lf);
 		sx_xunlock(&kinst_sx);
@@ -946,7 +669,7 @@ kinst_load(void *dummy __unused)
 	    sizeof(*kinst_probes), M_KINST, M_WAITOK | M_ZERO);
 	kinst_fstate = mallocarray(MAX(kinst_table.kt_nfuncs, 1),
 	    sizeof(*kinst_fstate), M_KINST, M_WAITOK | M_ZERO);
-	if (KINST_TABLE_KERNEL)
+	if (kinst_table_kernel)
 		(void)kinst_load_file(linker_kernel_file, NULL);
 	else
 		(void)linker_file_foreach(kinst_load_file, NULL);
