@@ -116,6 +116,12 @@ ALLOWED = {
     "generator.analysis": {"generator.common", "generator.isa", "generator.image", "generator.analysis"},
     "generator.render": {"generator.common", "generator.render"},
     "generator.verify": {"generator.common", "generator.isa", "generator.image", "generator.analysis"},
+    "generator.providers": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
+                            "generator.render", "generator.providers"},
+    "generator.build": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
+                        "generator.render", "generator.providers", "generator.build"},
+    "generator.run": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
+                      "generator.render", "generator.providers", "generator.run"},
 }
 
 

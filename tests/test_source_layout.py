@@ -133,17 +133,17 @@ def test_generator_fingerprint_covers_the_hand_written_c(tmp_path: Path, monkeyp
     the generated files beside them do not count."""
     import shutil
 
-    from generator.build import manifest, sources
+    from generator.build import sources
 
     copy = tmp_path / "repo"
     shutil.copytree(sources.MODULES, copy / "sys" / "modules")
     monkeypatch.setattr(sources, "MODULES", copy / "sys" / "modules")
-    monkeypatch.setattr(manifest, "REPO", copy)
+    monkeypatch.setattr(sources, "REPO", copy)
     for base in ("generator", "templates"):
         (copy / base).symlink_to(REPO / base)
-    before = manifest.generator_fingerprint()
+    before = sources.generator_fingerprint()
     (copy / "sys" / "modules" / "kinst" / "kinst_table.c").write_text("/* generated: not an input */\n")
-    assert manifest.generator_fingerprint() == before
+    assert sources.generator_fingerprint() == before
     with open(copy / "sys" / "modules" / "kinst" / "amd64" / "kinst_isa.c", "a") as f:
         f.write("/* changed */\n")
-    assert manifest.generator_fingerprint() != before
+    assert sources.generator_fingerprint() != before

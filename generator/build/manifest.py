@@ -20,8 +20,6 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from generator import __version__
-from generator.common.paths import REPO
 
 
 # Bumped when the build recipe changes in a way the command lines do not show.
@@ -66,22 +64,3 @@ def module_up_to_date(old: Optional[Dict[str, object]], key: str, ko: Path) -> b
     ``.ko`` itself unchanged, and a passed check (a failed one records no key)."""
     return bool(old and old.get("key") == key and ko.is_file() and inputs_current(old.get("inputs", []))
                 and old.get("ko", {}).get("sha256") == sha256_file(ko) and old.get("check_ko", {}).get("ok"))
-
-
-def generator_fingerprint() -> str:
-    """sha256 over kinstkit's generator code, its templates and the hand-written module sources
-    (``sys/modules/<m>/``: the Makefiles and the C the generated files are built with): a change
-    to any of them regenerates.  The generated files there are not part of it."""
-    from generator.build.sources import PROVIDERS
-
-    h = hashlib.sha256(__version__.encode())
-    files = []
-    for base in (REPO / "generator", REPO / "templates"):
-        files += [p for p in sorted(base.rglob("*"))
-                  if p.is_file() and p.suffix in (".py", ".j2", ".c", ".h") and "__pycache__" not in p.parts]
-    for provider in PROVIDERS.values():
-        files += [provider.source_dir / rel for rel in ("Makefile", *provider.plain)]
-    for p in files:
-        h.update(str(p.relative_to(REPO)).encode())
-        h.update(p.read_bytes() if p.is_file() else b"(missing)")
-    return h.hexdigest()

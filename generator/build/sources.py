@@ -14,15 +14,17 @@ first offline check, that the table was made for this kernel.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator.common.errors import UserError
-from generator.build.manifest import generator_fingerprint, input_record, inputs_current, read_manifest, sha256_file, stamp_key
+from generator import __version__
+from generator.build.manifest import input_record, inputs_current, read_manifest, sha256_file, stamp_key
 from generator.common.files import write_json
-from generator.common.paths import SYS_MODULES
+from generator.common.paths import REPO, SYS_MODULES
 
 MODULES = SYS_MODULES  # the committed module directories: Makefiles and hand-written C
 
@@ -43,6 +45,7 @@ class Provider:
         return MODULES / self.name
 
 
+# One record per name in generator.common.defaults.PROVIDER_NAMES (a test holds them equal).
 PROVIDERS: Dict[str, Provider] = {
     "kinst": Provider(
         "kinst",
@@ -60,17 +63,6 @@ PROVIDERS: Dict[str, Provider] = {
         table="dtmalloc_table.c",
     ),
 }
-
-
-def parse_modules(text: str) -> Tuple[str, ...]:
-    """``--modules kinst,dtmalloc``: the names, each one a provider kinstkit builds."""
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise UserError("--modules: name at least one of " + ", ".join(PROVIDERS))
-    for n in names:
-        if n not in PROVIDERS:
-            raise UserError(f"--modules: unknown module '{n}'; kinstkit builds {', '.join(PROVIDERS)}")
-    return names
 
 
 def generate_module(provider: Provider, srcdir: Path, stampdir: Path, *, kernel: str, functions: Sequence[str],
@@ -143,3 +135,20 @@ def table_names_kernel(srcdir: Path, provider: Provider, build_id: Optional[str]
     if f"build-id {want}" not in text:
         return f"{table}: the table does not name kernel build-id {want}; regenerate it"
     return None
+
+
+def generator_fingerprint() -> str:
+    """sha256 over kinstkit's generator code, its templates and the hand-written module sources
+    (``sys/modules/<m>/``: the Makefiles and the C the generated files are built with): a change
+    to any of them regenerates.  The generated files there are not part of it."""
+    h = hashlib.sha256(__version__.encode())
+    files = []
+    for base in (REPO / "generator", REPO / "templates"):
+        files += [p for p in sorted(base.rglob("*"))
+                  if p.is_file() and p.suffix in (".py", ".j2", ".c", ".h") and "__pycache__" not in p.parts]
+    for provider in PROVIDERS.values():
+        files += [provider.source_dir / rel for rel in ("Makefile", *provider.plain)]
+    for p in files:
+        h.update(str(p.relative_to(REPO)).encode())
+        h.update(p.read_bytes() if p.is_file() else b"(missing)")
+    return h.hexdigest()

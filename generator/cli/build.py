@@ -130,7 +130,7 @@ def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from generator.build import kmod as build
-    from generator.build.sources import parse_modules
+    from generator.providers import parse_modules
 
     modules = parse_modules(args.modules)
     sysdir, kernel = _tree_and_kernel(args)
@@ -180,7 +180,7 @@ def _target(args: argparse.Namespace):
 def cmd_load(args: argparse.Namespace) -> int:
     from generator.build import kmod as build
     from generator.run import hostops
-    from generator.build.sources import parse_modules
+    from generator.providers import parse_modules
 
     modules = parse_modules(args.modules)
     root = Path(args.out) if args.out else build.DEFAULT_OUT
@@ -189,7 +189,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 def cmd_unload(args: argparse.Namespace) -> int:
     from generator.run import hostops
-    from generator.build.sources import parse_modules
+    from generator.providers import parse_modules
 
     return hostops.unload(parse_modules(args.modules), _target(args), out=sys.stdout)
 

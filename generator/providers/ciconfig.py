@@ -59,7 +59,7 @@ def render_ci(releases: Sequence[str], out_dir: Path, modules: str = "kinst,dtma
     if not releases:
         raise UserError("--release: name at least one FreeBSD release")
     rels = [ci_release(r) for r in dict.fromkeys(releases)]
-    from generator.build.sources import parse_modules
+    from generator.providers import parse_modules
 
     parse_modules(modules)
     header = (
