@@ -49,3 +49,8 @@ def c_string(text: Union[str, bytes], width: int = 0) -> str:
 def c_bytes(b: bytes) -> str:
     """``{ 0x55, 0x48 }``: a byte string as a C initializer."""
     return "{ " + ", ".join(f"{x:#04x}" for x in b) + " }"
+
+
+def c_comment(text: str) -> str:
+    """``text`` made safe inside a C block comment: a ``*/`` in it would end the comment early."""
+    return text.replace("*/", "*\\/")

@@ -129,7 +129,7 @@ def command_line(args: Request) -> str:
         if value is not None:
             words.append(f"--{flag} {value}")
     words += [f"--module {m}" for m in args.module]
-    return " ".join(words).replace("*/", "*\\/")
+    return " ".join(words)
 
 
 def render(args: Request) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from generator import isa as isa_registry
 from generator.analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
@@ -89,7 +89,7 @@ def linker_names(plan: ProbePlan) -> Tuple[str, str, bool]:
     return name, name[:-3] if name.endswith(".ko") and len(name) > 3 else name, False
 
 
-def glue_context(plan: ProbePlan, md_excluded) -> Dict[str, Any]:
+def glue_context(plan: ProbePlan, md_excluded: Mapping[str, str]) -> Dict[str, Any]:
     """What the FreeBSD glue needs beyond the table (``kinst_target.c``): names, lookup order, exclusions."""
     file_name, dtrace_module, is_kernel = linker_names(plan)
     names = [f.name for f in plan.funcs]
