@@ -30,7 +30,7 @@ def debian_modules() -> List[Path]:
     The 30 largest (most code) plus every 100th by name, so the selection
     covers big drivers and a spread of small ones.
     """
-    from corpus import debian_kernel_modules
+    from helpers.corpus import debian_kernel_modules
 
     mods = sorted(debian_kernel_modules())
     largest = sorted(mods, key=lambda p: p.stat().st_size, reverse=True)[:30]

@@ -6,7 +6,7 @@ What runs here, in order of strength:
   link and symbol check, the table's build-id -- then exactly one error line,
   exit 2, and no .ko anywhere;
 * the whole cross-build path against stand-in sys/ trees
-  (tests/fixtures/ko/standin.py): kern.mk evaluated, include links,
+  (tests/helpers/standin.py): kern.mk evaluated, include links,
   opt_global.h, vnode_if.h, clang, ld.lld -r with the link script, symbol
   localisation, strip, manifest, check-ko against a stand-in kernel with
   stand-in dtrace.ko/opensolaris.ko -- and the stamp: same inputs, no work;
@@ -28,12 +28,6 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-KO = Path(__file__).resolve().parent / "fixtures" / "ko"
-sys.path.insert(0, str(KO))
-
-import kofixtures  # noqa: E402
-import standin  # noqa: E402
-
 from generator.build.kmod import BuildRequest
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
@@ -43,6 +37,7 @@ from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile
 from generator.build.nativebuild import native_build
 from generator.build.sources import PROVIDERS
 from generator.common.tools import Completed, run_tool
+from helpers import kofixtures, standin
 
 REPO = Path(__file__).resolve().parent.parent
 

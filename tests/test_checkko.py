@@ -18,14 +18,10 @@ from typing import List
 
 import pytest
 
-KO = Path(__file__).resolve().parent / "fixtures" / "ko"
-sys.path.insert(0, str(KO))
-
-import kofixtures  # noqa: E402
-
 from generator.build.checkko import check_ko, kernel_facts, read_metadata
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
+from helpers import kofixtures
 
 REPO = Path(__file__).resolve().parent.parent
 

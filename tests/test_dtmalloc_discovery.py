@@ -4,7 +4,7 @@ The fixtures are compiled with clang for x86_64-unknown-freebsd14.0 and
 linked with ld.lld into an ET_EXEC kernel-like image and ET_REL modules, with
 the real struct malloc_type / struct sysinit layouts of FreeBSD 12, 13 and 14
 and the TSLOG shim.  The expected types are written out by hand in
-tests/dtmalloc_fixtures.py from the C sources, not computed by the code under
+tests/helpers/dtmalloc_fixtures.py from the C sources, not computed by the code under
 test.
 """
 
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from dtmalloc_fixtures import (
-    KERNEL_TYPES, LAYOUT_12, LAYOUT_13, MODULE_TYPES, RELEASE_12, RELEASE_13, RELEASE_14, Fixtures,
-    assert_one_line_error, run_cli, shared,
-)
 from generator.providers.dtmalloc import layouts as L
 from generator.common.errors import UserError
 from generator.providers.dtmalloc.mallocs import Pointer, Sysinit, discover, probe_name, registration_order
+from helpers.dtmalloc_fixtures import (
+    KERNEL_TYPES, LAYOUT_12, LAYOUT_13, MODULE_TYPES, RELEASE_12, RELEASE_13, RELEASE_14, Fixtures,
+    assert_one_line_error, run_cli, shared,
+)
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dtmalloc_fixtures import RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared
 from generator.providers.dscript import d_function_part
 from generator.providers.dsyntax import DSyntaxError, check
+from helpers.dtmalloc_fixtures import RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared
 
 GOOD = """#!/usr/sbin/dtrace -s
 #pragma D option quiet

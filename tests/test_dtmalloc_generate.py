@@ -23,11 +23,12 @@ from typing import List
 
 import pytest
 
-from dtmalloc_fixtures import (
-    LAYOUT_12, RELEASE_12, RELEASE_14, SRC, Fixtures, assert_one_line_error, require, run_cli, shared,
-)
 from generator.build.sources import PROVIDERS, stage_sources
 from generator.providers.dtmalloc.mallocs import discover, probe_name
+from helpers.dtmalloc_fixtures import (
+    LAYOUT_12, RELEASE_12, RELEASE_14, Fixtures, assert_one_line_error, require, run_cli, shared,
+)
+from helpers.paths import DTMALLOC_FIXTURES
 
 REPO = Path(__file__).resolve().parent.parent
 DTMALLOC = PROVIDERS["dtmalloc"]
@@ -36,7 +37,7 @@ PORTABLE = list(DTMALLOC.portable)  # dtmalloc_core.c, dtmalloc_table.c
 STRICT = ["-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0", "-nostdinc", "-mcmodel=kernel", "-mno-red-zone",
                  "-fno-pic"]
-STUBS = SRC / "stubsys"
+STUBS = DTMALLOC_FIXTURES / "stubsys"
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def test_core_compiles_freestanding(module: Path, cc: List[str], tmp_path: Path)
 def test_core_runs_the_probe_name_rule(module: Path, inputs, tmp_path: Path) -> None:
     require("gcc")
     exe = tmp_path / "core_test"
-    res = _cc(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I.", str(SRC / "core_test.c"), *PORTABLE,
+    res = _cc(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I.", str(DTMALLOC_FIXTURES / "core_test.c"), *PORTABLE,
                "-o", str(exe)], module)
     assert res.returncode == 0, res.stderr
     d = discover(*inputs[:1], [inputs[1]])

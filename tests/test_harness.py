@@ -508,7 +508,7 @@ def test_bench_harness_smoke(tmp_path, gcc):
 @pytest.mark.slow
 def test_libcrypto_every_eligible_instruction_matches_callgrind(valgrind, gcc, monkeypatch):
     """169k probes over libcrypto while hashlib runs; OPENSSL_ia32cap=0:0 so valgrind's CPUID takes the same paths."""
-    from corpus import system_library
+    from helpers.corpus import system_library
 
     lib = system_library("libcrypto.so.3")
     monkeypatch.setenv("OPENSSL_ia32cap", "0:0")

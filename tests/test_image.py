@@ -19,10 +19,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from corpus import require_tool, system_library
 from generator.common.errors import UserError
 from generator.image.elf import REL_BASE, KernelImage
 from generator.analysis.probes import analyse
+from helpers.corpus import require_tool, system_library
 
 KERNEL_CFLAGS = ["-O2", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-ffreestanding", "-fno-omit-frame-pointer"]
 EXEC_BASE = 0xFFFFFFFF80200000

@@ -17,13 +17,13 @@ from typing import List, Tuple
 
 import pytest
 
-from corpus import debian_kernel_modules, require_tool, system_library
 from generator.cli import main
 from generator.common.errors import UserError
 from generator.isa import amd64 as amd64_package
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.contract import Insn
 from generator.verify.objdump import verify_decoder
+from helpers.corpus import debian_kernel_modules, require_tool, system_library
 
 
 def patch_isa(monkeypatch, **fields) -> None:

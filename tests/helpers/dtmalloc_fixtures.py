@@ -19,7 +19,9 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
-SRC = Path(__file__).resolve().parent / "fixtures" / "dtmalloc"
+from generator.common.paths import REPO
+from helpers.paths import DTMALLOC_FIXTURES
+
 TARGET = "--target=x86_64-unknown-freebsd14.0"
 CFLAGS = [
     TARGET, "-O2", "-std=c99", "-nostdinc", "-ffreestanding", "-fno-common", "-fno-pic",
@@ -70,7 +72,7 @@ def compile_objects(out: Path, sources: Sequence[str], flags: Sequence[str]) -> 
     objs = []
     for src in sources:
         obj = out / (Path(src).stem + ".o")
-        _run(["clang", *CFLAGS, *flags, "-c", str(SRC / src), "-o", str(obj)])
+        _run(["clang", *CFLAGS, *flags, "-c", str(DTMALLOC_FIXTURES / src), "-o", str(obj)])
         objs.append(obj)
     return objs
 
@@ -82,7 +84,7 @@ def link_kernel(out: Path, sources: Sequence[str], flags: Sequence[str]) -> Path
     objs = compile_objects(out, sources, flags)
     image = out / "kernel"
     _run(["ld.lld", "-m", "elf_x86_64_fbsd", "-static", "-nostdlib", "--build-id=sha1",
-          "-T", str(SRC / "kernel.ld"), "-o", str(image), *map(str, objs)])
+          "-T", str(DTMALLOC_FIXTURES / "kernel.ld"), "-o", str(image), *map(str, objs)])
     return image
 
 
@@ -132,7 +134,7 @@ def run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
 
     return subprocess.run(
         [sys.executable, "-m", "generator", *args], capture_output=True, text=True, timeout=600,
-        cwd=str(SRC.parent.parent.parent),
+        cwd=str(REPO),
     )
 
 

@@ -3,7 +3,7 @@
 Tests built only on binaries we compiled ourselves prove only that we agree
 with ourselves.  These helpers hand tests third-party images instead: the
 Debian kernel's modules (ET_REL, ~4000 of them) and system shared libraries
-(ET_DYN).  Downloads are cached under ``<repo>/.cache/corpus/`` (gitignored).
+(ET_DYN).  Downloads are cached under ``.cache/corpus/`` (gitignored).
 
 When an input cannot be had (no apt, no network, no library) the helper calls
 ``pytest.skip`` with a reason that names the missing input, so a skipped test
@@ -24,8 +24,8 @@ from typing import Iterator, List, NoReturn, Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-CACHE = REPO / ".cache" / "corpus"
+from helpers.paths import CORPUS_CACHE
+
 META_PACKAGE = "linux-image-amd64"
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
 
@@ -85,8 +85,8 @@ def _apt_update() -> bool:
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
     """Serialise cache fills between concurrent test processes."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{name}.lock", "w") as lock:
+    CORPUS_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CORPUS_CACHE / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -111,7 +111,7 @@ def _extract(deb: Path, dest: Path) -> None:
     """``dpkg -x`` into a temporary directory, then rename: never half a tree."""
     if shutil.which("dpkg") is None:
         _skip(f"linux-image package not extractable: dpkg is not installed ({deb.name})")
-    tmp = Path(tempfile.mkdtemp(dir=CACHE, prefix=".extract-"))
+    tmp = Path(tempfile.mkdtemp(dir=CORPUS_CACHE, prefix=".extract-"))
     try:
         proc = _run(["dpkg", "-x", str(deb), str(tmp)])
         if proc.returncode != 0:
@@ -135,10 +135,10 @@ def _decompress_modules(root: Path) -> None:
 def kernel_tree() -> Path:
     """The extracted linux-image package (downloaded on first use)."""
     package = kernel_package()
-    dest = CACHE / package
+    dest = CORPUS_CACHE / package
     with _locked(package):
         if not (dest / ".complete").exists():
-            with tempfile.TemporaryDirectory(dir=CACHE, prefix=".download-") as tmp:
+            with tempfile.TemporaryDirectory(dir=CORPUS_CACHE, prefix=".download-") as tmp:
                 deb = _download(package, Path(tmp))
                 _extract(deb, dest)
             (dest / ".complete").touch()
