@@ -1,23 +1,23 @@
 """Shared fixtures: the embedded sample kernel and the real-world corpora.
 
 Every fixture whose input can be missing skips with a reason that names the
-input; none of them fakes one.
+input (``helpers.skips``); none of them fakes one.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import List
 
 import pytest
 
+from helpers import skips
+
 
 @pytest.fixture(scope="session")
 def sample_kernel() -> Path:
     """The embedded sample kernel, built once per session."""
-    if not (shutil.which("clang") and shutil.which("ld.lld")) and not shutil.which("gcc"):
-        pytest.skip("no compiler for the sample kernel: install clang and lld (or gcc)")
+    skips.require_sample_toolchain()
     from generator.image.sample import sample_kernel as build
 
     return build()

@@ -37,9 +37,12 @@ from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile
 from generator.build.nativebuild import native_build
 from generator.build.sources import PROVIDERS
 from generator.common.tools import Completed, run_tool
-from helpers import kofixtures, standin
+from helpers import kofixtures, skips, standin
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+PORTABLE_WHY = "the build compiles the portable cores with gcc and clang and links them with ld.lld"
 
 
 def run_build(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
@@ -53,7 +56,7 @@ def run_build(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.Co
 
 
 def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kernel: Path, tmp_path: Path) -> None:
-    kofixtures.require("gcc", "clang", "ld.lld")
+    skips.require_tools("gcc", "clang", "ld.lld", why=PORTABLE_WHY)
     out, src = tmp_path / "build", tmp_path / "src"
     res = run_build("--out", str(out), "--src", str(src))
     assert res.returncode == 2, res.stdout + res.stderr
@@ -74,7 +77,7 @@ def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kern
 
 
 def test_without_a_tree_the_portable_work_is_not_redone(sample_kernel: Path, tmp_path: Path) -> None:
-    kofixtures.require("gcc", "clang", "ld.lld")
+    skips.require_tools("gcc", "clang", "ld.lld", why=PORTABLE_WHY)
     args = ("--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"), "--modules", "kinst")
     run_build(*args)
     res = run_build(*args)
@@ -106,7 +109,8 @@ class StandinWorld:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, sample_kernel: Path) -> StandinWorld:
-    kofixtures.require("clang", "ld.lld", "gcc", "awk")
+    skips.require_tools("clang", "ld.lld", "gcc", "awk",
+                        why="the stand-in kernel, its modules and the cross build (vnode_if.awk) need them")
     return StandinWorld(tmp_path_factory.mktemp("standin"))
 
 
@@ -356,8 +360,7 @@ def test_native_build_command_and_manifest_fields(tmp_path: Path, tmp_path_facto
 
 
 def test_native_needs_freebsd(tmp_path: Path) -> None:
-    if os.uname().sysname == "FreeBSD":
-        pytest.skip("on FreeBSD --native is the default")
+    skips.require_other_than_freebsd("--native is the default")
     res = run_build("--native", "--out", str(tmp_path))
     assert res.returncode == 2 and "needs a FreeBSD host" in res.stderr
 
@@ -421,10 +424,8 @@ def test_fetch_release_then_build_release(world: StandinWorld, tmp_path: Path) -
 
 def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     """The real thing: a release's sys/ tree and kernel from `invoke fetch-release`."""
-    name = os.environ.get("KINSTKIT_TEST_RELEASE")
-    if not name:
-        pytest.skip("KINSTKIT_TEST_RELEASE is not set to a release `invoke fetch-release` cached "
-                    "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
+    name = skips.require_env("KINSTKIT_TEST_RELEASE", "set it to a release `invoke fetch-release` cached "
+                             "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
     from generator.build.release import fetched
 
     rel = fetched(name)

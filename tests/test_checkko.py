@@ -21,7 +21,7 @@ import pytest
 from generator.build.checkko import check_ko, kernel_facts, read_metadata
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
-from helpers import kofixtures
+from helpers import kofixtures, skips
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,7 +100,7 @@ def test_a_kernel_local_is_not_an_export(fx) -> None:
 
 
 def test_wrong_architecture_is_one_line_naming_the_machine(fx) -> None:
-    kofixtures.require("clang", "ld.lld")
+    skips.require_tools("clang", "ld.lld", why=kofixtures.WHY)
     arm = fx.module(arch="aarch64")
     res = check_cli(str(arm), "--kernel", str(fx.kernel()))
     assert res.returncode == 1
@@ -149,7 +149,7 @@ def test_dependencies_are_found_next_to_the_kernel(fx, tmp_path: Path) -> None:
 
 
 def test_no_module_records_at_all(fx, tmp_path: Path) -> None:
-    kofixtures.require("clang", "ld.lld")
+    skips.require_tools("clang", "ld.lld", why=kofixtures.WHY)
     src = tmp_path / "plain.c"
     src.write_text("int plain_function(int);\nint plain_function(int x) { return x + 1; }\n")
     ko = kofixtures.link_module(tmp_path, "plain.ko", [kofixtures.compile_c(tmp_path, str(src))])

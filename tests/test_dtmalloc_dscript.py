@@ -9,7 +9,6 @@ judge; it is not installed here, so that test skips and names it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 from generator.providers.dscript import d_function_part
 from generator.providers.dsyntax import DSyntaxError, check
 from helpers.dtmalloc_fixtures import RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared
+from helpers.skips import require_tool
 
 GOOD = """#!/usr/sbin/dtrace -s
 #pragma D option quiet
@@ -122,9 +122,7 @@ def test_out_writes_an_executable_script(tmp_path: Path) -> None:
                                   ["kinst-trace", "--function", "vm_fault", "--offset", "4"]],
                          ids=["count", "sizes", "kinst"])
 def test_dtrace_compiles_the_scripts(args, tmp_path: Path) -> None:
-    dtrace = shutil.which("dtrace")
-    if dtrace is None:
-        pytest.skip("dtrace is not installed: `dtrace -e` validation needs a FreeBSD host")
+    dtrace = require_tool("dtrace", None, "`dtrace -e` validation needs a FreeBSD host's dtrace(1)")
     script = tmp_path / "s.d"
     script.write_text(_script(*args))
     res = subprocess.run([dtrace, "-Z", "-e", "-s", str(script)], capture_output=True, text=True)

@@ -28,11 +28,11 @@ from typing import Dict, List
 import pytest
 
 from generator.common.errors import UserError
+from helpers.skips import missing, require_system_library, require_tool
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "harness"
 FIXTURE_BUILD = REPO / "build" / "harness-fixtures"
-ZLIB = Path("/usr/lib/x86_64-linux-gnu/libz.so.1")
 # Kernel-ish flags, as FreeBSD's amd64 kernel builds, made runnable in user space.
 KFLAGS = ["-O2", "-fno-omit-frame-pointer", "-mno-red-zone", "-Wall", "-Wextra", "-Werror"]
 ALL_KINDS = (
@@ -65,21 +65,23 @@ PLANTED = {
 }
 
 
-def _need(tool: str, why: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.skip(f"{tool} not installed: {why} (apt-get install -y {tool})")
-    return path
-
-
 @pytest.fixture(scope="module")
 def gcc() -> str:
-    return _need("gcc", "the harness compiles its preload library and the fixtures with it")
+    return require_tool("gcc", "gcc", "the harness compiles its preload library and the fixtures with it")
 
 
 @pytest.fixture(scope="module")
 def valgrind() -> str:
-    return _need("valgrind", "callgrind is the independent counter")
+    return require_tool("valgrind", "valgrind", "callgrind is the independent counter")
+
+
+@pytest.fixture(scope="module")
+def zlib() -> Path:
+    """The machine's libz.so.1, which this python's zlib module loads."""
+    lib = require_system_library("libz.so.1")
+    if not _python_uses(lib):
+        missing(f"{sys.executable}'s zlib module does not load {lib}")
+    return lib
 
 
 def build_fixture(cc: str) -> Dict[str, Path]:
@@ -160,20 +162,16 @@ def _python_uses(lib: Path) -> bool:
     return any(p.startswith("/") and os.path.exists(p) and os.path.samefile(p, lib) for p in out)
 
 
-def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind):
+def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind, zlib):
     """All of libz's eligible instructions probed during a real round trip; every count equal to callgrind's."""
     from generator.image.elf import KernelImage
     from generator.analysis.probes import analyse
 
-    if not ZLIB.exists():
-        pytest.skip(f"{ZLIB} not found (zlib1g)")
-    if not _python_uses(ZLIB):
-        pytest.skip(f"{sys.executable}'s zlib module does not load {ZLIB}")
-    res = run(ZLIB, [sys.executable, FIXTURES / "zlib_roundtrip.py", "1"], verify=True, timeout=300)
+    res = run(zlib, [sys.executable, FIXTURES / "zlib_roundtrip.py", "1"], verify=True, timeout=300)
     print(summary(res))
     assert_proved(res)
     # Every eligible instruction: the table holds every "ok" probe of every eligible function.
-    img = KernelImage.open(str(ZLIB))
+    img = KernelImage.open(str(zlib))
     reports = [analyse(img, f) for f in img.functions()]
     ok = sum(1 for r in reports if r.eligible for p in r.probes if p.status == "ok")
     assert res.tabled == ok
@@ -192,7 +190,7 @@ def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind):
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_fixture_every_class_matches_callgrind(cc, gcc, valgrind):
     """Each compiler's build of the fixture hits every emulation class, jcc both ways, all counts equal."""
-    path = _need(cc, "the fixture is built with it") if cc != "gcc" else gcc
+    path = require_tool(cc, cc, "the fixture is built with it") if cc != "gcc" else gcc
     fx = build_fixture(path)
     res = run(fx["lib"], [fx["linked"], 300], verify=True)
     print(cc, summary(res))
@@ -230,16 +228,14 @@ def test_program_itself_as_target(kfix, valgrind):
     assert res.hits_by_kind().get("call-reg", 0) > 0  # main_mix's call through main_ops[]
 
 
-def test_forked_child_counts_in_the_parents_file(valgrind, gcc):
+def test_forked_child_counts_in_the_parents_file(valgrind, gcc, zlib):
     """A child that fork()s off and leaves with _exit() (no destructors) still has every hit counted."""
-    if not ZLIB.exists() or not _python_uses(ZLIB):
-        pytest.skip(f"{sys.executable}'s zlib module does not load {ZLIB}")
     code = (
         "import os, zlib\nd = bytes(range(256)) * 40\nprint(len(zlib.compress(d)))\npid = os.fork()\n"
         "if pid == 0:\n    print('child', len(zlib.compress(d * 2, 9)), flush=True)\n    os._exit(0)\n"
         "os.waitpid(pid, 0)\nprint('parent', len(zlib.compress(d, 1)))\n"
     )
-    res = run(ZLIB, [sys.executable, "-c", code], verify=True)
+    res = run(zlib, [sys.executable, "-c", code], verify=True)
     assert_proved(res)
     assert b"child" in res.plain.stdout
 
@@ -418,7 +414,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
     """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
     from generator.run.harness import build
 
-    objdump = _need("objdump", "the check disassembles the library")
+    objdump = require_tool("objdump", "binutils", "the check disassembles the library")
     b = build(str(kfix["lib"]), all_functions=True)
     text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(b.lib)], capture_output=True, text=True).stdout
     bodies: Dict[str, List[str]] = {}
@@ -508,15 +504,13 @@ def test_bench_harness_smoke(tmp_path, gcc):
 @pytest.mark.slow
 def test_libcrypto_every_eligible_instruction_matches_callgrind(valgrind, gcc, monkeypatch):
     """169k probes over libcrypto while hashlib runs; OPENSSL_ia32cap=0:0 so valgrind's CPUID takes the same paths."""
-    from helpers.corpus import system_library
-
-    lib = system_library("libcrypto.so.3")
+    lib = require_system_library("libcrypto.so.3")
     monkeypatch.setenv("OPENSSL_ia32cap", "0:0")
     code = ("import hashlib, hmac; d = bytes(range(256)) * 64; print(hashlib.sha256(d).hexdigest(), "
             "hashlib.md5(d).hexdigest(), hashlib.sha512(d).hexdigest()[:16], hmac.new(b'k', d, 'sha1').hexdigest())")
     res = run(lib, [sys.executable, "-c", code], verify=True)
     if not res.processes:
-        pytest.skip(f"{sys.executable}'s hashlib does not load {lib}")
+        missing(f"{sys.executable}'s hashlib does not load {lib}")
     print(summary(res))
     assert_proved(res)
 

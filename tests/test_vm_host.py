@@ -38,6 +38,7 @@ from vm.backends.probe import kvm_probe
 from vm.config import DEFAULTS, GUEST_DIR, GUESTS, VMConfig, VMError, validate
 from vm.images import freebsd, standin
 from vm.supervise import console, leftovers
+from helpers.skips import missing, require_qemu, require_root, require_seed_tool, require_standin_assets, require_tool
 
 REPO = Path(__file__).resolve().parent.parent
 FAKEBSD = GUEST_DIR / "fakebsd"
@@ -331,13 +332,9 @@ def test_accel_on_this_machine():
 def test_kvm_probe_catches_an_emulated_kvm():
     """Where /dev/kvm exists without vmx/svm (kvm_pvm), the probe itself must see the guest crawl."""
     if not os.path.exists("/dev/kvm") or accel.cpu_flags() & {"vmx", "svm"}:
-        pytest.skip("needs a /dev/kvm without vmx/svm in the CPU flags (an emulated, nested KVM)")
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
-    try:
-        standin.assets()
-    except VMError as e:
-        pytest.skip(f"the probe kernel (linux-image package) is not available: {e}")
+        missing("needs a /dev/kvm without vmx/svm in the CPU flags (an emulated, nested KVM)")
+    require_qemu()
+    require_standin_assets()  # the probe boots the stand-in's kernel
     ok, seconds, detail = kvm_probe(VMConfig())(accel.PROBE_SECONDS)  # as long as the runner's own probe waits
     assert not ok, f"the stand-in booted under this KVM in {seconds:.1f} s"
     print(f"probe under kvm: no marker in {seconds:.1f} s ({detail})")
@@ -470,8 +467,7 @@ def test_vm_image_command(mirror, tmp_path, monkeypatch):
 
 
 def test_seed_iso(tmp_path):
-    if freebsd.seed_tool() is None:
-        pytest.skip("xorriso (or genisoimage) not installed: apt-get install xorriso")
+    require_seed_tool()
     iso = freebsd.make_seed(tmp_path / "seed.iso", "run-1")
     data = iso.read_bytes()
     # ISO 9660 primary volume descriptor at 32 KiB: type 1, "CD001", volume id at +40.
@@ -608,8 +604,7 @@ def test_newc_archive_read_by_cpio(tmp_path):
     data = standin.newc(entries)
     assert standin.newc(entries) == data  # deterministic
     assert [(n, m, b) for n, m, b in standin.read_newc(data)] == entries
-    if shutil.which("cpio") is None:
-        pytest.skip("cpio not installed (apt-get install cpio): the independent reader")
+    require_tool("cpio", "cpio", "cpio is the independent reader of the archive")
     listing = subprocess.run(["cpio", "-it", "--quiet"], input=data, capture_output=True, check=True).stdout.decode()
     assert listing.split() == ["bin", "bin/tool", "odd"]
     subprocess.run(["cpio", "-idm", "--quiet"], input=data, cwd=tmp_path, check=True, capture_output=True)
@@ -619,12 +614,7 @@ def test_newc_archive_read_by_cpio(tmp_path):
 
 def test_standin_assets():
     """The kernel package's bzImage holds a PVH vmlinux; the modules come in dependency order."""
-    if shutil.which("apt-get") is None and not os.environ.get(standin.DEB_ENV):
-        pytest.skip("linux-image package not downloadable: apt-get not installed")
-    try:
-        a = standin.assets()
-    except VMError as e:
-        pytest.skip(f"linux-image package not available: {e}")
+    a = require_standin_assets()
     assert a.kernel_kind == "vmlinux-pvh" and a.kernel.read_bytes()[:4] == b"\x7fELF"
     order = [line for line in (a.kernel.parent / "modules" / "load-order").read_text().split()]
     assert order.index("virtio_ring.ko") < order.index("virtio.ko") < order.index("virtio_pci.ko")
@@ -748,10 +738,8 @@ _FAKE_BHYVE = textwrap.dedent(
 
 @pytest.fixture
 def fake_bhyve(tmp_path, monkeypatch):
-    if freebsd.seed_tool() is None:
-        pytest.skip("xorriso (or genisoimage) not installed: the FreeBSD run needs its seed ISO")
-    if os.geteuid() != 0:
-        pytest.skip("the bhyve backend insists on root")
+    require_seed_tool()  # the FreeBSD run needs its seed ISO
+    require_root("the bhyve backend")
     bindir = tmp_path / "fakebin"
     bindir.mkdir()
     log = tmp_path / "tools.log"

@@ -6,12 +6,12 @@ ET_EXEC kernel-like image and ET_REL modules with real ``struct malloc_type``,
 ``.ko`` carries.  They are compiled here with ``clang
 --target=x86_64-unknown-freebsd14.0`` and linked with ``ld.lld``, the tools
 FreeBSD builds its own kernels with; each variant is a few compiler flags
-(layout, release symbols, TSLOG).  A missing tool skips the caller, naming it.
+(layout, release symbols, TSLOG).  A missing tool skips the caller, naming it
+(``helpers.skips``).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +21,7 @@ import pytest
 
 from generator.common.paths import REPO
 from helpers.paths import DTMALLOC_FIXTURES
+from helpers.skips import require_tools
 
 TARGET = "--target=x86_64-unknown-freebsd14.0"
 CFLAGS = [
@@ -55,11 +56,7 @@ MODULE_TYPES = [
 ]
 
 
-def require(*tools: str) -> None:
-    """Skip the calling test, naming each tool that is missing."""
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"dtmalloc fixtures need {' and '.join(missing)} (clang --target=x86_64-unknown-freebsd14.0)")
+WHY = "the dtmalloc fixtures are built with clang --target=x86_64-unknown-freebsd14.0 and ld.lld"
 
 
 def _run(argv: List[str]) -> None:
@@ -79,7 +76,7 @@ def compile_objects(out: Path, sources: Sequence[str], flags: Sequence[str]) -> 
 
 def link_kernel(out: Path, sources: Sequence[str], flags: Sequence[str]) -> Path:
     """An ET_EXEC at the amd64 kernel address, like /boot/kernel/kernel."""
-    require("clang", "ld.lld")
+    require_tools("clang", "ld.lld", why=WHY)
     out.mkdir(parents=True, exist_ok=True)
     objs = compile_objects(out, sources, flags)
     image = out / "kernel"
@@ -90,7 +87,7 @@ def link_kernel(out: Path, sources: Sequence[str], flags: Sequence[str]) -> Path
 
 def link_module(out: Path, sources: Sequence[str], flags: Sequence[str], name: str = "mod_a.ko") -> Path:
     """An ET_REL .ko, as FreeBSD's kmod.mk links amd64 modules (ld -r)."""
-    require("clang", "ld.lld")
+    require_tools("clang", "ld.lld", why=WHY)
     out.mkdir(parents=True, exist_ok=True)
     objs = compile_objects(out, sources, ("-DKLD_MODULE", *flags))
     ko = out / name
