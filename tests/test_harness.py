@@ -1,12 +1,12 @@
 """The execution harness: the generated core runs real code, and its counts are right.
 
-The proof (issue #3, parts 3-4): every eligible instruction of the machine's
-zlib is probed while a compress/decompress round trip runs through python3,
-and kernel-style fixtures (tests/fixtures/harness/) make every emulation
-class run.  Each probe's hit count must equal callgrind's count of how often
-that instruction ran: an independent counter that knows nothing of int3,
-trampolines or the table.  The negative tests show that the comparison can
-fail and that the byte check refuses a probe whose bytes are not the table's.
+The proof: every eligible instruction of the machine's zlib is probed while a
+compress/decompress round trip runs through python3, and kernel-style
+fixtures (tests/fixtures/harness/) make every emulation class run.  Each
+probe's hit count must equal callgrind's count of how often that instruction
+ran: an independent counter that knows nothing of int3, trampolines or the
+table.  The negative tests show that the comparison can fail and that the
+byte check refuses a probe whose bytes are not the table's.
 
 Needs gcc (the harness library and the fixtures) and valgrind (the counter);
 a test whose tool is missing skips and names it.
