@@ -36,10 +36,10 @@ from generator.build.manifest import sha256_file
 from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile
 from generator.build.nativebuild import native_build
 from generator.build.sources import PROVIDERS
+from generator.common.paths import REPO, SYS_MODULES
 from generator.common.tools import Completed, run_tool
 from helpers import kofixtures, skips, standin
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 PORTABLE_WHY = "the build compiles the portable cores with gcc and clang and links them with ld.lld"
@@ -72,7 +72,7 @@ def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kern
         assert f"{m}: portable objects link (ld.lld -r)" in res.stdout
         # The hand-written Makefile and C are staged beside the generated files.
         for rel in ("Makefile", *PROVIDERS[m].plain):
-            assert (src / m / rel).read_bytes() == (REPO / "sys" / "modules" / m / rel).read_bytes(), rel
+            assert (src / m / rel).read_bytes() == (SYS_MODULES / m / rel).read_bytes(), rel
     assert not list(out.rglob("*.ko")) and not list((out / bid).glob("*.json"))
 
 
@@ -299,7 +299,7 @@ def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorl
     tree = world.tree("dtmalloc", tmp_path / "sys")
     (tree / "conf" / "kern.mk").write_text(".for _x in a b\nCFLAGS+= -D${_x}\n.endfor\n")
     profile = KmodProfile.for_tree(tree)
-    makefile = ModuleMakefile.read(REPO / "sys" / "modules" / "dtmalloc" / "Makefile")
+    makefile = ModuleMakefile.read(SYS_MODULES / "dtmalloc" / "Makefile")
     flags = profile.cflags(tmp_path / "obj", makefile)
     assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
     assert "-mcmodel=kernel" in flags and "-std=iso9899:1999" in flags  # the FreeBSD 14 amd64/clang flags

@@ -21,9 +21,9 @@ import pytest
 from generator.build.checkko import check_ko, kernel_facts, read_metadata
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
+from generator.common.paths import REPO
 from helpers import kofixtures, skips
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,12 @@ from typing import List
 import pytest
 
 from generator.build.sources import PROVIDERS, stage_sources
+from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import discover, probe_name
 from helpers.dtmalloc_fixtures import LAYOUT_12, RELEASE_12, RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared
 from helpers.paths import DTMALLOC_FIXTURES
 from helpers.skips import require_bsd_make, require_sysdir, require_tools
 
-REPO = Path(__file__).resolve().parent.parent
 DTMALLOC = PROVIDERS["dtmalloc"]
 GENERATED = ["dtmalloc.list", "dtmalloc_abi.h", "dtmalloc_table.c", "dtmalloc_target.h", "dtmalloc_types.md"]
 PORTABLE = list(DTMALLOC.portable)  # dtmalloc_core.c, dtmalloc_table.c
@@ -173,7 +173,7 @@ def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
 
 
 def test_makefile_uses_bsd_kmod_mk() -> None:
-    text = (REPO / "sys" / "modules" / "dtmalloc" / "Makefile").read_text()
+    text = (SYS_MODULES / "dtmalloc" / "Makefile").read_text()
     assert ".include <bsd.kmod.mk>" in text
     assert "KMOD=\tdtmalloc" in text
     srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))

@@ -28,11 +28,11 @@ from typing import Dict, List
 import pytest
 
 from generator.common.errors import UserError
+from generator.common.paths import BUILD
+from helpers.paths import HARNESS_FIXTURES as FIXTURES
 from helpers.skips import missing, require_system_library, require_tool
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "harness"
-FIXTURE_BUILD = REPO / "build" / "harness-fixtures"
+FIXTURE_BUILD = BUILD / "harness-fixtures"
 # Kernel-ish flags, as FreeBSD's amd64 kernel builds, made runnable in user space.
 KFLAGS = ["-O2", "-fno-omit-frame-pointer", "-mno-red-zone", "-Wall", "-Wextra", "-Werror"]
 ALL_KINDS = (

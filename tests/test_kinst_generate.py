@@ -41,12 +41,12 @@ from elftools.elf.elffile import ELFFile
 
 from generator import __version__
 from generator.build.sources import PROVIDERS, stage_sources
+from generator.common.paths import REPO, SAMPLES
 from generator.isa.amd64.probe_md import KinstFlag
 from generator.isa.amd64.probe_md import TABLE_KINDS
+from helpers.paths import KINST_FIXTURES as FIXTURES
 from helpers.skips import require_sample_toolchain, require_sysdir, require_tools
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "kinst"
 KINST = PROVIDERS["kinst"]
 RENDERED = ["kinst_encoding.h", "kinst_refused.txt", "kinst_table.c", "kinst_target.c"]
 CORE_SOURCES = list(KINST.portable)  # amd64/kinst_core.c, kinst_table.c, kinst_target.c
@@ -352,7 +352,7 @@ def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
     objs = []
     for src in ("vm_fault.c", "kern_exit.c"):
         obj = out / src.replace(".c", ".o")
-        res = cc([tc.cc, *tc.cflags(), f"-I{REPO / 'samples' / 'kernel'}", "-c", str(REPO / "samples" / "kernel" / src),
+        res = cc([tc.cc, *tc.cflags(), f"-I{SAMPLES / 'kernel'}", "-c", str(SAMPLES / "kernel" / src),
                   "-o", str(obj)], out)
         assert res.returncode == 0, res.stderr
         objs.append(str(obj))

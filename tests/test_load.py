@@ -19,6 +19,7 @@ import pytest
 
 from generator.common.tools import Completed
 from generator.common.errors import UserError
+from generator.common.paths import REPO
 from generator.run.hostops import Target, kldload_error, kldunload_error, load, unload
 from helpers import skips
 
@@ -191,7 +192,7 @@ def test_cli_on_linux_without_a_host_is_one_line() -> None:
 
     skips.require_other_than_freebsd("`load` without --host runs kldload here")
     res = subprocess.run([sys.executable, "-m", "generator", "load"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, timeout=60)
+                         cwd=REPO, timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "--host" in res.stderr
 
 

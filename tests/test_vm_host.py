@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 import vm
+from generator.common.paths import REPO
 from vm import metadisk
 from vm.backends import accel, bhyve, overlay, qemu
 from vm.backends.probe import kvm_probe
@@ -40,7 +41,6 @@ from vm.images import freebsd, standin
 from vm.supervise import console, leftovers
 from helpers.skips import missing, require_qemu, require_root, require_seed_tool, require_standin_assets, require_tool
 
-REPO = Path(__file__).resolve().parent.parent
 FAKEBSD = GUEST_DIR / "fakebsd"
 FREEBSD_SCRIPT = GUEST_DIR / "freebsd" / "kinstkit-test.sh"
 FREEBSD_EXPECT = GUEST_DIR / "freebsd" / "expect.tsv"

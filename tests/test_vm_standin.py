@@ -32,6 +32,7 @@ from typing import List
 import pytest
 
 import vm
+from generator.common.paths import REPO
 from vm import metadisk
 from vm.backends import accel
 from vm.backends.probe import kvm_probe
@@ -40,7 +41,6 @@ from vm.config import GUEST_DIR, GUESTS, Timeouts, VMConfig
 from vm.supervise import leftovers
 from helpers.skips import require_qemu, require_standin_assets
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _accel_here() -> accel.AccelChoice:
