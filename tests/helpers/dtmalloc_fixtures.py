@@ -135,6 +135,13 @@ def run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
     )
 
 
+def dscript(*args: str) -> str:
+    """The D script ``python -m generator dscript ARGS`` prints; the command must succeed."""
+    res = run_cli("dscript", *args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
 def assert_one_line_error(res: "subprocess.CompletedProcess[str]", *needles: str) -> str:
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
     lines = res.stderr.strip().splitlines()
