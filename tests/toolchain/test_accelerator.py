@@ -74,9 +74,3 @@ def test_summary_counts_every_kind_and_refusal(sample_kernel):
         skipped += rec["skipped"]
     assert skipped > 0
     assert {"trampoline", "riprel", "call-direct", "call-reg", "call-mem", "jcc-widen", "jmp-rel32"} <= kinds
-
-
-def test_accelerator_declines_invalid_bytes():
-    """An encoding iced calls invalid goes back to capstone, the authority."""
-    code = bytes.fromhex("55 4889e5 9a0000000000 5dc3".replace(" ", ""))
-    assert amd64_fast.summarise(code, 0x1000, len(code)) is None

@@ -25,7 +25,6 @@ from generator.common.paths import REPO
 from helpers import kofixtures, skips
 
 
-
 @pytest.fixture(scope="module")
 def fx(tmp_path_factory: pytest.TempPathFactory) -> kofixtures.KoFixtures:
     return kofixtures.shared(tmp_path_factory)

@@ -25,7 +25,9 @@ import pytest
 from generator.build.sources import PROVIDERS, stage_sources
 from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import discover, probe_name
-from helpers.dtmalloc_fixtures import LAYOUT_12, RELEASE_12, RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared
+from helpers.dtmalloc_fixtures import (
+    LAYOUT_12, RELEASE_12, RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared,
+)
 from helpers.paths import DTMALLOC_FIXTURES
 from helpers.skips import require_bsd_make, require_sysdir, require_tools
 

@@ -4,7 +4,8 @@
 fake that answers ``id``, ``sysctl``, ``kldstat``, ``kldload``,
 ``kldunload``, ``mkdir`` and ``scp`` the way FreeBSD does (exit status and
 messages as kldload(8)/kldunload(8) print them) and records what was run.
-The real path needs a FreeBSD host with root and runs only there.
+The real path needs a FreeBSD host with root and a build for its kernel, and
+runs only there: tests/toolchain/test_load_freebsd.py.
 """
 
 from __future__ import annotations
@@ -194,17 +195,3 @@ def test_cli_on_linux_without_a_host_is_one_line() -> None:
     res = subprocess.run([sys.executable, "-m", "generator", "load"], capture_output=True, text=True,
                          cwd=REPO, timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "--host" in res.stderr
-
-
-def test_real_load_on_freebsd() -> None:
-    """kldload on this host: only on FreeBSD, as root, with a build for the running kernel."""
-    skips.require_freebsd_host("the real kldload path")
-    skips.require_root("the real kldload path")
-    from generator.build.kmod import DEFAULT_OUT
-    from generator.run.hostops import running_build_id, run_command
-
-    bid = running_build_id(Target(), run_command)
-    if not (DEFAULT_OUT / bid / "kinst.json").is_file():
-        skips.missing(f"no build for the running kernel (build/{bid}/): run `invoke build` first")
-    assert load(["kinst"], Target(), DEFAULT_OUT, out=io.StringIO()) == 0
-    assert unload(["kinst"], Target(), out=io.StringIO()) == 0

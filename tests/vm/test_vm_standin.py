@@ -42,7 +42,6 @@ from vm.supervise import leftovers
 from helpers.skips import require_qemu, require_standin_assets
 
 
-
 def _accel_here() -> accel.AccelChoice:
     if shutil.which("qemu-system-x86_64") is None:
         return accel.AccelChoice("none", "qemu-system-x86_64 not installed")
