@@ -1,4 +1,13 @@
-"""Shared fixtures: the embedded sample kernel and the real-world corpora.
+"""The tiers, and the shared fixtures: the embedded sample kernel and the real-world corpora.
+
+Every test lives in one tier's folder and gets that tier's marker here, so
+``pytest -m unit`` (or ``invoke test --tier unit``) selects by folder:
+
+* ``unit/``: pure Python, fast: no compiler, no external tool, no download,
+  no sample kernel;
+* ``toolchain/``: compilers (clang, lld, gcc), binutils, valgrind, system
+  libraries, the embedded sample kernel, the Debian .ko corpus;
+* ``vm/``: QEMU and a guest that boots, or a boot fully simulated.
 
 Every fixture whose input can be missing skips with a reason that names the
 input (``helpers.skips``); none of them fakes one.
@@ -12,6 +21,24 @@ from typing import List
 import pytest
 
 from helpers import skips
+from helpers.paths import TESTS, TIERS
+
+# What the unit tier must not use: each needs a compiler or a download.
+NOT_FOR_UNIT = {"sample_kernel", "debian_modules", "dtmalloc_listing"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Mark every test with its tier, the folder it is in; refuse a test outside the tiers
+    and a unit test that asks for what the unit tier must not need."""
+    for item in items:
+        parts = item.path.resolve().relative_to(TESTS).parts
+        tier = parts[0] if len(parts) > 1 else None
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/{{{','.join(TIERS)}}}/, one folder per tier")
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and NOT_FOR_UNIT & set(item.fixturenames):
+            needs = ", ".join(sorted(NOT_FOR_UNIT & set(item.fixturenames)))
+            raise pytest.UsageError(f"{item.nodeid} uses {needs}: it belongs in tests/toolchain/ or tests/vm/")
 
 
 @pytest.fixture(scope="session")

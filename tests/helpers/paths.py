@@ -13,6 +13,7 @@ from typing import List
 from generator.common.paths import CACHE, REPO
 
 TESTS = REPO / "tests"
+TIERS = ("unit", "toolchain", "vm")  # one folder of tests each, and the marker conftest.py gives them
 FIXTURES = TESTS / "fixtures"
 DTMALLOC_FIXTURES = FIXTURES / "dtmalloc"  # FreeBSD-shaped kernel and module sources, stub sys/ headers
 HARNESS_FIXTURES = FIXTURES / "harness"  # libkfix and its drivers, the zlib round trip
