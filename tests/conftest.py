@@ -20,11 +20,19 @@ from typing import List
 
 import pytest
 
+from generator.common.paths import REPO
 from helpers import skips
 from helpers.paths import TESTS, TIERS
 
 # What the unit tier must not use: each needs a compiler or a download.
 NOT_FOR_UNIT = {"sample_kernel", "debian_modules", "dtmalloc_listing"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests find the repository through the imported ``generator``: it must be this checkout's."""
+    if REPO.resolve() != config.rootpath.resolve():
+        raise pytest.UsageError(f"generator is imported from {REPO}, not from this checkout ({config.rootpath}): "
+                                f"run with PYTHONPATH={config.rootpath} or install this checkout")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
