@@ -19,7 +19,7 @@ import inspect
 import shlex
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from invoke import Collection, Task, task
 from invoke.exceptions import Exit
@@ -118,14 +118,38 @@ def _subparsers(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentP
     return out
 
 
-@task(help={"k": "pytest -k expression", "slow": "also run tests marked slow (whole corpora)"})
-def test(c, k=None, slow=False):
-    """Run the test suite."""
+TIERS = ("unit", "toolchain", "vm")  # the folders of tests/ and the markers tests/conftest.py gives by folder
+
+
+def pytest_words(k: Optional[str] = None, slow: bool = False, tiers: Sequence[str] = ()) -> List[str]:
+    """The pytest command line for ``invoke test``: every tier unless ``tiers`` names some, slow tests
+    only with ``slow``.  ``tiers`` entries may be comma-separated lists."""
+    chosen = {t.strip() for given in tiers for t in given.split(",") if t.strip()}
+    unknown = sorted(chosen - set(TIERS))
+    if unknown:
+        raise Exit(f"invoke test: unknown tier {', '.join(unknown)}; the tiers are {', '.join(TIERS)}", code=2)
     words = [sys.executable, "-m", "pytest", "-q"]
     if k:
         words += ["-k", k]
+    marks = []
+    if chosen:
+        marks.append(" or ".join(t for t in TIERS if t in chosen))
     if not slow:
-        words += ["-m", "not slow"]
+        marks.append("not slow")
+    if marks:
+        words += ["-m", " and ".join(f"({m})" if " or " in m and len(marks) > 1 else m for m in marks)]
+    return words
+
+
+@task(
+    iterable=["tier"],
+    help={"k": "pytest -k expression", "slow": "also run tests marked slow (whole corpora)",
+          "tier": f"run only this tier of tests/: {', '.join(TIERS)} (repeat it or give a comma-separated list; "
+                  "default: every tier)"},
+)
+def test(c, k=None, slow=False, tier=None):
+    """Run the test suite: every tier (unit, toolchain, vm), or the ones --tier names."""
+    words = pytest_words(k, slow, tier or ())
     c.run(" ".join(shlex.quote(w) for w in words), pty=sys.stdout.isatty())
 
 

@@ -1,23 +1,58 @@
-"""Shared fixtures: the embedded sample kernel and the real-world corpora.
+"""The tiers, and the shared fixtures: the embedded sample kernel and the real-world corpora.
+
+Every test lives in one tier's folder and gets that tier's marker here, so
+``pytest -m unit`` (or ``invoke test --tier unit``) selects by folder:
+
+* ``unit/``: pure Python, fast: no compiler, no external tool, no download,
+  no sample kernel;
+* ``toolchain/``: compilers (clang, lld, gcc), binutils, valgrind, system
+  libraries, the embedded sample kernel, the Debian .ko corpus;
+* ``vm/``: QEMU and a guest that boots, or a boot fully simulated.
 
 Every fixture whose input can be missing skips with a reason that names the
-input; none of them fakes one.
+input (``helpers.skips``); none of them fakes one.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import List
 
 import pytest
 
+from generator.common.paths import REPO
+from helpers import skips
+from helpers.paths import TESTS, TIERS
+
+# What the unit tier must not use: each needs a compiler or a download.
+NOT_FOR_UNIT = {"sample_kernel", "debian_modules", "dtmalloc_listing"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests find the repository through the imported ``generator``: it must be this checkout's."""
+    if REPO.resolve() != config.rootpath.resolve():
+        raise pytest.UsageError(f"generator is imported from {REPO}, not from this checkout ({config.rootpath}): "
+                                f"run with PYTHONPATH={config.rootpath} or install this checkout")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    """Mark every test with its tier, the folder it is in; refuse a test outside the tiers
+    and a unit test that asks for what the unit tier must not need."""
+    for item in items:
+        parts = item.path.resolve().relative_to(TESTS).parts
+        tier = parts[0] if len(parts) > 1 else None
+        if tier not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/{{{','.join(TIERS)}}}/, one folder per tier")
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and NOT_FOR_UNIT & set(item.fixturenames):
+            needs = ", ".join(sorted(NOT_FOR_UNIT & set(item.fixturenames)))
+            raise pytest.UsageError(f"{item.nodeid} uses {needs}: it belongs in tests/toolchain/ or tests/vm/")
+
 
 @pytest.fixture(scope="session")
 def sample_kernel() -> Path:
     """The embedded sample kernel, built once per session."""
-    if not (shutil.which("clang") and shutil.which("ld.lld")) and not shutil.which("gcc"):
-        pytest.skip("no compiler for the sample kernel: install clang and lld (or gcc)")
+    skips.require_sample_toolchain()
     from generator.image.sample import sample_kernel as build
 
     return build()
@@ -30,7 +65,7 @@ def debian_modules() -> List[Path]:
     The 30 largest (most code) plus every 100th by name, so the selection
     covers big drivers and a spread of small ones.
     """
-    from corpus import debian_kernel_modules
+    from helpers.corpus import debian_kernel_modules
 
     mods = sorted(debian_kernel_modules())
     largest = sorted(mods, key=lambda p: p.stat().st_size, reverse=True)[:30]

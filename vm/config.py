@@ -1,7 +1,7 @@
 """What a VM run is asked to do: ``VMConfig``, the ``GUESTS`` table and ``validate()``.
 
 ``VMConfig`` is what the user said (every field's default is stated beside it
-and checked by ``tests/test_vm_host.py::test_default_vmconfig``).  ``validate``
+and checked by ``tests/unit/test_vm_host.py::test_default_vmconfig``).  ``validate``
 rejects contradictory or impossible requests before anything is downloaded,
 built or booted, naming the option at fault.  Per-guest facts (memory, how
 long a boot may take, the default guest script) are data in ``GUESTS``.

@@ -8,7 +8,7 @@ emulation kind.  Two paths compute it and must agree:
 - ``fast``: from the ISA's accelerator (``Isa.accelerator``) when it has one,
   falling back to ``from_report`` for any function it declines.
 
-``tests/test_accelerator.py`` holds the two equal on real images.
+``tests/toolchain/test_accelerator.py`` holds the two equal on real images.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ about ten times faster.  This module uses it only to produce a *summary* of a
 function -- instruction count, probes by kind, refusals, the frame-pointer
 verdict and the walk check -- and the tests prove, function by function on
 real images, that the summary equals one computed from the capstone path
-(``tests/test_accelerator.py``).  Anything it is unsure about (an invalid
+(``tests/toolchain/test_accelerator.py``).  Anything it is unsure about (an invalid
 encoding, an instruction capstone cannot decode, a %gs load) falls back to
 the capstone path for that function.
 

@@ -19,11 +19,12 @@ import pytest
 
 from generator.providers.ciconfig import render_ci
 from generator.common.errors import UserError
+from generator.common.paths import REPO
+from helpers.skips import require_python_package
 
-yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (pip install -e '.[test]')")
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (pip install -e '.[test]')")
+yaml = require_python_package("yaml", "pyyaml")
+jsonschema = require_python_package("jsonschema", "jsonschema")
 
-REPO = Path(__file__).resolve().parent.parent
 RELEASES = ["14.1-RELEASE", "14.3-RELEASE"]
 
 STEP = {

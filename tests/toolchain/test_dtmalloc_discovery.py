@@ -4,7 +4,7 @@ The fixtures are compiled with clang for x86_64-unknown-freebsd14.0 and
 linked with ld.lld into an ET_EXEC kernel-like image and ET_REL modules, with
 the real struct malloc_type / struct sysinit layouts of FreeBSD 12, 13 and 14
 and the TSLOG shim.  The expected types are written out by hand in
-tests/dtmalloc_fixtures.py from the C sources, not computed by the code under
+tests/helpers/dtmalloc_fixtures.py from the C sources, not computed by the code under
 test.
 """
 
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
-from dtmalloc_fixtures import (
+from generator.providers.dtmalloc import layouts as L
+from generator.common.errors import UserError
+from generator.providers.dtmalloc.mallocs import discover, probe_name
+from helpers.dtmalloc_fixtures import (
     KERNEL_TYPES, LAYOUT_12, LAYOUT_13, MODULE_TYPES, RELEASE_12, RELEASE_13, RELEASE_14, Fixtures,
     assert_one_line_error, run_cli, shared,
 )
-from generator.providers.dtmalloc import layouts as L
-from generator.common.errors import UserError
-from generator.providers.dtmalloc.mallocs import Pointer, Sysinit, discover, probe_name, registration_order
 
 
 @pytest.fixture(scope="module")
@@ -158,16 +158,6 @@ def test_release_from_layouts_without_osreldate(fx: Fixtures, flags, label, majo
     assert (d.version.source, d.version.release, d.version.major, d.version.osreldate) == (
         "layouts", label, major, None)
     assert len(d.types) == len(KERNEL_TYPES)
-
-
-def test_registration_order_replays_each_sort() -> None:
-    def si(pos: int, sub: int) -> Sysinit:
-        return Sysinit(pos, pos, sub, 0, Pointer(0, None), Pointer(0, None), False)
-
-    a, b, c = si(0, 2), si(1, 2), si(2, 1)
-    # The array-era exchange sort swaps a past b: equal keys come out reversed.
-    assert registration_order([a, b, c], L.SYSINIT_LAYOUTS["array"]) == [c, b, a]
-    assert registration_order([a, b, c], L.SYSINIT_LAYOUTS["stailq"]) == [c, a, b]
 
 
 def test_module_for_another_layout_is_refused(kernel: str, fx: Fixtures) -> None:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from pathlib import Path
 from typing import List, Tuple
 
 import pytest
-from invoke import Program
+from invoke import Context, Program
 
 import tasks
 from generator.cli import make_parser
 from generator.common.paths import REPO
+from helpers.paths import TESTS, TIERS
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 _INVOKE = re.compile(r"(?:python3 -m )?\binvoke ([a-z][a-z-]*)((?: +[^\s`|#]+| +\\\|)*)")
@@ -135,3 +137,32 @@ def test_a_failing_command_fails_the_task(monkeypatch):
     with pytest.raises(SystemExit) as e:
         Program(namespace=tasks.ns).run(["invoke", "probes", "--function", "nosuch"])
     assert e.value.code == 2
+
+
+def _test_task(argv: List[str], monkeypatch) -> List[str]:
+    """The pytest command line ``invoke test ARGV`` would run (recorded, not run)."""
+    ran: List[str] = []
+    monkeypatch.setattr(Context, "run", lambda self, command, **kw: ran.append(command))
+    Program(namespace=tasks.ns).run(["invoke", "test", *argv], exit=False)
+    assert len(ran) == 1, ran
+    return shlex.split(ran[0])[1:]
+
+
+def test_test_task_selects_tiers_by_marker(monkeypatch):
+    """Every tier but slow tests by default (what CI runs); --tier, repeated or comma-separated, narrows it."""
+    assert _test_task([], monkeypatch) == ["-m", "pytest", "-q", "-m", "not slow"]
+    assert _test_task(["--tier", "unit"], monkeypatch)[-2:] == ["-m", "unit and not slow"]
+    assert _test_task(["--tier", "vm,unit"], monkeypatch)[-2:] == ["-m", "(unit or vm) and not slow"]
+    assert _test_task(["--tier", "toolchain", "--tier", "vm", "--slow"], monkeypatch)[-2:] == ["-m", "toolchain or vm"]
+    assert _test_task(["--slow", "-k", "oracle"], monkeypatch) == ["-m", "pytest", "-q", "-k", "oracle"]
+    with pytest.raises(SystemExit) as e:
+        Program(namespace=tasks.ns).run(["invoke", "test", "--tier", "units"])
+    assert e.value.code == 2
+
+
+def test_tiers_are_the_folders_and_the_markers():
+    """tasks.py's tiers, the folders of tests/ holding tests and the markers pyproject.toml registers: one list."""
+    folders = sorted(d.name for d in TESTS.iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+    block = re.search(r"^markers = \[(.*?)^\]", (REPO / "pyproject.toml").read_text(), re.S | re.M).group(1)
+    markers = sorted(set(re.findall(r'^\s*"(\w+):', block, re.M)) - {"slow"})
+    assert sorted(tasks.TIERS) == sorted(TIERS) == folders == markers

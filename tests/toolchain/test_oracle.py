@@ -17,13 +17,14 @@ from typing import List, Tuple
 
 import pytest
 
-from corpus import debian_kernel_modules, require_tool, system_library
 from generator.cli import main
 from generator.common.errors import UserError
 from generator.isa import amd64 as amd64_package
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.contract import Insn
 from generator.verify.objdump import verify_decoder
+from helpers.corpus import debian_kernel_modules
+from helpers.skips import missing, require_system_library, require_tool
 
 
 def patch_isa(monkeypatch, **fields) -> None:
@@ -37,7 +38,7 @@ def main_verify(argv) -> int:
 
 @pytest.fixture(autouse=True)
 def _objdump() -> None:
-    require_tool("objdump")
+    require_tool("objdump", "binutils", "objdump is the oracle")
 
 
 def _assemble(tmp_path: Path, name: str, body: str, extra: str = "") -> Path:
@@ -47,9 +48,10 @@ def _assemble(tmp_path: Path, name: str, body: str, extra: str = "") -> Path:
         f"\t.text\n\t.globl {name}\n\t.type {name}, @function\n{name}:\n{body}\n\t.size {name}, .-{name}\n{extra}"
     )
     out = tmp_path / f"{name}.o"
-    proc = subprocess.run([require_tool("as"), str(src), "-o", str(out)], capture_output=True, text=True)
+    assembler = require_tool("as", "binutils", "the encodings are assembled here")
+    proc = subprocess.run([assembler, str(src), "-o", str(out)], capture_output=True, text=True)
     if proc.returncode != 0:
-        pytest.skip(f"assembler cannot build {name}: {proc.stderr.strip().splitlines()[-1]}")
+        missing(f"assembler cannot build {name}: {proc.stderr.strip().splitlines()[-1]}")
     return out
 
 
@@ -61,14 +63,14 @@ def _explain(res) -> str:
 
 
 def test_libz_agrees_with_objdump():
-    res = verify_decoder(str(system_library("libz.so.1")))
+    res = verify_decoder(str(require_system_library("libz.so.1")))
     assert res.ok, _explain(res)
     assert res.functions > 50 and res.instructions > 5000 and res.branches > 1000
 
 
 def test_libcrypto_agrees_with_objdump():
     """Multi-MB, hand-written assembly included (data inside function symbols)."""
-    res = verify_decoder(str(system_library("libcrypto.so.3")))
+    res = verify_decoder(str(require_system_library("libcrypto.so.3")))
     assert res.ok, _explain(res)
     assert res.functions > 4000 and res.instructions > 150_000 and res.branches > 30_000
     assert res.seconds < 60
@@ -168,7 +170,8 @@ def test_linked_kernel_agrees(tmp_path):
             "\t.size ext_func, .-ext_func\n\t.type ext_tail, @function\next_tail:\n\tret\n\t.size ext_tail, .-ext_tail\n"
     obj = _assemble(tmp_path, "odd", ODD_BODY, OTHER_SECTION + stubs)
     kern = tmp_path / "kern.elf"
-    subprocess.run([require_tool("ld"), "-static", "-nostdlib", "-Ttext=0xffffffff80200000", "-e", "odd",
+    ld = require_tool("ld", "binutils", "the kernel-like image is linked here")
+    subprocess.run([ld, "-static", "-nostdlib", "-Ttext=0xffffffff80200000", "-e", "odd",
                     str(obj), "-o", str(kern)], check=True)
     res = verify_decoder(str(kern))
     assert res.ok, _explain(res)
@@ -178,7 +181,8 @@ def test_linked_kernel_agrees(tmp_path):
 def test_stripped_image_is_a_user_error(tmp_path):
     copy = tmp_path / "stripped.o"
     copy.write_bytes(_assemble(tmp_path, "odd", ODD_BODY).read_bytes())
-    subprocess.run([require_tool("strip"), str(copy)], check=True)
+    strip = require_tool("strip", "binutils", "the test strips an object's symbols")
+    subprocess.run([strip, str(copy)], check=True)
     with pytest.raises(UserError, match="no symbol table"):
         verify_decoder(str(copy))
 
@@ -228,7 +232,7 @@ def test_capstone_gap_agrees(name, tmp_path):
 
 def test_shifted_boundary_is_reported(monkeypatch):
     """Merge two instructions of one function: the oracle must say where."""
-    lib = str(system_library("libz.so.1"))
+    lib = str(require_system_library("libz.so.1"))
     from generator.image.elf import KernelImage
 
     victim = KernelImage.open(lib).lookup("deflate")
@@ -251,7 +255,7 @@ def test_shifted_boundary_is_reported(monkeypatch):
 
 
 def test_wrong_branch_target_is_reported(monkeypatch):
-    lib = str(system_library("libz.so.1"))
+    lib = str(require_system_library("libz.so.1"))
     real = amd64.classify
     hit = []
 
@@ -290,14 +294,14 @@ def test_wrong_relocation_is_reported(monkeypatch, tmp_path):
 def test_missing_objdump_is_a_user_error(monkeypatch):
     patch_isa(monkeypatch, oracle=dataclasses.replace(amd64.oracle, objdump="objdump-that-does-not-exist"))
     with pytest.raises(UserError, match="objdump-that-does-not-exist not found; install binutils"):
-        verify_decoder(str(system_library("libz.so.1")))
+        verify_decoder(str(require_system_library("libz.so.1")))
 
 
 # -- command line -------------------------------------------------------------
 
 
 def test_main_verify_ok_text_and_json(capsys):
-    lib = str(system_library("libz.so.1"))
+    lib = str(require_system_library("libz.so.1"))
     assert main_verify(["--kernel", lib]) == 0
     assert "OK" in capsys.readouterr().out
     assert main_verify(["--kernel", lib, "--json"]) == 0
@@ -306,7 +310,7 @@ def test_main_verify_ok_text_and_json(capsys):
 
 
 def test_main_verify_fails_on_mismatch(monkeypatch, capsys):
-    lib = str(system_library("libz.so.1"))
+    lib = str(require_system_library("libz.so.1"))
     real = amd64.decode
 
     def drop_second(code, address, limit=None):

@@ -3,11 +3,12 @@
 Tests built only on binaries we compiled ourselves prove only that we agree
 with ourselves.  These helpers hand tests third-party images instead: the
 Debian kernel's modules (ET_REL, ~4000 of them) and system shared libraries
-(ET_DYN).  Downloads are cached under ``<repo>/.cache/corpus/`` (gitignored).
+(ET_DYN).  Downloads are cached under ``.cache/corpus/`` (gitignored).
 
-When an input cannot be had (no apt, no network, no library) the helper calls
-``pytest.skip`` with a reason that names the missing input, so a skipped test
-says exactly what it did not check.
+When an input cannot be had (no apt, no network) the helper skips the test
+(``helpers.skips.missing``) with a reason that names the missing input, so a
+skipped test says exactly what it did not check; a missing system library is
+``helpers.skips.require_system_library``'s to report.
 """
 
 from __future__ import annotations
@@ -20,27 +21,13 @@ import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, NoReturn, Optional
+from typing import Iterator, List, Optional
 
-import pytest
+from helpers.paths import CORPUS_CACHE
+from helpers.skips import missing
 
-REPO = Path(__file__).resolve().parent.parent
-CACHE = REPO / ".cache" / "corpus"
 META_PACKAGE = "linux-image-amd64"
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib")
-
-
-def _skip(reason: str) -> NoReturn:
-    pytest.skip(reason)
-    raise AssertionError("unreachable")  # for type checkers: skip raises
-
-
-def require_tool(name: str) -> str:
-    """The path of a command-line tool, or skip naming the package to install."""
-    path = shutil.which(name)
-    if path is None:
-        _skip(f"{name} not installed (binutils/gcc); the test needs it")
-    return path
 
 
 def _run(cmd: List[str], cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
@@ -57,12 +44,12 @@ def _first_line(proc: subprocess.CompletedProcess) -> str:
 def kernel_package() -> str:
     """The versioned package ``linux-image-amd64`` depends on (linux-image-<ver>-amd64)."""
     if shutil.which("apt-cache") is None:
-        _skip("linux-image package not downloadable: apt-cache is not installed (not a Debian system)")
+        missing("linux-image package not downloadable: apt-cache is not installed (not a Debian system)")
     name = _depends_on_image()
     if name is None and _apt_update():
         name = _depends_on_image()
     if name is None:
-        _skip(f"linux-image package not downloadable: apt-cache knows no dependency of {META_PACKAGE}")
+        missing(f"linux-image package not downloadable: apt-cache knows no dependency of {META_PACKAGE}")
     return name
 
 
@@ -85,8 +72,8 @@ def _apt_update() -> bool:
 @contextmanager
 def _locked(name: str) -> Iterator[None]:
     """Serialise cache fills between concurrent test processes."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f".{name}.lock", "w") as lock:
+    CORPUS_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CORPUS_CACHE / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -97,25 +84,25 @@ def _locked(name: str) -> Iterator[None]:
 def _download(package: str, into: Path) -> Path:
     """``apt-get download`` one package into ``into``; skip on failure."""
     if shutil.which("apt-get") is None:
-        _skip(f"linux-image package not downloadable: apt-get is not installed ({package})")
+        missing(f"linux-image package not downloadable: apt-get is not installed ({package})")
     proc = _run(["apt-get", "download", package], cwd=into)
     if proc.returncode != 0 and _apt_update():
         proc = _run(["apt-get", "download", package], cwd=into)
     debs = sorted(into.glob(f"{package}_*.deb"))
     if proc.returncode != 0 or not debs:
-        _skip(f"linux-image package not downloadable: apt-get download {package}: {_first_line(proc)}")
+        missing(f"linux-image package not downloadable: apt-get download {package}: {_first_line(proc)}")
     return debs[0]
 
 
 def _extract(deb: Path, dest: Path) -> None:
     """``dpkg -x`` into a temporary directory, then rename: never half a tree."""
     if shutil.which("dpkg") is None:
-        _skip(f"linux-image package not extractable: dpkg is not installed ({deb.name})")
-    tmp = Path(tempfile.mkdtemp(dir=CACHE, prefix=".extract-"))
+        missing(f"linux-image package not extractable: dpkg is not installed ({deb.name})")
+    tmp = Path(tempfile.mkdtemp(dir=CORPUS_CACHE, prefix=".extract-"))
     try:
         proc = _run(["dpkg", "-x", str(deb), str(tmp)])
         if proc.returncode != 0:
-            _skip(f"linux-image package not extractable: dpkg -x {deb.name}: {_first_line(proc)}")
+            missing(f"linux-image package not extractable: dpkg -x {deb.name}: {_first_line(proc)}")
         _decompress_modules(tmp)
         if dest.exists():
             shutil.rmtree(dest)
@@ -135,10 +122,10 @@ def _decompress_modules(root: Path) -> None:
 def kernel_tree() -> Path:
     """The extracted linux-image package (downloaded on first use)."""
     package = kernel_package()
-    dest = CACHE / package
+    dest = CORPUS_CACHE / package
     with _locked(package):
         if not (dest / ".complete").exists():
-            with tempfile.TemporaryDirectory(dir=CACHE, prefix=".download-") as tmp:
+            with tempfile.TemporaryDirectory(dir=CORPUS_CACHE, prefix=".download-") as tmp:
                 deb = _download(package, Path(tmp))
                 _extract(deb, dest)
             (dest / ".complete").touch()
@@ -150,12 +137,12 @@ def debian_kernel_modules(limit: Optional[int] = None) -> List[Path]:
     tree = kernel_tree()
     kos = sorted(tree.rglob("*.ko"))
     if not kos:
-        _skip(f"linux-image package has no .ko modules under {tree}")
+        missing(f"linux-image package has no .ko modules under {tree}")
     return kos[:limit] if limit else kos
 
 
-def system_library(name: str) -> Path:
-    """A shared library of this system (e.g. ``libcrypto.so.3``), or skip."""
+def find_system_library(name: str) -> Optional[Path]:
+    """A 64-bit ELF shared library of this system (e.g. ``libcrypto.so.3``), resolved; None when there is none."""
     for d in LIBRARY_DIRS:
         p = Path(d) / name
         if p.exists():
@@ -164,4 +151,4 @@ def system_library(name: str) -> Path:
                 head = f.read(5)
             if head[:4] == b"\x7fELF" and head[4] == 2:
                 return real
-    _skip(f"system library {name} not found in {', '.join(LIBRARY_DIRS)}; install the package that ships it")
+    return None

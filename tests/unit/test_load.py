@@ -4,14 +4,14 @@
 fake that answers ``id``, ``sysctl``, ``kldstat``, ``kldload``,
 ``kldunload``, ``mkdir`` and ``scp`` the way FreeBSD does (exit status and
 messages as kldload(8)/kldunload(8) print them) and records what was run.
-The real path needs a FreeBSD host with root and runs only there.
+The real path needs a FreeBSD host with root and a build for its kernel, and
+runs only there: tests/toolchain/test_load_freebsd.py.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -20,7 +20,9 @@ import pytest
 
 from generator.common.tools import Completed
 from generator.common.errors import UserError
+from generator.common.paths import REPO
 from generator.run.hostops import Target, kldload_error, kldunload_error, load, unload
+from helpers import skips
 
 BID = "1deef0f07f8c775bce9ff4a6ac34922d52fafca7"
 OTHER = "0123456789abcdef0123456789abcdef01234567"
@@ -189,24 +191,7 @@ def test_cli_on_linux_without_a_host_is_one_line() -> None:
     import subprocess
     import sys
 
-    if os.uname().sysname == "FreeBSD":
-        pytest.skip("on FreeBSD `load` without --host runs kldload here")
+    skips.require_other_than_freebsd("`load` without --host runs kldload here")
     res = subprocess.run([sys.executable, "-m", "generator", "load"], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parent.parent, timeout=60)
+                         cwd=REPO, timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "--host" in res.stderr
-
-
-def test_real_load_on_freebsd() -> None:
-    """kldload on this host: only on FreeBSD, as root, with a build for the running kernel."""
-    if os.uname().sysname != "FreeBSD":
-        pytest.skip("the real kldload path needs a FreeBSD host (this is not one)")
-    if os.geteuid() != 0:
-        pytest.skip("the real kldload path needs root on this FreeBSD host")
-    from generator.build.kmod import DEFAULT_OUT
-    from generator.run.hostops import running_build_id, run_command
-
-    bid = running_build_id(Target(), run_command)
-    if not (DEFAULT_OUT / bid / "kinst.json").is_file():
-        pytest.skip(f"no build for the running kernel (build/{bid}/): run `invoke build` first")
-    assert load(["kinst"], Target(), DEFAULT_OUT, out=io.StringIO()) == 0
-    assert unload(["kinst"], Target(), out=io.StringIO()) == 0

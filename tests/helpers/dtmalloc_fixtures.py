@@ -6,12 +6,12 @@ ET_EXEC kernel-like image and ET_REL modules with real ``struct malloc_type``,
 ``.ko`` carries.  They are compiled here with ``clang
 --target=x86_64-unknown-freebsd14.0`` and linked with ``ld.lld``, the tools
 FreeBSD builds its own kernels with; each variant is a few compiler flags
-(layout, release symbols, TSLOG).  A missing tool skips the caller, naming it.
+(layout, release symbols, TSLOG).  A missing tool skips the caller, naming it
+(``helpers.skips``).
 """
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,10 @@ from typing import Dict, List, Sequence, Tuple
 
 import pytest
 
-SRC = Path(__file__).resolve().parent / "fixtures" / "dtmalloc"
+from generator.common.paths import REPO
+from helpers.paths import DTMALLOC_FIXTURES
+from helpers.skips import require_tools
+
 TARGET = "--target=x86_64-unknown-freebsd14.0"
 CFLAGS = [
     TARGET, "-O2", "-std=c99", "-nostdinc", "-ffreestanding", "-fno-common", "-fno-pic",
@@ -53,11 +56,7 @@ MODULE_TYPES = [
 ]
 
 
-def require(*tools: str) -> None:
-    """Skip the calling test, naming each tool that is missing."""
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"dtmalloc fixtures need {' and '.join(missing)} (clang --target=x86_64-unknown-freebsd14.0)")
+WHY = "the dtmalloc fixtures are built with clang --target=x86_64-unknown-freebsd14.0 and ld.lld"
 
 
 def _run(argv: List[str]) -> None:
@@ -70,25 +69,25 @@ def compile_objects(out: Path, sources: Sequence[str], flags: Sequence[str]) -> 
     objs = []
     for src in sources:
         obj = out / (Path(src).stem + ".o")
-        _run(["clang", *CFLAGS, *flags, "-c", str(SRC / src), "-o", str(obj)])
+        _run(["clang", *CFLAGS, *flags, "-c", str(DTMALLOC_FIXTURES / src), "-o", str(obj)])
         objs.append(obj)
     return objs
 
 
 def link_kernel(out: Path, sources: Sequence[str], flags: Sequence[str]) -> Path:
     """An ET_EXEC at the amd64 kernel address, like /boot/kernel/kernel."""
-    require("clang", "ld.lld")
+    require_tools("clang", "ld.lld", why=WHY)
     out.mkdir(parents=True, exist_ok=True)
     objs = compile_objects(out, sources, flags)
     image = out / "kernel"
     _run(["ld.lld", "-m", "elf_x86_64_fbsd", "-static", "-nostdlib", "--build-id=sha1",
-          "-T", str(SRC / "kernel.ld"), "-o", str(image), *map(str, objs)])
+          "-T", str(DTMALLOC_FIXTURES / "kernel.ld"), "-o", str(image), *map(str, objs)])
     return image
 
 
 def link_module(out: Path, sources: Sequence[str], flags: Sequence[str], name: str = "mod_a.ko") -> Path:
     """An ET_REL .ko, as FreeBSD's kmod.mk links amd64 modules (ld -r)."""
-    require("clang", "ld.lld")
+    require_tools("clang", "ld.lld", why=WHY)
     out.mkdir(parents=True, exist_ok=True)
     objs = compile_objects(out, sources, ("-DKLD_MODULE", *flags))
     ko = out / name
@@ -132,8 +131,15 @@ def run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
 
     return subprocess.run(
         [sys.executable, "-m", "generator", *args], capture_output=True, text=True, timeout=600,
-        cwd=str(SRC.parent.parent.parent),
+        cwd=str(REPO),
     )
+
+
+def dscript(*args: str) -> str:
+    """The D script ``python -m generator dscript ARGS`` prints; the command must succeed."""
+    res = run_cli("dscript", *args)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
 
 
 def assert_one_line_error(res: "subprocess.CompletedProcess[str]", *needles: str) -> str:

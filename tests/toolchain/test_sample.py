@@ -20,6 +20,7 @@ from elftools.elf.elffile import ELFFile
 from generator.image import sample
 from generator.common.errors import UserError
 from generator.image.sample import ENV_TOOLCHAIN, find_toolchain, sample_kernel
+from helpers.skips import require_sample_toolchain
 
 # Functions the analysis tests rely on.  All must be sized STT_FUNC symbols.
 C_FUNCS = [
@@ -124,10 +125,7 @@ class Image:
 @pytest.fixture(scope="module", params=["clang", "gcc"])
 def toolchain(request: pytest.FixtureRequest) -> Iterator[str]:
     """Force one toolchain for the tests that use it; skip, naming the tool, if it is missing."""
-    try:
-        find_toolchain(request.param)
-    except UserError as e:
-        pytest.skip(str(e))
+    require_sample_toolchain(request.param)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV_TOOLCHAIN, request.param)
         yield request.param

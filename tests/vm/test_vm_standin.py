@@ -32,15 +32,14 @@ from typing import List
 import pytest
 
 import vm
+from generator.common.paths import REPO
 from vm import metadisk
 from vm.backends import accel
 from vm.backends.probe import kvm_probe
 from vm.backends.qemu import have_qemu_img
-from vm.config import GUEST_DIR, GUESTS, Timeouts, VMConfig, VMError
-from vm.images import standin
+from vm.config import GUEST_DIR, GUESTS, Timeouts, VMConfig
 from vm.supervise import leftovers
-
-REPO = Path(__file__).resolve().parent.parent
+from helpers.skips import require_qemu, require_standin_assets
 
 
 def _accel_here() -> accel.AccelChoice:
@@ -57,12 +56,8 @@ LIMITS = Timeouts.for_run(VMConfig(), GUESTS["standin"], emulated=ACCEL.emulated
 
 @pytest.fixture(scope="module")
 def assets():
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
-    try:
-        return standin.assets()
-    except VMError as e:
-        pytest.skip(f"stand-in guest inputs missing (the linux-image package, busybox-static): {e}")
+    require_qemu()
+    return require_standin_assets()
 
 
 def _script(tmp_path: Path, body: str) -> str:

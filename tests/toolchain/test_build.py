@@ -6,7 +6,7 @@ What runs here, in order of strength:
   link and symbol check, the table's build-id -- then exactly one error line,
   exit 2, and no .ko anywhere;
 * the whole cross-build path against stand-in sys/ trees
-  (tests/fixtures/ko/standin.py): kern.mk evaluated, include links,
+  (tests/helpers/standin.py): kern.mk evaluated, include links,
   opt_global.h, vnode_if.h, clang, ld.lld -r with the link script, symbol
   localisation, strip, manifest, check-ko against a stand-in kernel with
   stand-in dtrace.ko/opensolaris.ko -- and the stamp: same inputs, no work;
@@ -14,6 +14,8 @@ What runs here, in order of strength:
 * the FreeBSD path's command construction, with a runner that plays make;
 * against a real release only when KINSTKIT_TEST_RELEASE names one that
   `invoke fetch-release` cached (skipped, naming it, otherwise).
+
+The make reader on its own, with no tree, is tests/unit/test_mk.py.
 """
 
 from __future__ import annotations
@@ -28,23 +30,20 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-KO = Path(__file__).resolve().parent / "fixtures" / "ko"
-sys.path.insert(0, str(KO))
-
-import kofixtures  # noqa: E402
-import standin  # noqa: E402
-
 from generator.build.kmod import BuildRequest
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
 from generator.build.kmodflags import KmodProfile
 from generator.build.manifest import sha256_file
-from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile
+from generator.build.mk import ModuleMakefile
 from generator.build.nativebuild import native_build
 from generator.build.sources import PROVIDERS
+from generator.common.paths import REPO, SYS_MODULES
 from generator.common.tools import Completed, run_tool
+from helpers import kofixtures, skips, standin
 
-REPO = Path(__file__).resolve().parent.parent
+
+PORTABLE_WHY = "the build compiles the portable cores with gcc and clang and links them with ld.lld"
 
 
 def run_build(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
@@ -58,7 +57,7 @@ def run_build(*args: str, env: Optional[Dict[str, str]] = None) -> subprocess.Co
 
 
 def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kernel: Path, tmp_path: Path) -> None:
-    kofixtures.require("gcc", "clang", "ld.lld")
+    skips.require_tools("gcc", "clang", "ld.lld", why=PORTABLE_WHY)
     out, src = tmp_path / "build", tmp_path / "src"
     res = run_build("--out", str(out), "--src", str(src))
     assert res.returncode == 2, res.stdout + res.stderr
@@ -74,12 +73,12 @@ def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kern
         assert f"{m}: portable objects link (ld.lld -r)" in res.stdout
         # The hand-written Makefile and C are staged beside the generated files.
         for rel in ("Makefile", *PROVIDERS[m].plain):
-            assert (src / m / rel).read_bytes() == (REPO / "sys" / "modules" / m / rel).read_bytes(), rel
+            assert (src / m / rel).read_bytes() == (SYS_MODULES / m / rel).read_bytes(), rel
     assert not list(out.rglob("*.ko")) and not list((out / bid).glob("*.json"))
 
 
 def test_without_a_tree_the_portable_work_is_not_redone(sample_kernel: Path, tmp_path: Path) -> None:
-    kofixtures.require("gcc", "clang", "ld.lld")
+    skips.require_tools("gcc", "clang", "ld.lld", why=PORTABLE_WHY)
     args = ("--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"), "--modules", "kinst")
     run_build(*args)
     res = run_build(*args)
@@ -111,7 +110,8 @@ class StandinWorld:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, sample_kernel: Path) -> StandinWorld:
-    kofixtures.require("clang", "ld.lld", "gcc", "awk")
+    skips.require_tools("clang", "ld.lld", "gcc", "awk",
+                        why="the stand-in kernel, its modules and the cross build (vnode_if.awk) need them")
     return StandinWorld(tmp_path_factory.mktemp("standin"))
 
 
@@ -214,59 +214,6 @@ def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path)
 # -- the flags: kern.mk evaluated, or the fallback -----------------------------------------
 
 
-def test_mk_reader_conditions_and_modifiers() -> None:
-    mk = MkReader({"COMPILER_TYPE": "clang", "COMPILER_VERSION": "140006", "MACHINE_CPUARCH": "amd64",
-                   "CC": "/usr/bin/clang --target=x", "LD": "ld.lld"})
-    mk.read("\n".join([
-        "A=\t1 -Ia -Ib 2",
-        ".if ${COMPILER_TYPE} == \"gcc\"",
-        "B= gcc",
-        ".elif ${COMPILER_VERSION} >= 100000 && !defined(NOPE)",
-        "B= new-clang",
-        ".else",
-        "B= old-clang",
-        ".endif",
-        "C= ${A:M-I*} ${A:N-I*}",
-        "D= ${LATER}",
-        "LATER= late",
-        "E+= one",
-        "E+= two",
-        ".if empty(UNSET) && ${CC:[1]:T} == \"clang\" && ${MK_FOO} == \"no\"",
-        "F?= yes",
-        ".endif",
-        "G:= ${LATER2}x",
-        "LATER2= not-seen",
-    ]))
-    assert mk.expand("${B}") == "new-clang"
-    assert mk.expand("${C}") == "-Ia -Ib 1 2"
-    assert mk.expand("${D}") == "late"  # = expands when used, as in bmake
-    assert mk.expand("${E}") == "one two"
-    assert mk.expand("${F}") == "yes" and mk.defaulted == {"MK_FOO"}
-    assert mk.expand("${G}") == "x"  # := expands at once
-    for bad in (".for x in a b\n.endfor", ".if target(foo)\n.endif", "X= ${A:Q}\nY:= ${X}", ".if 1\n.error no",
-                ".PATH ${X}"):
-        with pytest.raises(MkUnsupported):
-            MkReader({}).read(bad)
-
-
-def test_mk_reader_records_path() -> None:
-    """.PATH is a special target bmake searches for sources: expanded when read, appended, cleared when empty."""
-    mk = MkReader({".CURDIR": "/m", "MACHINE_CPUARCH": "amd64"})
-    mk.read("\n".join([
-        ".PATH:\t\t${.CURDIR}/${MACHINE_CPUARCH}",
-        "MACHINE_CPUARCH= i386",  # too late: a .PATH line is expanded as it is read
-        ".PATH.c: /c1",
-        ".if ${MACHINE_CPUARCH} == \"arm64\"",
-        ".PATH: /not-taken",
-        ".endif",
-        ".PATH: /x /y",
-    ]))
-    assert mk.search_path(".c") == ["/c1", "/m/amd64", "/x", "/y"]
-    assert mk.search_path(".h") == ["/m/amd64", "/x", "/y"]
-    mk.read(".PATH:")
-    assert mk.search_path(".c") == ["/c1"]
-
-
 def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) -> None:
     """The kinst Makefile's ISA files are found through its .PATH, as bmake finds them; a source that
     is nowhere is one line naming where it was looked for."""
@@ -300,7 +247,7 @@ def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorl
     tree = world.tree("dtmalloc", tmp_path / "sys")
     (tree / "conf" / "kern.mk").write_text(".for _x in a b\nCFLAGS+= -D${_x}\n.endfor\n")
     profile = KmodProfile.for_tree(tree)
-    makefile = ModuleMakefile.read(REPO / "sys" / "modules" / "dtmalloc" / "Makefile")
+    makefile = ModuleMakefile.read(SYS_MODULES / "dtmalloc" / "Makefile")
     flags = profile.cflags(tmp_path / "obj", makefile)
     assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
     assert "-mcmodel=kernel" in flags and "-std=iso9899:1999" in flags  # the FreeBSD 14 amd64/clang flags
@@ -361,8 +308,7 @@ def test_native_build_command_and_manifest_fields(tmp_path: Path, tmp_path_facto
 
 
 def test_native_needs_freebsd(tmp_path: Path) -> None:
-    if os.uname().sysname == "FreeBSD":
-        pytest.skip("on FreeBSD --native is the default")
+    skips.require_other_than_freebsd("--native is the default")
     res = run_build("--native", "--out", str(tmp_path))
     assert res.returncode == 2 and "needs a FreeBSD host" in res.stderr
 
@@ -426,10 +372,8 @@ def test_fetch_release_then_build_release(world: StandinWorld, tmp_path: Path) -
 
 def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     """The real thing: a release's sys/ tree and kernel from `invoke fetch-release`."""
-    name = os.environ.get("KINSTKIT_TEST_RELEASE")
-    if not name:
-        pytest.skip("KINSTKIT_TEST_RELEASE is not set to a release `invoke fetch-release` cached "
-                    "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
+    name = skips.require_env("KINSTKIT_TEST_RELEASE", "set it to a release `invoke fetch-release` cached "
+                             "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
     from generator.build.release import fetched
 
     rel = fetched(name)

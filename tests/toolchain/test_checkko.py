@@ -18,16 +18,11 @@ from typing import List
 
 import pytest
 
-KO = Path(__file__).resolve().parent / "fixtures" / "ko"
-sys.path.insert(0, str(KO))
-
-import kofixtures  # noqa: E402
-
 from generator.build.checkko import check_ko, kernel_facts, read_metadata
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
-
-REPO = Path(__file__).resolve().parent.parent
+from generator.common.paths import REPO
+from helpers import kofixtures, skips
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +99,7 @@ def test_a_kernel_local_is_not_an_export(fx) -> None:
 
 
 def test_wrong_architecture_is_one_line_naming_the_machine(fx) -> None:
-    kofixtures.require("clang", "ld.lld")
+    skips.require_tools("clang", "ld.lld", why=kofixtures.WHY)
     arm = fx.module(arch="aarch64")
     res = check_cli(str(arm), "--kernel", str(fx.kernel()))
     assert res.returncode == 1
@@ -153,7 +148,7 @@ def test_dependencies_are_found_next_to_the_kernel(fx, tmp_path: Path) -> None:
 
 
 def test_no_module_records_at_all(fx, tmp_path: Path) -> None:
-    kofixtures.require("clang", "ld.lld")
+    skips.require_tools("clang", "ld.lld", why=kofixtures.WHY)
     src = tmp_path / "plain.c"
     src.write_text("int plain_function(int);\nint plain_function(int x) { return x + 1; }\n")
     ko = kofixtures.link_module(tmp_path, "plain.ko", [kofixtures.compile_c(tmp_path, str(src))])

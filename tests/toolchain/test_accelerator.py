@@ -6,16 +6,13 @@ record) are compared function by function on real code nobody here wrote.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from generator.analysis import summary
 from generator.image.elf import KernelImage
 from generator.isa.amd64 import fast as amd64_fast
 from generator.analysis.probes import analyse
-
-LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+from helpers.skips import require_system_library
 
 
 def _mismatches(path: str, rule: str = "any", limit: int = 0):
@@ -36,10 +33,7 @@ def _mismatches(path: str, rule: str = "any", limit: int = 0):
 
 
 def _lib(name: str) -> str:
-    p = LIBDIR / name
-    if not p.exists():
-        pytest.skip(f"{p} not present on this machine")
-    return str(p)
+    return str(require_system_library(name))
 
 
 @pytest.mark.parametrize("lib", ["libz.so.1", "libcrypto.so.3"])
@@ -80,9 +74,3 @@ def test_summary_counts_every_kind_and_refusal(sample_kernel):
         skipped += rec["skipped"]
     assert skipped > 0
     assert {"trampoline", "riprel", "call-direct", "call-reg", "call-mem", "jcc-widen", "jmp-rel32"} <= kinds
-
-
-def test_accelerator_declines_invalid_bytes():
-    """An encoding iced calls invalid goes back to capstone, the authority."""
-    code = bytes.fromhex("55 4889e5 9a0000000000 5dc3".replace(" ", ""))
-    assert amd64_fast.summarise(code, 0x1000, len(code)) is None

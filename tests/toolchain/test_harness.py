@@ -1,15 +1,17 @@
 """The execution harness: the generated core runs real code, and its counts are right.
 
-The proof (issue #3, parts 3-4): every eligible instruction of the machine's
-zlib is probed while a compress/decompress round trip runs through python3,
-and kernel-style fixtures (tests/fixtures/harness/) make every emulation
-class run.  Each probe's hit count must equal callgrind's count of how often
-that instruction ran: an independent counter that knows nothing of int3,
-trampolines or the table.  The negative tests show that the comparison can
-fail and that the byte check refuses a probe whose bytes are not the table's.
+The proof: every eligible instruction of the machine's zlib is probed while a
+compress/decompress round trip runs through python3, and kernel-style
+fixtures (tests/fixtures/harness/) make every emulation class run.  Each
+probe's hit count must equal callgrind's count of how often that instruction
+ran: an independent counter that knows nothing of int3, trampolines or the
+table.  The negative tests show that the comparison can fail and that the
+byte check refuses a probe whose bytes are not the table's.
 
 Needs gcc (the harness library and the fixtures) and valgrind (the counter);
-a test whose tool is missing skips and names it.
+a test whose tool is missing skips and names it.  The callgrind reader and
+the command line's parser, which run nothing, are in
+tests/unit/test_harness_offline.py.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from typing import Dict, List
 import pytest
 
 from generator.common.errors import UserError
+from generator.common.paths import BUILD
+from helpers.paths import HARNESS_FIXTURES as FIXTURES
+from helpers.skips import missing, require_system_library, require_tool
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "harness"
-FIXTURE_BUILD = REPO / "build" / "harness-fixtures"
-ZLIB = Path("/usr/lib/x86_64-linux-gnu/libz.so.1")
+FIXTURE_BUILD = BUILD / "harness-fixtures"
 # Kernel-ish flags, as FreeBSD's amd64 kernel builds, made runnable in user space.
 KFLAGS = ["-O2", "-fno-omit-frame-pointer", "-mno-red-zone", "-Wall", "-Wextra", "-Werror"]
 ALL_KINDS = (
@@ -65,21 +67,23 @@ PLANTED = {
 }
 
 
-def _need(tool: str, why: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.skip(f"{tool} not installed: {why} (apt-get install -y {tool})")
-    return path
-
-
 @pytest.fixture(scope="module")
 def gcc() -> str:
-    return _need("gcc", "the harness compiles its preload library and the fixtures with it")
+    return require_tool("gcc", "gcc", "the harness compiles its preload library and the fixtures with it")
 
 
 @pytest.fixture(scope="module")
 def valgrind() -> str:
-    return _need("valgrind", "callgrind is the independent counter")
+    return require_tool("valgrind", "valgrind", "callgrind is the independent counter")
+
+
+@pytest.fixture(scope="module")
+def zlib() -> Path:
+    """The machine's libz.so.1, which this python's zlib module loads."""
+    lib = require_system_library("libz.so.1")
+    if not _python_uses(lib):
+        missing(f"{sys.executable}'s zlib module does not load {lib}")
+    return lib
 
 
 def build_fixture(cc: str) -> Dict[str, Path]:
@@ -160,20 +164,16 @@ def _python_uses(lib: Path) -> bool:
     return any(p.startswith("/") and os.path.exists(p) and os.path.samefile(p, lib) for p in out)
 
 
-def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind):
+def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind, zlib):
     """All of libz's eligible instructions probed during a real round trip; every count equal to callgrind's."""
     from generator.image.elf import KernelImage
     from generator.analysis.probes import analyse
 
-    if not ZLIB.exists():
-        pytest.skip(f"{ZLIB} not found (zlib1g)")
-    if not _python_uses(ZLIB):
-        pytest.skip(f"{sys.executable}'s zlib module does not load {ZLIB}")
-    res = run(ZLIB, [sys.executable, FIXTURES / "zlib_roundtrip.py", "1"], verify=True, timeout=300)
+    res = run(zlib, [sys.executable, FIXTURES / "zlib_roundtrip.py", "1"], verify=True, timeout=300)
     print(summary(res))
     assert_proved(res)
     # Every eligible instruction: the table holds every "ok" probe of every eligible function.
-    img = KernelImage.open(str(ZLIB))
+    img = KernelImage.open(str(zlib))
     reports = [analyse(img, f) for f in img.functions()]
     ok = sum(1 for r in reports if r.eligible for p in r.probes if p.status == "ok")
     assert res.tabled == ok
@@ -192,7 +192,7 @@ def test_zlib_every_eligible_instruction_matches_callgrind(gcc, valgrind):
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_fixture_every_class_matches_callgrind(cc, gcc, valgrind):
     """Each compiler's build of the fixture hits every emulation class, jcc both ways, all counts equal."""
-    path = _need(cc, "the fixture is built with it") if cc != "gcc" else gcc
+    path = require_tool(cc, cc, "the fixture is built with it") if cc != "gcc" else gcc
     fx = build_fixture(path)
     res = run(fx["lib"], [fx["linked"], 300], verify=True)
     print(cc, summary(res))
@@ -230,16 +230,14 @@ def test_program_itself_as_target(kfix, valgrind):
     assert res.hits_by_kind().get("call-reg", 0) > 0  # main_mix's call through main_ops[]
 
 
-def test_forked_child_counts_in_the_parents_file(valgrind, gcc):
+def test_forked_child_counts_in_the_parents_file(valgrind, gcc, zlib):
     """A child that fork()s off and leaves with _exit() (no destructors) still has every hit counted."""
-    if not ZLIB.exists() or not _python_uses(ZLIB):
-        pytest.skip(f"{sys.executable}'s zlib module does not load {ZLIB}")
     code = (
         "import os, zlib\nd = bytes(range(256)) * 40\nprint(len(zlib.compress(d)))\npid = os.fork()\n"
         "if pid == 0:\n    print('child', len(zlib.compress(d * 2, 9)), flush=True)\n    os._exit(0)\n"
         "os.waitpid(pid, 0)\nprint('parent', len(zlib.compress(d, 1)))\n"
     )
-    res = run(ZLIB, [sys.executable, "-c", code], verify=True)
+    res = run(zlib, [sys.executable, "-c", code], verify=True)
     assert_proved(res)
     assert b"child" in res.plain.stdout
 
@@ -363,13 +361,6 @@ def test_cli_fails_when_runs_differ(kfix, capsys):
     assert "runs DIFFER" in out and out.rstrip().endswith("FAIL")
 
 
-def test_cli_is_registered():
-    from generator.cli import make_parser
-
-    args = make_parser().parse_args(["harness", "--elf", "x", "--all", "--", "true"])
-    assert args.elf == "x" and args.command[-1] == "true"
-
-
 @pytest.mark.parametrize(
     "elf, command, match",
     [
@@ -418,7 +409,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
     """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
     from generator.run.harness import build
 
-    objdump = _need("objdump", "the check disassembles the library")
+    objdump = require_tool("objdump", "binutils", "the check disassembles the library")
     b = build(str(kfix["lib"]), all_functions=True)
     text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(b.lib)], capture_output=True, text=True).stdout
     bodies: Dict[str, List[str]] = {}
@@ -508,65 +499,12 @@ def test_bench_harness_smoke(tmp_path, gcc):
 @pytest.mark.slow
 def test_libcrypto_every_eligible_instruction_matches_callgrind(valgrind, gcc, monkeypatch):
     """169k probes over libcrypto while hashlib runs; OPENSSL_ia32cap=0:0 so valgrind's CPUID takes the same paths."""
-    from corpus import system_library
-
-    lib = system_library("libcrypto.so.3")
+    lib = require_system_library("libcrypto.so.3")
     monkeypatch.setenv("OPENSSL_ia32cap", "0:0")
     code = ("import hashlib, hmac; d = bytes(range(256)) * 64; print(hashlib.sha256(d).hexdigest(), "
             "hashlib.md5(d).hexdigest(), hashlib.sha512(d).hexdigest()[:16], hmac.new(b'k', d, 'sha1').hexdigest())")
     res = run(lib, [sys.executable, "-c", code], verify=True)
     if not res.processes:
-        pytest.skip(f"{sys.executable}'s hashlib does not load {lib}")
+        missing(f"{sys.executable}'s hashlib does not load {lib}")
     print(summary(res))
     assert_proved(res)
-
-
-# -- the callgrind reader ---------------------------------------------------------------------------
-
-
-def test_callgrind_live_addresses_use_the_recorded_bias(tmp_path):
-    """Should a callgrind dump live addresses, the load bias from the locate run maps them; else it is an error."""
-    from generator.run.callgrind import ObjectCounts, ProcessDump, aggregate
-
-    lib = tmp_path / "libt.so"
-    lib.write_bytes(b"x")
-    live = ObjectCounts(ir={0x7F0000001000: 3, 0x7F0000001004: 2}, fn={0x7F0000001000: "f"})
-    dumps = [ProcessDump(7, "t", {str(lib): live})]
-    total, used, mapping, errors = aggregate(dumps, {7: [0x7F0000000000]}, str(lib), [(0x1000, 0x2000)])
-    assert total.ir == {0x1000: 3, 0x1004: 2} and used == 1 and not errors
-    assert mapping == ["live addresses less the load bias the harness recorded"]
-    total, used, mapping, errors = aggregate(dumps, {}, str(lib), [(0x1000, 0x2000)])
-    assert errors and not total.ir
-    linked = [ProcessDump(8, "t", {str(lib): ObjectCounts(ir={0x1000: 1})})]
-    assert aggregate(linked, {}, str(lib), [(0x1000, 0x2000)])[2] == ["link-time addresses as dumped"]
-
-
-def test_callgrind_parser(tmp_path):
-    """Calls, PLT-free call costs, jumps, conditional jumps and the rep self-jump correction."""
-    from generator.isa.amd64.oracle import rep_string
-    from generator.run.callgrind import parse
-
-    f = tmp_path / "cg.out"
-    f.write_text(
-        "version: 1\ncreator: callgrind-3.19.0\npid: 4242\ncmd:  ./x\npart: 1\n\n"
-        "positions: instr line\nevents: Ir\nsummary: 99\n\n"
-        "ob=(1) /lib/libx.so\nfl=(1) ???\nfn=(1) f\n"
-        "0x1000 0 5\n"
-        "cfn=(2) g\ncalls=5 0x2000 0\n0x1000 0 77\n"  # inclusive cost of the call: not an execution
-        "+3 0 5\n"  # 0x1003
-        "jcnd=3/5 0x1010 0\n+0 0\n"
-        "0x1008 0 2\n0x1008 0 40\njcnd=38/40 0x1008 0\n0x1008 0\n"
-        "fn=(2)\n0x2000 0 5\njump=5 0x1005 0\n0x2000 0\n"
-        "ob=(1)\nfn=(1)\n0x1000 0 1\n"
-        "totals: 99\n"
-    )
-    d = parse(f)
-    assert d.pid == 4242
-    oc = d.objects["/lib/libx.so"]
-    assert oc.ir == {0x1000: 6, 0x1003: 5, 0x1008: 42, 0x2000: 5}
-    assert oc.jcnd[0x1003] == [3, 5] and oc.jcnd[0x1008] == [38, 40]
-    assert oc.self_jumps == {0x1008: 38}
-    assert oc.fn[0x2000] == "g" and oc.fn[0x1000] == "f"
-    assert rep_string(bytes.fromhex("f3a4")) and rep_string(bytes.fromhex("f348ab")) and rep_string(bytes.fromhex("f3a6"))
-    assert not rep_string(bytes.fromhex("f30f7e05")) and not rep_string(bytes.fromhex("a4"))
-    assert not rep_string(bytes.fromhex("f390"))  # pause

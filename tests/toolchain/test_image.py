@@ -19,10 +19,10 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from corpus import require_tool, system_library
 from generator.common.errors import UserError
 from generator.image.elf import REL_BASE, KernelImage
 from generator.analysis.probes import analyse
+from helpers.skips import require_system_library, require_tool
 
 KERNEL_CFLAGS = ["-O2", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-ffreestanding", "-fno-omit-frame-pointer"]
 EXEC_BASE = 0xFFFFFFFF80200000
@@ -64,7 +64,8 @@ def _run(cmd: List[str], cwd: Path) -> None:
 @pytest.fixture(scope="session")
 def built(tmp_path_factory) -> Dict[str, Path]:
     """ET_REL objects and an ET_EXEC kernel built here with kernel flags."""
-    gcc, ld = require_tool("gcc"), require_tool("ld")
+    gcc = require_tool("gcc", "gcc", "the ELF inputs are built here with kernel flags")
+    ld = require_tool("ld", "binutils", "the ELF inputs are linked here")
     d = tmp_path_factory.mktemp("elf")
     for name, text in (("mod.c", MOD_C), ("ext.c", EXT_C), ("a.c", A_C), ("b.c", B_C)):
         (d / name).write_text(text)
@@ -77,11 +78,12 @@ def built(tmp_path_factory) -> Dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def libz() -> Path:
-    return system_library("libz.so.1")
+    return require_system_library("libz.so.1")
 
 
 def _readelf_build_id(path: Path) -> Optional[str]:
-    out = subprocess.run([require_tool("readelf"), "-n", str(path)], capture_output=True, text=True).stdout
+    readelf = require_tool("readelf", "binutils", "readelf is the independent reader of the build-id")
+    out = subprocess.run([readelf, "-n", str(path)], capture_output=True, text=True).stdout
     m = re.search(r"Build ID: ([0-9a-f]+)", out)
     return m.group(1) if m else None
 
@@ -304,7 +306,7 @@ def test_big_endian_elf(libz, tmp_path):
 
 
 def test_stripped_image_has_no_functions(built, tmp_path):
-    strip = require_tool("strip")
+    strip = require_tool("strip", "binutils", "the test strips a kernel's symbols")
     copy = tmp_path / "kern.stripped"
     shutil.copy(built["kern"], copy)
     subprocess.run([strip, str(copy)], check=True)
@@ -352,7 +354,8 @@ def test_unapplied_relocation_types_are_listed_unresolved(tmp_path):
         "\t.globl g\n\t.type g, @function\ng:\n\tret\n\t.size g, .-g\n"
     )
     obj = tmp_path / "got.o"
-    subprocess.run([require_tool("as"), str(src), "-o", str(obj)], check=True)
+    subprocess.run([require_tool("as", "binutils", "the GOT-relative object is assembled here"), str(src), "-o",
+                    str(obj)], check=True)
     img = KernelImage.open(str(obj))
     f = img.lookup("f")
     (reloc,) = img.relocs_in(f.address, f.size)

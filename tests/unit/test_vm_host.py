@@ -1,15 +1,16 @@
-"""The VM runner's host side, without booting a guest.
+"""The VM runner's host side, without a guest or its inputs.
 
 Config defaults and validation, the argv builders of both backends, bhyve's
 exit statuses, the meta disk, the console watcher's panic rules, the
 accelerator decision, FreeBSD image download and verification against a
-loopback HTTP server (good, bad checksum, truncated, missing), the cloud-init
-seed ISO, the FreeBSD hook (user-data) run by the host's sh with a tar file
-for a disk, and the FreeBSD guest script against fake FreeBSD tools.  A whole
-bhyve run goes through the real runner with stand-in bhyve tools.
+loopback HTTP server (good, bad checksum, truncated, missing), the FreeBSD
+hook (user-data) run by the host's sh with a tar file for a disk, the
+FreeBSD guest script against fake FreeBSD tools, and dry runs.
 
-Inputs that can be missing (xorriso, cpio, the linux-image package) skip
-with a reason that names them.
+What needs QEMU, a guest's inputs (the stand-in's kernel, the seed ISO, cpio)
+or a whole simulated bhyve run is tests/vm/test_vm_guests.py; the guest
+script against the sample kernel's dtmalloc listing is
+tests/toolchain/test_vm_guest_script.py.
 """
 
 from __future__ import annotations
@@ -25,25 +26,18 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 
-import vm
+from generator.common.paths import REPO
 from vm import metadisk
 from vm.backends import accel, bhyve, overlay, qemu
-from vm.backends.probe import kvm_probe
 from vm.config import DEFAULTS, GUEST_DIR, GUESTS, VMConfig, VMError, validate
-from vm.images import freebsd, standin
+from vm.images import freebsd
 from vm.supervise import console, leftovers
-
-REPO = Path(__file__).resolve().parent.parent
-FAKEBSD = GUEST_DIR / "fakebsd"
-FREEBSD_SCRIPT = GUEST_DIR / "freebsd" / "kinstkit-test.sh"
-FREEBSD_EXPECT = GUEST_DIR / "freebsd" / "expect.tsv"
-USER_DATA = GUEST_DIR / "freebsd" / "user-data"
+from helpers.guest import FAKEBSD, FREEBSD_SCRIPT, USER_DATA, run_freebsd_script
 
 
 # --- config ------------------------------------------------------------------------
@@ -328,21 +322,6 @@ def test_accel_on_this_machine():
     print(f"accelerator here: {c.name}: {c.reason}")
 
 
-def test_kvm_probe_catches_an_emulated_kvm():
-    """Where /dev/kvm exists without vmx/svm (kvm_pvm), the probe itself must see the guest crawl."""
-    if not os.path.exists("/dev/kvm") or accel.cpu_flags() & {"vmx", "svm"}:
-        pytest.skip("needs a /dev/kvm without vmx/svm in the CPU flags (an emulated, nested KVM)")
-    if shutil.which("qemu-system-x86_64") is None:
-        pytest.skip("qemu-system-x86_64 not installed (apt-get install qemu-system-x86)")
-    try:
-        standin.assets()
-    except VMError as e:
-        pytest.skip(f"the probe kernel (linux-image package) is not available: {e}")
-    ok, seconds, detail = kvm_probe(VMConfig())(accel.PROBE_SECONDS)  # as long as the runner's own probe waits
-    assert not ok, f"the stand-in booted under this KVM in {seconds:.1f} s"
-    print(f"probe under kvm: no marker in {seconds:.1f} s ({detail})")
-
-
 # --- FreeBSD images: download and verify against a loopback server ----------------------
 
 
@@ -466,26 +445,6 @@ def test_vm_image_command(mirror, tmp_path, monkeypatch):
     assert main(["vm-image", "--release", "14.2"]) == 2
 
 
-# --- the cloud-init seed --------------------------------------------------------------
-
-
-def test_seed_iso(tmp_path):
-    if freebsd.seed_tool() is None:
-        pytest.skip("xorriso (or genisoimage) not installed: apt-get install xorriso")
-    iso = freebsd.make_seed(tmp_path / "seed.iso", "run-1")
-    data = iso.read_bytes()
-    # ISO 9660 primary volume descriptor at 32 KiB: type 1, "CD001", volume id at +40.
-    pvd = data[0x8000:0x8800]
-    assert pvd[0] == 1 and pvd[1:6] == b"CD001"
-    assert pvd[40:72].decode().strip() == "cidata"
-    if shutil.which("xorriso"):
-        out = tmp_path / "x"
-        subprocess.run(["xorriso", "-osirrox", "on", "-indev", str(iso), "-extract", "/", str(out)],
-                       check=True, capture_output=True)
-        assert (out / "user-data").read_bytes() == USER_DATA.read_bytes()
-        assert "instance-id: kinstkit-run-1" in (out / "meta-data").read_text()
-
-
 # --- the FreeBSD hook and guest script, run by the host's sh ---------------------------
 
 
@@ -549,39 +508,6 @@ def test_guest_scripts_parse():
             assert proc.returncode == 0, f"busybox sh -n {script}: {proc.stderr}"
 
 
-def _freebsd_meta(tmp_path, modules=("kinst", "dtmalloc"), listing=None):
-    meta = tmp_path / "meta"
-    (meta / "lib").mkdir(parents=True)
-    (meta / "modules").mkdir()
-    shutil.copy(GUEST_DIR / "lib" / "checks.sh", meta / "lib")
-    shutil.copy(FREEBSD_EXPECT, meta / "expect.tsv")
-    for m in modules:
-        (meta / "modules" / f"{m}.ko").write_bytes(b"\x7fELF")
-    if listing is not None and "dtmalloc" in modules:
-        shutil.copy(listing, meta / "modules")
-    return meta
-
-
-def _run_freebsd_script(tmp_path, fail="", modules=("kinst", "dtmalloc"), listing=None):
-    meta = _freebsd_meta(tmp_path, modules, listing)
-    env = dict(os.environ, PATH=f"{FAKEBSD}:{os.environ['PATH']}", KINSTKIT_META=str(meta),
-               FAKEBSD_STATE=str(tmp_path / "state"), FAKEBSD_FAIL=fail, KINSTKIT_LOAD_SECONDS="1",
-               TMPDIR=str(tmp_path), FAKEBSD_DTMALLOC_LIST=str(meta / "modules" / "dtmalloc.list"))
-    proc = subprocess.run(["sh", str(FREEBSD_SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    lines = (meta / "out" / "checks.tsv").read_text().splitlines()
-    return {f[0]: (f[1], f[2], f[3] if len(f) > 3 else "") for f in (line.split("\t") for line in lines)}, meta
-
-
-def test_freebsd_guest_script_with_fake_tools(tmp_path, dtmalloc_listing):
-    checks, meta = _run_freebsd_script(tmp_path, listing=dtmalloc_listing)
-    want = [s.name for s in metadisk.parse_expect(FREEBSD_EXPECT.read_text())]
-    assert {n: v[0] for n, v in checks.items() if n in want} == {n: "pass" for n in want}
-    assert "vm_fault:4 0x" in (meta / "out" / "kinst-vm-fault.out").read_text()
-    # dtrace was loaded by itself, never dtraceall
-    assert "dtraceall" not in (tmp_path / "state" / "loaded").read_text()
-
-
 @pytest.mark.parametrize(
     "fail, check, reason",
     [("kinst-shape", "kinst-vm-fault", "no output line matches"),
@@ -590,51 +516,17 @@ def test_freebsd_guest_script_with_fake_tools(tmp_path, dtmalloc_listing):
      ("unload-dtmalloc", "unload-dtmalloc", "exit status 1")],
 )
 def test_freebsd_guest_script_catches_faults(tmp_path, fail, check, reason):
-    checks, _ = _run_freebsd_script(tmp_path, fail)
+    checks, _ = run_freebsd_script(tmp_path, fail)
     assert checks[check][0] == "fail" and reason in checks[check][2]
 
 
 def test_freebsd_guest_script_without_modules(tmp_path):
-    checks, _ = _run_freebsd_script(tmp_path, modules=())
+    checks, _ = run_freebsd_script(tmp_path, modules=())
     assert checks["kinst-list"][0] == "skip" and checks["load-dtmalloc"][0] == "skip"
     assert checks["dtrace-load"][0] == "pass" and checks["modules-gone"][0] == "pass"
 
 
 # --- the stand-in's inputs ---------------------------------------------------------------
-
-
-def test_newc_archive_read_by_cpio(tmp_path):
-    entries = [("bin", 0o040755, b""), ("bin/tool", 0o100755, b"#!/bin/sh\necho x\n"), ("odd", 0o100644, b"abc")]
-    data = standin.newc(entries)
-    assert standin.newc(entries) == data  # deterministic
-    assert [(n, m, b) for n, m, b in standin.read_newc(data)] == entries
-    if shutil.which("cpio") is None:
-        pytest.skip("cpio not installed (apt-get install cpio): the independent reader")
-    listing = subprocess.run(["cpio", "-it", "--quiet"], input=data, capture_output=True, check=True).stdout.decode()
-    assert listing.split() == ["bin", "bin/tool", "odd"]
-    subprocess.run(["cpio", "-idm", "--quiet"], input=data, cwd=tmp_path, check=True, capture_output=True)
-    assert (tmp_path / "bin" / "tool").read_text() == "#!/bin/sh\necho x\n"
-    assert os.access(tmp_path / "bin" / "tool", os.X_OK)
-
-
-def test_standin_assets():
-    """The kernel package's bzImage holds a PVH vmlinux; the modules come in dependency order."""
-    if shutil.which("apt-get") is None and not os.environ.get(standin.DEB_ENV):
-        pytest.skip("linux-image package not downloadable: apt-get not installed")
-    try:
-        a = standin.assets()
-    except VMError as e:
-        pytest.skip(f"linux-image package not available: {e}")
-    assert a.kernel_kind == "vmlinux-pvh" and a.kernel.read_bytes()[:4] == b"\x7fELF"
-    order = [line for line in (a.kernel.parent / "modules" / "load-order").read_text().split()]
-    assert order.index("virtio_ring.ko") < order.index("virtio.ko") < order.index("virtio_pci.ko")
-    assert order[-1] in ("virtio_blk.ko", "virtio_pci.ko")
-    import gzip
-
-    names = [n for n, _, _ in standin.read_newc(gzip.decompress(a.initramfs.read_bytes()))]
-    assert {"init", "bin/busybox", "lib/modules/load-order", "lib/modules/virtio_blk.ko"} <= set(names)
-    assert a.system_disk.read_bytes().startswith(standin.SYSTEM_DISK_MAGIC)
-    assert not os.access(a.system_disk, os.W_OK) or os.geteuid() == 0
 
 
 def test_sparse_copy(tmp_path):
@@ -713,102 +605,3 @@ def test_invoke_tasks_registered():
     assert proc.returncode == 0, proc.stderr
     names = set(json.loads(proc.stdout))
     assert {"vm-test", "vm-shell", "vm-image"} <= names
-
-
-# --- a whole bhyve run, through the real runner, with stand-in bhyve tools ----------------
-
-_FAKE_BHYVE = textwrap.dedent(
-    """\
-    #!{python}
-    # Stand-in bhyve: plays a FreeBSD guest that finds the meta disk (slot 3), runs
-    # nothing, writes the results back into it and exits with $FAKE_BHYVE_EXIT.
-    import io, os, sys, tarfile
-    log = os.environ["FAKE_BHYVE_LOG"]
-    open(log, "a").write("bhyve " + " ".join(sys.argv[1:]) + "\\n")
-    meta = next(a.split(",", 2)[2] for a in sys.argv if a.startswith("3:0,virtio-blk,"))
-    print("Consoles: serial port\\nKDB: debugger backends: ddb\\nKDB: current backend: ddb", flush=True)
-    if os.environ.get("FAKE_BHYVE_PANIC"):
-        print("panic: page fault\\ncpuid = 1\\nKDB: stack backtrace:", flush=True)
-        sys.exit(0)
-    print("@@kinstkit hook-start uptime=9", flush=True)
-    buf = io.BytesIO()
-    with tarfile.open(meta) as src, tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as dst:
-        for m in src:
-            dst.addfile(m, src.extractfile(m) if m.isfile() else None)
-        for name, body in (("out/checks.tsv", "dtrace-load\\tpass\\t0\\t\\n"), ("out/script.status", "0\\n"),
-                           ("out/script.log", "ok\\n"), ("out/dtrace-load.out", "")):
-            ti = tarfile.TarInfo(name); ti.size = len(body); dst.addfile(ti, io.BytesIO(body.encode()))
-    with open(meta, "r+b") as f:
-        f.write(buf.getvalue())
-    print("@@kinstkit script-exit 0\\n@@kinstkit results-written", flush=True)
-    sys.exit(int(os.environ.get("FAKE_BHYVE_EXIT", "1")))
-    """
-)
-
-
-@pytest.fixture
-def fake_bhyve(tmp_path, monkeypatch):
-    if freebsd.seed_tool() is None:
-        pytest.skip("xorriso (or genisoimage) not installed: the FreeBSD run needs its seed ISO")
-    if os.geteuid() != 0:
-        pytest.skip("the bhyve backend insists on root")
-    bindir = tmp_path / "fakebin"
-    bindir.mkdir()
-    log = tmp_path / "tools.log"
-    (bindir / "bhyve").write_text(_FAKE_BHYVE.replace("{python}", sys.executable))
-    (bindir / "bhyvectl").write_text(f'#!/bin/sh\necho "bhyvectl $*" >> {log}\n')
-    (bindir / "bhyveload").write_text(f'#!/bin/sh\necho "bhyveload $*" >> {log}\necho "Booting..."\n')
-    for p in bindir.iterdir():
-        p.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_BHYVE_LOG", str(log))
-    monkeypatch.setattr(bhyve.BhyveBackend, "preflight", lambda self: None)  # kldstat -m vmm
-    img = tmp_path / "FreeBSD-14.3-RELEASE-amd64-BASIC-CLOUDINIT-ufs.raw"
-    with open(img, "wb") as f:
-        f.write(b"pmbr")
-        f.truncate(32 << 20)
-    img.chmod(0o444)
-    mods = tmp_path / "build-id"
-    mods.mkdir()
-    (mods / "kinst.ko").write_bytes(b"\x7fELF")
-    script = tmp_path / "dtrace-load.sh"  # one check, as the stand-in bhyve reports
-    script.write_text("#!/bin/sh\n. \"$KINSTKIT_META/lib/checks.sh\"\ncheck dtrace-load kldload dtrace\n")
-    return img, mods, log, script
-
-
-def test_bhyve_run_with_stand_in_tools(fake_bhyve, tmp_path):
-    img, mods, log, script = fake_bhyve
-    before = hashlib.sha256(img.read_bytes()).hexdigest()
-    res = vm.run(VMConfig(guest="freebsd", image=str(img), backend="bhyve", modules=str(mods), script=str(script),
-                          runs_dir=str(tmp_path / "runs")))
-    assert res.status == "pass", res.text()
-    assert res.backend == "bhyve" and res.accel["name"] == "vmm"
-    assert res.vm_exit["kind"] == "poweroff"
-    calls = log.read_text().splitlines()
-    assert [c.split()[0] for c in calls] == ["bhyvectl", "bhyveload", "bhyve", "bhyvectl"]
-    assert calls[0].endswith("--destroy") and calls[-1].endswith("--destroy")
-    assert "4:0,ahci-cd," in calls[2]
-    run_dir = Path(res.run_dir)
-    assert sorted(p.name for p in run_dir.iterdir()) == ["bhyve.log", "console.log", "out", "result.json"]
-    assert hashlib.sha256(img.read_bytes()).hexdigest() == before
-
-
-@pytest.mark.parametrize("code, kind", [(3, "triple-fault"), (4, "error"), (0, "reboot")])
-def test_bhyve_run_bad_exit(fake_bhyve, tmp_path, monkeypatch, code, kind):
-    img, mods, log, script = fake_bhyve
-    monkeypatch.setenv("FAKE_BHYVE_EXIT", str(code))
-    res = vm.run(VMConfig(guest="freebsd", image=str(img), backend="bhyve", modules=str(mods), script=str(script),
-                          runs_dir=str(tmp_path / "runs")))
-    assert res.status == "error" and res.vm_exit["kind"] == kind
-    assert next(c for c in res.checks if c.name == "vm-exit").status == "error"
-    assert log.read_text().splitlines()[-1].endswith("--destroy")
-
-
-def test_bhyve_run_panic(fake_bhyve, tmp_path, monkeypatch):
-    img, mods, log, script = fake_bhyve
-    monkeypatch.setenv("FAKE_BHYVE_PANIC", "1")
-    res = vm.run(VMConfig(guest="freebsd", image=str(img), backend="bhyve", modules=str(mods), script=str(script),
-                          runs_dir=str(tmp_path / "runs")))
-    assert res.end == "panic" and res.panic == "panic: page fault"
-    assert next(c for c in res.checks if c.name == "panic").status == "fail"
-    assert not any(c.name == "panic" and "debugger backends" in c.detail for c in res.checks)

@@ -15,7 +15,6 @@ naming SYSDIR, otherwise: no FreeBSD headers exist here).
 from __future__ import annotations
 
 import filecmp
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,20 +22,23 @@ from typing import List
 
 import pytest
 
-from dtmalloc_fixtures import (
-    LAYOUT_12, RELEASE_12, RELEASE_14, SRC, Fixtures, assert_one_line_error, require, run_cli, shared,
-)
 from generator.build.sources import PROVIDERS, stage_sources
+from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import discover, probe_name
+from helpers.dtmalloc_fixtures import (
+    LAYOUT_12, RELEASE_12, RELEASE_14, Fixtures, assert_one_line_error, run_cli, shared,
+)
+from helpers.paths import DTMALLOC_FIXTURES
+from helpers.skips import require_bsd_make, require_sysdir, require_tools
 
-REPO = Path(__file__).resolve().parent.parent
 DTMALLOC = PROVIDERS["dtmalloc"]
 GENERATED = ["dtmalloc.list", "dtmalloc_abi.h", "dtmalloc_table.c", "dtmalloc_target.h", "dtmalloc_types.md"]
 PORTABLE = list(DTMALLOC.portable)  # dtmalloc_core.c, dtmalloc_table.c
 STRICT = ["-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0", "-nostdinc", "-mcmodel=kernel", "-mno-red-zone",
                  "-fno-pic"]
-STUBS = SRC / "stubsys"
+STUBS = DTMALLOC_FIXTURES / "stubsys"
+COMPILERS_WHY = "the portable core and the glue are compiled with gcc and with clang"
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +113,7 @@ def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
 
 @pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
 def test_core_compiles_freestanding(module: Path, cc: List[str], tmp_path: Path) -> None:
-    require(cc[0])
+    require_tools(cc[0], why=COMPILERS_WHY)
     for src in PORTABLE:
         res = _cc([*cc, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], module)
         assert res.returncode == 0, res.stderr
@@ -120,9 +122,9 @@ def test_core_compiles_freestanding(module: Path, cc: List[str], tmp_path: Path)
 
 
 def test_core_runs_the_probe_name_rule(module: Path, inputs, tmp_path: Path) -> None:
-    require("gcc")
+    require_tools("gcc", why=COMPILERS_WHY)
     exe = tmp_path / "core_test"
-    res = _cc(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I.", str(SRC / "core_test.c"), *PORTABLE,
+    res = _cc(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-I.", str(DTMALLOC_FIXTURES / "core_test.c"), *PORTABLE,
                "-o", str(exe)], module)
     assert res.returncode == 0, res.stderr
     d = discover(*inputs[:1], [inputs[1]])
@@ -146,7 +148,7 @@ def _glue(module: Path, cc: List[str], version: str, m_version: str, out: Path) 
 
 @pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
 def test_glue_compiles_against_stand_in_headers(module: Path, cc: List[str], tmp_path: Path) -> None:
-    require(cc[0])
+    require_tools(cc[0], why=COMPILERS_WHY)
     res = _glue(module, cc, "1400097", "2024042901UL", tmp_path / "glue.o")
     assert res.returncode == 0, res.stderr
 
@@ -156,19 +158,15 @@ def test_glue_compiles_against_stand_in_headers(module: Path, cc: List[str], tmp
                          ids=["other-M_VERSION", "newer-headers", "other-major"])
 def test_glue_refuses_a_tree_that_is_not_the_targets(module: Path, version: str, m_version: str,
                                                       tmp_path: Path) -> None:
-    require("gcc")
+    require_tools("gcc", why=COMPILERS_WHY)
     res = _glue(module, ["gcc"], version, m_version, tmp_path / "glue.o")
     assert res.returncode != 0 and "static assertion failed" in res.stderr
 
 
 def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
     """The real build: bsd.kmod.mk against the FreeBSD sys/ tree in $SYSDIR."""
-    sysdir = os.environ.get("SYSDIR")
-    if not sysdir or not (Path(sysdir) / "sys" / "malloc.h").is_file():
-        pytest.skip("SYSDIR is not set to a FreeBSD sys/ tree (needs sys/malloc.h); the glue build against it is skipped")
-    make = shutil.which("bmake") or shutil.which("make")
-    if make is None or (Path(make).name == "make" and os.uname().sysname != "FreeBSD"):
-        pytest.skip("SYSDIR is set but no BSD make (bmake) is installed to run bsd.kmod.mk")
+    sysdir = require_sysdir("sys/malloc.h", "the glue build against it is skipped")
+    make = require_bsd_make("the glue build against $SYSDIR runs it")
     work = tmp_path / "build"
     shutil.copytree(module, work)
     res = subprocess.run([make, f"SYSDIR={sysdir}", "WITHOUT_CTF=yes"], cwd=work, capture_output=True, text=True)
@@ -177,7 +175,7 @@ def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
 
 
 def test_makefile_uses_bsd_kmod_mk() -> None:
-    text = (REPO / "sys" / "modules" / "dtmalloc" / "Makefile").read_text()
+    text = (SYS_MODULES / "dtmalloc" / "Makefile").read_text()
     assert ".include <bsd.kmod.mk>" in text
     assert "KMOD=\tdtmalloc" in text
     srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))

@@ -41,11 +41,12 @@ from elftools.elf.elffile import ELFFile
 
 from generator import __version__
 from generator.build.sources import PROVIDERS, stage_sources
+from generator.common.paths import REPO, SAMPLES
 from generator.isa.amd64.probe_md import KinstFlag
 from generator.isa.amd64.probe_md import TABLE_KINDS
+from helpers.paths import KINST_FIXTURES as FIXTURES
+from helpers.skips import require_sample_toolchain, require_sysdir, require_tools
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "kinst"
 KINST = PROVIDERS["kinst"]
 RENDERED = ["kinst_encoding.h", "kinst_refused.txt", "kinst_table.c", "kinst_target.c"]
 CORE_SOURCES = list(KINST.portable)  # amd64/kinst_core.c, kinst_table.c, kinst_target.c
@@ -55,14 +56,10 @@ GLUE_SOURCES = ["kinst.c", "amd64/kinst_isa.c"]  # hand-written, each its own co
 STRICT = ["-std=c99", "-ffreestanding", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-Wall", "-Wextra", "-Werror"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0"]
 COMPILERS = {"gcc": ["gcc"], "clang-freebsd": FREEBSD_CLANG}
+COMPILERS_WHY = "the portable core, the table and the glue are compiled with gcc and with clang"
 # sys/conf/kern.mk CWARNFLAGS: what a kmod build adds to -Wall.
 KERNEL_WARNINGS = ["-Wredundant-decls", "-Wnested-externs", "-Wstrict-prototypes", "-Wmissing-prototypes",
                    "-Wpointer-arith", "-Wcast-qual", "-Wundef", "-Wno-pointer-sign"]
-
-
-def require(tool: str) -> None:
-    if shutil.which(tool) is None:
-        pytest.skip(f"{tool} is not installed")
 
 
 def generate(*args: str) -> subprocess.CompletedProcess:
@@ -112,7 +109,7 @@ def cc(argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
 def test_core_and_table_compile(modules: Dict[str, Path], which: str, compiler: str, tmp_path: Path) -> None:
     argv = COMPILERS[compiler]
-    require(argv[0])
+    require_tools(argv[0], why=COMPILERS_WHY)
     for src in CORE_SOURCES:
         res = cc([*argv, *STRICT, *INCLUDES, "-c", src, "-o", str(tmp_path / (Path(src).name + ".o"))],
                  modules[which])
@@ -123,7 +120,7 @@ def test_core_and_table_compile(modules: Dict[str, Path], which: str, compiler: 
 def test_core_compiles_with_kernel_warnings(modules: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
     """The kmod build adds kern.mk's CWARNFLAGS; the core must pass them too."""
     argv = COMPILERS[compiler]
-    require(argv[0])
+    require_tools(argv[0], why=COMPILERS_WHY)
     for src in CORE_SOURCES:
         res = cc([*argv, *STRICT, *KERNEL_WARNINGS, "-nostdinc", *INCLUDES, "-c", src, "-o", str(tmp_path / "x.o")],
                  modules["all"])
@@ -192,14 +189,6 @@ def test_core_header_encodings_match_python(trees: Dict[str, Path]) -> None:
 # --- (e) the glue against a FreeBSD sys/ tree ------------------------------
 
 
-def sysdir_or_skip() -> Path:
-    sysdir = os.environ.get("SYSDIR")
-    if not sysdir or not (Path(sysdir) / "sys" / "dtrace_bsd.h").is_file():
-        pytest.skip("SYSDIR is not set to a FreeBSD sys/ tree (needs sys/dtrace_bsd.h); "
-                    "the kinst glue build against it is skipped")
-    return Path(sysdir).resolve()
-
-
 def kmod_flags(sysdir: Path, work: Path) -> List[str]:
     """FreeBSD's amd64 kmod compile line: sys/conf/kmod.mk, kern.mk and OPENZFS_CFLAGS, plus the Makefile's."""
     zinc = sysdir / "contrib" / "openzfs" / "include"
@@ -224,7 +213,7 @@ def kmod_flags(sysdir: Path, work: Path) -> List[str]:
 
 def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
     """On FreeBSD, `make` with bsd.kmod.mk; elsewhere clang with kmod.mk's flags against $SYSDIR."""
-    sysdir = sysdir_or_skip()
+    sysdir = require_sysdir("sys/dtrace_bsd.h", "the kinst glue build against it is skipped")
     work = module_dir(trees["all"], tmp_path / "kinst")
     share_mk = sysdir.parent / "share" / "mk"
     if os.uname().sysname == "FreeBSD":
@@ -235,8 +224,7 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
         assert res.returncode == 0, res.stdout + res.stderr
         assert (work / "kinst.ko").is_file()
         return
-    require("clang")
-    require("awk")
+    require_tools("clang", "awk", why="the glue is compiled with clang against $SYSDIR, vnode_if.h made with awk")
     for link, target in (("machine", "amd64"), ("x86", "x86"), ("i386", "i386")):
         (work / link).symlink_to(sysdir / target / "include")
     (work / "opt_global.h").write_text("")
@@ -289,7 +277,7 @@ def standin_tree(module: Path, root: Path) -> Path:
 @pytest.mark.parametrize("compiler", sorted(COMPILERS))
 def test_glue_compiles_against_standins(modules: Dict[str, Path], compiler: str, tmp_path: Path) -> None:
     argv = COMPILERS[compiler]
-    require(argv[0])
+    require_tools(argv[0], why=COMPILERS_WHY)
     for which, module in modules.items():
         stubs = standin_tree(module, tmp_path / which)
         for src in GLUE_SOURCES:
@@ -319,7 +307,7 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: Path, build_id_arg:
               module: Optional[Path] = None) -> str:
     """Build glue_world (kinst.c and amd64/kinst_isa.c as one unit) with the module's portable
     objects and run one scenario; ``tree`` is a staged module directory."""
-    require("gcc")
+    require_tools("gcc", why="glue_world and its host are built with gcc")
     work.mkdir(parents=True, exist_ok=True)
     stubs = standin_tree(tree, work / "stubs")
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
@@ -359,18 +347,12 @@ def test_glue_refuses_another_kernel(modules: Dict[str, Path], sample_kernel: Pa
 @pytest.fixture(scope="module")
 def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kernel module (ET_REL, ld -r) built from two of the sample kernel's sources."""
-    from generator.common.errors import UserError
-    from generator.image.sample import find_toolchain
-
-    try:
-        tc = find_toolchain()
-    except UserError as e:
-        pytest.skip(str(e))
+    tc = require_sample_toolchain()
     out = tmp_path_factory.mktemp("ko")
     objs = []
     for src in ("vm_fault.c", "kern_exit.c"):
         obj = out / src.replace(".c", ".o")
-        res = cc([tc.cc, *tc.cflags(), f"-I{REPO / 'samples' / 'kernel'}", "-c", str(REPO / "samples" / "kernel" / src),
+        res = cc([tc.cc, *tc.cflags(), f"-I{SAMPLES / 'kernel'}", "-c", str(SAMPLES / "kernel" / src),
                   "-o", str(obj)], out)
         assert res.returncode == 0, res.stderr
         objs.append(str(obj))

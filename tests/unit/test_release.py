@@ -24,8 +24,8 @@ import pytest
 
 from generator.common.errors import UserError
 from generator.build.release import DISTS, fetch_release, fetched, parse_manifest
+from generator.common.paths import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 RELEASE = "14.3-RELEASE"
 PREFIX = f"/releases/amd64/{RELEASE}/"
 

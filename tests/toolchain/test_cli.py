@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-LIBZ = "/usr/lib/x86_64-linux-gnu/libz.so.1"
+from helpers.skips import require_system_library, require_tool
+
 PROBE_KEYS = {
     "offset", "address", "length", "bytes", "mnemonic", "operands", "status", "reason", "flags",
     "instlen", "tinstlen", "template", "dispoff", "disp", "reg1", "reg2", "scale",
 }
 FUNC_KEYS = {"function", "address", "size", "eligible", "reason", "probes"}
+
+
+@pytest.fixture(scope="module")
+def libz() -> str:
+    """The machine's libz: a shared object nobody here wrote."""
+    return str(require_system_library("libz.so.1"))
 
 
 def run(*args: str, env=None) -> subprocess.CompletedProcess:
@@ -80,11 +86,9 @@ def test_all_json_is_one_object_per_line_and_quiet(sample_kernel):
     assert "vm_fault" in names and "amd64_syscall" in names
 
 
-def test_all_summary_matches_full_counts():
-    if not Path(LIBZ).exists():
-        pytest.skip(f"{LIBZ} not present")
-    full = [json.loads(x) for x in run("probes", "--kernel", LIBZ, "--all", "--json").stdout.splitlines()]
-    summ = [json.loads(x) for x in run("probes", "--kernel", LIBZ, "--all", "--json", "--summary").stdout.splitlines()]
+def test_all_summary_matches_full_counts(libz):
+    full = [json.loads(x) for x in run("probes", "--kernel", libz, "--all", "--json").stdout.splitlines()]
+    summ = [json.loads(x) for x in run("probes", "--kernel", libz, "--all", "--json", "--summary").stdout.splitlines()]
     assert [f["function"] for f in full] == [s["function"] for s in summ]
     for f, s in zip(full, summ):
         assert s["instructions"] == len(f["probes"])
@@ -124,27 +128,22 @@ def test_not_elf(tmp_path):
     assert_one_line_error(run("probes", "--kernel", str(p)), "not an ELF file")
 
 
-def test_truncated_elf(tmp_path):
-    if not Path(LIBZ).exists():
-        pytest.skip(f"{LIBZ} not present")
-    data = Path(LIBZ).read_bytes()
+def test_truncated_elf(tmp_path, libz):
+    data = Path(libz).read_bytes()
     p = tmp_path / "half.so"
     p.write_bytes(data[: len(data) // 2])
     assert_one_line_error(run("probes", "--kernel", str(p), "--all"), "truncated")
 
 
 def test_stripped_image(tmp_path, sample_kernel):
-    if not shutil.which("strip"):
-        pytest.skip("strip (binutils) not installed")
+    strip = require_tool("strip", "binutils", "the test strips the sample kernel's symbols")
     p = tmp_path / "kernel.stripped"
-    subprocess.run(["strip", "-o", str(p), str(sample_kernel)], check=True)
+    subprocess.run([strip, "-o", str(p), str(sample_kernel)], check=True)
     assert_one_line_error(run("probes", "--kernel", str(p)), "no function symbols")
 
 
-def test_foreign_architecture(tmp_path):
-    if not Path(LIBZ).exists():
-        pytest.skip(f"{LIBZ} not present")
-    data = bytearray(Path(LIBZ).read_bytes())
+def test_foreign_architecture(tmp_path, libz):
+    data = bytearray(Path(libz).read_bytes())
     data[18:20] = (183).to_bytes(2, "little")  # EM_AARCH64
     p = tmp_path / "arm.so"
     p.write_bytes(bytes(data))
@@ -153,9 +152,7 @@ def test_foreign_architecture(tmp_path):
 
 def _on_a_terminal(tmp_path, cmd: str, ci: bool) -> str:
     """Run ``cmd`` with stdout/stderr on a pseudo-terminal (util-linux script)."""
-    script = shutil.which("script")
-    if not script:
-        pytest.skip("script (util-linux) not installed: no way to give the command a terminal")
+    script = require_tool("script", "util-linux", "no other way to give the command a terminal")
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:
         env["CI"] = "true"
@@ -164,13 +161,11 @@ def _on_a_terminal(tmp_path, cmd: str, ci: bool) -> str:
     return log.read_text(errors="replace")
 
 
-def test_all_shows_progress_on_a_terminal_only(tmp_path):
-    if not Path(LIBZ).exists():
-        pytest.skip(f"{LIBZ} not present")
+def test_all_shows_progress_on_a_terminal_only(tmp_path, libz):
     from generator.image.elf import KernelImage
 
-    total = len(KernelImage.open(LIBZ).functions())
-    base = f"{sys.executable} -m generator probes --kernel {LIBZ} --all --summary"
+    total = len(KernelImage.open(libz).functions())
+    base = f"{sys.executable} -m generator probes --kernel {libz} --all --summary"
     assert f"{total}/{total} functions" in _on_a_terminal(tmp_path, base + " > /dev/null", ci=False)
     assert "functions" not in _on_a_terminal(tmp_path, base + " > /dev/null", ci=True)
     assert "functions" not in _on_a_terminal(tmp_path, base + " --json > /dev/null", ci=False)
