@@ -61,3 +61,18 @@ def test_generator_fingerprint_covers_the_hand_written_c(tmp_path: Path, monkeyp
     with open(copy / "sys" / "modules" / "kinst" / "amd64" / "kinst_isa.c", "a") as f:
         f.write("/* changed */\n")
     assert sources.generator_fingerprint() != before
+
+
+def test_c_templates_put_strings_through_the_escaper() -> None:
+    """A substitution inside quotes in a C template would bypass c_string: names and paths may hold any byte."""
+    c_templates = sorted(TEMPLATE_DIR.rglob("*.[ch].j2"))
+    assert c_templates
+    quoted = re.compile(r'"[^"\n]*\{\{[^}]*\}\}[^"\n]*"')
+    for t in c_templates:
+        for n, line in enumerate(t.read_text().splitlines(), 1):
+            assert not quoted.search(line), f"{t.relative_to(REPO)}:{n}: quoted substitution: {line.strip()}"
+    from generator.common.cstring import c_comment, c_string
+
+    assert c_string('a"b\\c?\n\xe9') == '"a\\"b\\\\c\\?\\012\\303\\251"'
+    assert c_string(b"\x00\x7f9") == '"\\000\\1779"'
+    assert "*/" not in c_comment("/a*/b")
