@@ -1,50 +1,77 @@
 """Stage 3b: the probe plan -- what goes into a generated kinst table.
 
-Only probes the analysis proved safe go in: the function is eligible and the
-instruction's status is ``ok``.  Everything else is listed in ``refused``
-with its reason, so the generated sources can say what was left out and why.
+A table is compact, so that a whole kernel's fits in a module: per function
+its name, link-time address, size, a digest of its bytes and one small record
+per instruction (the ISA's ``stream_record``: length, how a hit resumes, and
+the few facts that cannot be read back from the bytes).  Everything else --
+the original bytes, the trampoline template, displacements, the registers of
+an emulated call -- is derived when a probe is made, by the portable core,
+from the live instruction, once the function's digest has shown the live
+bytes to be the analysed ones.
 
-Entries are keyed by (function, offset), not by absolute address: a module or
-shared library loads at an address the table cannot know, so the glue resolves
-each function's live address when a probe is created and the core works from
-there.  Functions are sorted by link-time address and each function's entries
-by offset, which keeps the core's lookup a pair of binary searches.
+The digest covers the function's bytes with every field a relocation fills
+zeroed (module tables: the loader writes those, and the core reads them from
+the live copy): CRC-32 (IEEE) in the high half, Adler-32 in the low half,
+the two checksums zlib computes here and the core recomputes in C.
+
+Only probes the analysis proved safe go in.  Every refusal -- a whole function
+(offset -1) or one instruction -- is listed with its reason, so the generated
+sources say what was left out and why.  Functions are kept in link-time
+address order; a function whose every instruction is refused is listed as
+refused and not tabled.
+
+Planning a whole image goes through the ISA's accelerator where it has one
+(``Isa.accelerator``: records straight from the decoder), falling back to the
+capstone path (``analysis.probes.analyse``) for any function it declines; the
+tests hold the two equal.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, List, NamedTuple, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator.analysis.records import STATUS_OK, FunctionReport
-from generator.image.elf import KernelImage
+from generator import isa as isa_registry
+from generator.analysis.exclusions import excluded
+from generator.analysis.probes import analyse, function_code
+from generator.analysis.records import STATUS_OK
+from generator.analysis.whole import map_chunks
+from generator.common.defaults import DEFAULT_PROLOGUE_RULE
+from generator.image.elf import Function, KernelImage
+from generator.isa.contract import Isa, StreamInsn
 
 
-class TableFunc(NamedTuple):
+class PlanFunc(NamedTuple):
     """A function with at least one probe in the table."""
 
     name: str  # symbol name, as the kernel linker knows it
     qualified: str  # name@file for a local symbol
     address: int  # st_value (link-time)
-    size: int
-    first: int  # index of its first entry
-    count: int
-
-
-class TableEntry(NamedTuple):
-    """One probe: the ISA's per-probe metadata, ready for the C table."""
-
-    func: int
-    offset: int
-    kind: str
-    md: Any  # the ISA's probe metadata
-    orig: bytes
+    size: int  # st_size
+    digest: int  # CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed
+    records: bytes  # the ISA's per-instruction records
+    first: int  # table index of its first probe
+    probes: int  # how many of its instructions are probes
 
 
 class Refusal(NamedTuple):
-    function: str
+    function: str  # qualified name
     offset: int  # -1: the whole function
     reason: str
+
+
+class TableProbe(NamedTuple):
+    """One probe of a plan, read back from the records (for reports and tests)."""
+
+    index: int  # table index
+    func: int  # index into ProbePlan.funcs
+    offset: int
+    length: int
+    kind: str
+    dispoff: int
 
 
 @dataclass(frozen=True)
@@ -56,34 +83,162 @@ class ProbePlan:
     e_type: str  # ET_EXEC (a kernel), ET_REL (a module) or ET_DYN
     build_id: str
     sha256: str
-    funcs: Tuple[TableFunc, ...]
-    entries: Tuple[TableEntry, ...]
+    funcs: Tuple[PlanFunc, ...]
+    refused: Tuple[Refusal, ...]
+
+    @property
+    def nprobes(self) -> int:
+        return sum(f.probes for f in self.funcs)
+
+    def probes(self) -> Iterator[TableProbe]:
+        """Every probe of the table, in table order."""
+        decode = isa_registry.by_name(self.arch).stream_decode
+        index = 0
+        for fi, f in enumerate(self.funcs):
+            for insn in decode(f.records, f.size):
+                if insn.kind is not None:
+                    yield TableProbe(index, fi, insn.offset, insn.length, insn.kind, insn.dispoff)
+                    index += 1
+
+    def probe_name(self, p: TableProbe) -> str:
+        return f"{self.funcs[p.func].qualified}:{p.offset}"
+
+    def link_address(self, p: TableProbe) -> int:
+        return self.funcs[p.func].address + p.offset
+
+
+def digest(code: bytes, masks: Sequence[Tuple[int, int]] = ()) -> int:
+    """The table digest of a function's bytes, the fields at ``masks`` (offset, width) zeroed."""
+    if masks:
+        buf = bytearray(code)
+        for off, width in masks:
+            buf[off : off + width] = bytes(width)
+        code = bytes(buf)
+    return zlib.crc32(code) << 32 | zlib.adler32(code)
+
+
+class _Planned(NamedTuple):
+    """One function as a worker planned it (not yet numbered)."""
+
+    func: Function
+    records: bytes
+    digest: int
+    probes: int
     refused: Tuple[Refusal, ...]
 
 
-def make_plan(img: KernelImage, reports: Iterable[FunctionReport]) -> ProbePlan:
-    funcs: List[TableFunc] = []
-    entries: List[TableEntry] = []
+def _masks(img: KernelImage, func: Function) -> Tuple[List[Tuple[int, int]], str]:
+    """The fields relocations fill inside the function, as (offset, width); and why the function
+    cannot be tabled ("" when it can)."""
+    if img.e_type != "ET_REL":
+        return [], ""
+    out = []
+    for r in img.relocs_in(func.address, func.size):
+        if r.width == 0:
+            return [], f"holds a {r.type} relocation, a type kinstkit does not know"
+        out.append((r.address - func.address, r.width))
+    return out, ""
+
+
+def _reason_of(isa: Isa, code: bytes, address: int, off: int, length: int) -> Optional[str]:
+    """Why the capstone path refuses the instruction at ``off``; None when it does not."""
+    insns, _ = isa.decode(code[off : off + length + 15], address + off, length)
+    if not insns or insns[0].length != length:
+        return None
+    v = isa.classify(code[off : off + length], address + off, insns[0].mnemonic, insns[0].operands)
+    return v.reason if v.status != STATUS_OK else None
+
+
+def _fast(img: KernelImage, isa: Isa, accel, func: Function, code: bytes,
+          rule: str) -> Optional[Tuple[bytes, List[Refusal], str]]:
+    """(records, instruction refusals, function refusal) through the accelerator; None if it declines."""
+    s = accel.stream(code, func.address, func.size)
+    if s is None:
+        return None
+    if rule not in s.frame_rules:
+        return b"", [], isa.prologue_reasons[rule]
+    refused = []
+    for off, length in s.refused:
+        why = _reason_of(isa, code, func.address, off, length)
+        if why is None:
+            return None  # the accelerator and the capstone path disagree: the capstone path decides
+        refused.append(Refusal(func.qualified, off, why))
+    return s.records, refused, ""
+
+
+def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str) -> Tuple[bytes, List[Refusal], str]:
+    """(records, instruction refusals, function refusal) through the decoder of record."""
+    rep = analyse(img, func, rule, isa)
+    if not rep.eligible:
+        return b"", [], rep.reason
+    out = bytearray()
+    refused = []
+    for p in rep.probes:
+        ok = p.status == STATUS_OK
+        out += isa.stream_record(p.length, p.kind if ok else None, p.md.dispoff if ok else 0, ())
+        if not ok:
+            refused.append(Refusal(rep.qualified, p.offset, p.reason))
+    return bytes(out), refused, ""
+
+
+def _with_masks(isa: Isa, records: bytes, size: int, masks: Sequence[Tuple[int, int]]) -> bytes:
+    """``records`` again, each instruction's record naming the relocated fields inside it."""
+    out = bytearray()
+    for insn in isa.stream_decode(records, None):
+        mine = [(a - insn.offset, w) for a, w in masks if insn.offset <= a < insn.offset + insn.length]
+        out += isa.stream_record(insn.length, insn.kind, insn.dispoff, mine)
+    return bytes(out)
+
+
+def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE_RULE,
+                  accel=None) -> _Planned:
+    """One function's records, digest and refusals."""
+    isa = img.isa
+    why = excluded(func.name, isa.name, isa.md_excluded)
+    if why:
+        return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
+    masks, why = _masks(img, func)
+    if why:
+        return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
+    code = function_code(img, func)
+    result = _fast(img, isa, accel, func, code, rule) if accel is not None else None
+    records, refused, why = result if result is not None else _capstone(img, isa, func, rule)
+    if why:
+        return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
+    if masks:
+        records = _with_masks(isa, records, func.size, masks)
+    probes = sum(1 for insn in isa.stream_decode(records, None) if insn.kind is not None)
+    return _Planned(func, records, digest(code[: func.size], masks), probes, tuple(refused))
+
+
+def _plan_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, fast: bool) -> List[_Planned]:
+    accel = None
+    if fast and img.isa.accelerator:
+        accel = importlib.import_module(img.isa.accelerator)
+    return [plan_function(img, f, rule, accel) for f in funcs]
+
+
+def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_PROLOGUE_RULE, *,
+              fast: bool = True, jobs: int = 1) -> ProbePlan:
+    """The plan for ``funcs`` of ``img``; ``fast`` lets the ISA's accelerator carry the bulk."""
+    funcs = sorted(funcs, key=lambda f: (f.address, f.name))
+    out: List[PlanFunc] = []
     refused: List[Refusal] = []
-    for rep in sorted(reports, key=lambda r: (r.address, r.name)):
-        if not rep.eligible:
-            refused.append(Refusal(rep.qualified, -1, rep.reason))
-            continue
-        first = len(entries)
-        for p in rep.probes:
-            if p.status != STATUS_OK:
-                refused.append(Refusal(rep.qualified, p.offset, p.reason))
-                continue
-            entries.append(TableEntry(len(funcs), p.offset, p.kind, p.md, p.bytes))
-        if len(entries) > first:
-            funcs.append(TableFunc(rep.name, rep.qualified, rep.address, rep.size, first, len(entries) - first))
+    first = 0
+    work = functools.partial(_plan_chunk, rule=rule, fast=fast)
+    for chunk in map_chunks(img, funcs, work, jobs):
+        for p in chunk:
+            refused.extend(p.refused)
+            if p.probes:
+                f = p.func
+                out.append(PlanFunc(f.name, f.qualified, f.address, f.size, p.digest, p.records, first, p.probes))
+                first += p.probes
     return ProbePlan(
         arch=img.isa.name,
         image=img.path,
         e_type=img.e_type,
         build_id=img.build_id or "",
         sha256=img.sha256(),
-        funcs=tuple(funcs),
-        entries=tuple(entries),
+        funcs=tuple(out),
         refused=tuple(refused),
     )

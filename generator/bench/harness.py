@@ -66,7 +66,7 @@ def bench_harness(out_dir: Path = BENCH_RESULTS, calls: int = 100_000, repeat: i
                 prefix = Path(tmp) / "hits"
                 r = run_command([str(work / "hot_main"), fn, str(calls)], audit_env(builds[fn].lib, prefix, "probe"))
                 probed = _bench_out(r, "hot_main " + fn + " (probed)")
-                hits = sum(read_hits(prefix, len(builds[fn].plan.entries))[0])
+                hits = sum(read_hits(prefix, len(builds[fn].probes))[0])
             if probed.get("sum") != plain.get("sum"):
                 raise UserError(f"bench: {fn} computed a different result under the harness")
             samples[fn].append({
@@ -79,7 +79,7 @@ def bench_harness(out_dir: Path = BENCH_RESULTS, calls: int = 100_000, repeat: i
         ns = statistics.median(s["ns_per_hit"] for s in samples[fn])
         harness[fn] = {
             "what": what,
-            "probes": len(builds[fn].plan.entries),
+            "probes": len(builds[fn].probes),
             "calls": calls,
             "hits": samples[fn][0]["hits"],
             "hits_per_call": samples[fn][0]["hits"] / calls,

@@ -49,9 +49,9 @@ class Provider:
 PROVIDERS: Dict[str, Provider] = {
     "kinst": Provider(
         "kinst",
-        plain=("kinst.c", "kinst.h", "kinst_target.h", "amd64/kinst_core.c", "amd64/kinst_core.h",
-               "amd64/kinst_isa.c"),
-        portable=("amd64/kinst_core.c", "kinst_table.c", "kinst_target.c"),
+        plain=("kinst.c", "kinst.h", "kinst_funcs.c", "kinst_funcs.h", "kinst_target.h", "amd64/kinst_core.c",
+               "amd64/kinst_core.h", "amd64/kinst_isa.c"),
+        portable=("kinst_funcs.c", "amd64/kinst_core.c", "kinst_table.c", "kinst_target.c"),
         includes=(".", "amd64"),
         table="kinst_table.c",
     ),

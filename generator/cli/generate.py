@@ -36,7 +36,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise UserError("--module is a dtmalloc option; kinst tables one image, named with --kernel")
         functions = args.function or ([] if args.all else [DEFAULT_FUNCTION])
         plan, paths = kinst.generate(kernel, functions, args.all, out)
-        sys.stdout.write(f"{len(plan.entries)} probes in {len(plan.funcs)} functions, {len(plan.refused)} refused\n")
+        sys.stdout.write(f"{plan.nprobes} probes in {len(plan.funcs)} functions, {len(plan.refused)} refused\n")
     else:
         from generator.providers.dtmalloc import generate as dtmalloc
 

@@ -22,6 +22,8 @@ def add_parsers(sub) -> None:
         ),
     )
     p.add_argument("--elf", required=True, help="the program or shared library to probe")
+    p.add_argument("--table-from", help="make the table from this object (a .ko-style ld -r object, or another "
+                   "build of the same code) and place it in --elf function by function, by name and size")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--function", action="append", default=[], help="a function to probe (repeatable)")
     which.add_argument("--all", action="store_true", help="every eligible instruction of every function")
@@ -50,7 +52,8 @@ def cmd_harness(args: argparse.Namespace) -> int:
         command = shlex.split(args.command_line)
     if not args.function and not args.all:
         raise UserError("name the probes: --function F (repeatable) or --all")
-    res = run_harness(args.elf, command, args.function, args.all, verify=args.verify, timeout=args.timeout)
+    res = run_harness(args.elf, command, args.function, args.all, verify=args.verify, timeout=args.timeout,
+                      table_from=args.table_from)
     if args.json:
         sys.stdout.write(json.dumps(res.to_json(), indent=None, sort_keys=False) + "\n")
     else:

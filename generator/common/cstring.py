@@ -54,3 +54,28 @@ def c_bytes(b: bytes) -> str:
 def c_comment(text: str) -> str:
     """``text`` made safe inside a C block comment: a ``*/`` in it would end the comment early."""
     return text.replace("*/", "*\\/")
+
+
+def _blob_escapes() -> List[str]:
+    out = []
+    for b in range(256):
+        ch = chr(b)
+        out.append(ch if 0x20 <= b < 0x7F and ch not in '"\\?' else f"\\{b:03o}")
+    return out
+
+
+_BLOB = _blob_escapes()
+
+
+def c_blob(data: bytes, per_line: int = 18, indent: str = "\n\t") -> str:
+    """``data`` as adjacent C string literals, ``per_line`` bytes each: how a table's blobs are emitted.
+
+    Compilers read a long string literal far faster than one initializer
+    per byte.  Every escape is a three-digit octal one, so a digit after it
+    can never join it.
+    """
+    if not data:
+        return '""'
+    esc = _BLOB
+    lines = ['"' + "".join([esc[b] for b in data[i : i + per_line]]) + '"' for i in range(0, len(data), per_line)]
+    return indent.join(lines)

@@ -240,6 +240,7 @@ class Reloc:
     symbol: str  # symbol name ("" for a section symbol without a name)
     addend: int
     resolved: bool  # True when applied: a type we apply, against a symbol defined here
+    width: int = 4  # bytes of the field it fills (0: a type kinstkit does not know)
 
 
 class _Sym(NamedTuple):
@@ -481,7 +482,7 @@ class KernelImage:
                 sym = syms[symidx]
                 value, resolved = self._symbol_address(sym)
                 resolved = resolved and applied
-                reloc = Reloc(s.addr + r_offset, name, self._reloc_symbol_name(sym), addend, resolved)
+                reloc = Reloc(s.addr + r_offset, name, self._reloc_symbol_name(sym), addend, resolved, width)
                 yield reloc, width, pcrel, value + addend
 
     def _reloc_symbol_name(self, sym: _Sym) -> str:

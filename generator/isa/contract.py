@@ -24,7 +24,7 @@ An ISA provides:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
 STATUS_OK = "ok"
 STATUS_SKIP = "skip"
@@ -51,6 +51,16 @@ class Verdict(NamedTuple):
     target: Optional[int]  # direct branch or call target, when the bytes say it
 
 
+class StreamInsn(NamedTuple):
+    """One instruction as a compact table records it (the ISA's ``stream_decode``)."""
+
+    offset: int  # from the function symbol
+    length: int
+    kind: Optional[str]  # one of the ISA's table kinds; None: refused, no probe
+    dispoff: int  # riprel: where the rel32 is in the instruction (0 otherwise)
+    masks: Tuple[Tuple[int, int], ...]  # (offset, width) of fields a relocation fills
+
+
 class TableKind(NamedTuple):
     """One way a hit resumes, as the generated C enum spells it."""
 
@@ -59,19 +69,22 @@ class TableKind(NamedTuple):
     doc: str
 
 
-class FlagBit(NamedTuple):
-    """One per-probe flag bit, as the generated C header defines it."""
+class CConst(NamedTuple):
+    """One constant the generated C header defines: a flag bit, a record code."""
 
     c_name: str
     value: int
     doc: str
 
 
+FlagBit = CConst  # a per-probe flag bit of the probe metadata
+
+
 class RelocType(NamedTuple):
     """A relocation type the image reader knows for this ISA."""
 
     name: str  # R_X86_64_PC32
-    width: int  # bytes of the field it fills (1 for types not applied)
+    width: int  # bytes of the field it fills (0: a type kinstkit does not know)
     pcrel: bool  # S + A - P rather than S + A
     applied: bool  # False: listed so its field is never read as final, but not applied
 
@@ -103,6 +116,7 @@ class Isa:
     md_excluded: Mapping[str, str]  # kinst_md_excluded(): function name -> reason
     table_kinds: Tuple[TableKind, ...]  # in the order of their C enum values
     flag_bits: Tuple[FlagBit, ...]  # per-probe flag bits of the probe metadata
+    record_codes: Tuple[CConst, ...]  # the compact table's record codes beyond the table kinds
     prologue_reasons: Mapping[str, str]  # prologue rule -> why a function fails it
     reloc_type: Callable[[int], Optional[RelocType]]  # r_type -> its record; None for R_*_NONE
     oracle: OracleQuirks
@@ -112,6 +126,8 @@ class Isa:
     frame_verdict: Callable[[Sequence[Insn], bytes, str], str]
     skip_md: Callable[[int], Any]  # the probe metadata of an instruction of this length that is refused
     table_row: Callable[[Any], Dict[str, object]]  # probe metadata -> the generated table's fields
+    stream_record: Callable[[int, Optional[str], int, Sequence[Tuple[int, int]]], bytes]  # length, kind, dispoff, masks
+    stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
     accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
 
     def __repr__(self) -> str:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import os
 import shlex
+import struct
+from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from generator import isa as isa_registry
 from generator.analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
 from generator.analysis.plan import ProbePlan, make_plan
-from generator.analysis.probes import analyse
-from generator.common.cstring import c_bytes
+from generator.common.cstring import c_blob
 from generator.common.defaults import DEFAULT_PROLOGUE_RULE
 from generator.common.paths import SYS_MODULES
 from generator.image.elf import KernelImage
@@ -36,42 +37,73 @@ OUTDATED = ("kinst_glue.c", "kinst_core.c", "kinst_core.h")
 CORE_TEMPLATES = ("kinst_encoding.h.j2", "kinst_table.c.j2", "kinst_refused.txt.j2")
 
 
+# The function record of a table: little-endian fields, in this order (kinst_funcs.c reads them
+# at the offsets kinst_encoding.h defines from FUNC_FIELDS).
+FUNC_RECORD = struct.Struct("<QQIIII")
+FUNC_FIELDS = (
+    ("KINST_FUNC_ADDR_OFF", "link-time address (st_value)"),
+    ("KINST_FUNC_DIGEST_OFF", "CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed"),
+    ("KINST_FUNC_SIZE_OFF", "st_size"),
+    ("KINST_FUNC_NAME_OFF", "offset of its name in the names blob"),
+    ("KINST_FUNC_RECORDS_OFF", "offset of its first instruction record"),
+    ("KINST_FUNC_FIRST_OFF", "table index of its first probe"),
+)
+
+
 def build_plan(kernel: str, functions: Sequence[str], all_functions: bool,
-               rule: str = DEFAULT_PROLOGUE_RULE) -> ProbePlan:
+               rule: str = DEFAULT_PROLOGUE_RULE, jobs: int = 0) -> ProbePlan:
     img = KernelImage.open(kernel)
     funcs = img.functions() if all_functions else [img.lookup(f) for f in functions]
-    return make_plan(img, [analyse(img, f, rule, img.isa) for f in funcs])
+    return make_plan(img, funcs, rule, jobs=jobs if all_functions else 1)
+
+
+def _field_offsets() -> List[Dict[str, object]]:
+    offsets, off = [], 0
+    for (name, doc), code in zip(FUNC_FIELDS, FUNC_RECORD.format[1:]):
+        offsets.append({"name": name, "value": off, "doc": doc})
+        off += struct.calcsize("<" + code)
+    return offsets
+
+
+def table_blobs(plan: ProbePlan) -> Dict[str, bytes]:
+    """The table's four blobs: function records, their order by name, the names, the instruction records."""
+    names = bytearray()
+    name_at: Dict[str, int] = {}
+    records = bytearray()
+    funcs = bytearray()
+    for f in plan.funcs:
+        if f.name not in name_at:
+            name_at[f.name] = len(names)
+            names += f.name.encode("utf-8") + b"\0"
+        funcs += FUNC_RECORD.pack(f.address, f.digest, f.size, name_at[f.name], len(records), f.first)
+        records += f.records
+    keys = [f.name.encode("utf-8") for f in plan.funcs]
+    # strcmp() order: bytes, then index so that equal names keep table order.
+    byname = sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    return {"funcs": bytes(funcs), "byname": struct.pack(f"<{len(byname)}I", *byname), "names": bytes(names),
+            "records": bytes(records)}
 
 
 def context(plan: ProbePlan) -> Dict[str, Any]:
     """Template variables: every value pre-formatted, so templates stay logic-free."""
     isa = isa_registry.by_name(plan.arch)
-    funcs = [
-        {"name": f.name, "addr": f"{f.address:#x}", "size": f.size, "first": f.first, "count": f.count}
-        for f in plan.funcs
-    ]
-    entries = [
-        {
-            "probe": f"{plan.funcs[e.func].qualified}:{e.offset}",
-            "func": e.func,
-            "offset": e.offset,
-            "kind": isa.table_kinds[isa.kind_index(e.kind)].c_name,
-            "orig": c_bytes(e.orig),
-            **isa.table_row(e.md),
-        }
-        for e in plan.entries
-    ]
+    blobs = table_blobs(plan)
     return {
         "image": plan.image,
         "build_id": plan.build_id,
-        "funcs": funcs,
-        "entries": entries,
+        "nfuncs": len(plan.funcs),
+        "nprobes": plan.nprobes,
+        **{f"{k}_blob": c_blob(v) for k, v in blobs.items()},
+        **{f"{k}_size": len(v) for k, v in blobs.items()},
         "refused": plan.refused,
         "refused_count": len(plan.refused),
         "patchval": isa.patchval,
         "tramp_size": isa.tramp_size,
         "flags": [{"name": f.c_name, "value": f.value, "doc": f.doc} for f in isa.flag_bits],
         "kinds": [{"name": k.c_name, "value": i, "doc": k.doc} for i, k in enumerate(isa.table_kinds)],
+        "record_codes": [{"name": c.c_name, "value": c.value, "doc": c.doc} for c in isa.record_codes],
+        "func_recsize": FUNC_RECORD.size,
+        "func_fields": _field_offsets(),
         **glue_context(plan, isa.md_excluded),
     }
 
@@ -97,15 +129,14 @@ def glue_context(plan: ProbePlan, md_excluded: Mapping[str, str]) -> Dict[str, A
     # the image), else one whose name is unique in the table.
     anchor = next((i for i, f in enumerate(plan.funcs) if f.qualified == f.name), -1)
     if anchor < 0:
-        anchor = next((i for i, n in enumerate(names) if names.count(n) == 1), -1)
+        counts = Counter(names)
+        anchor = next((i for i, n in enumerate(names) if counts[n] == 1), -1)
     return {
         "module_file": file_name,
         "dtrace_module": dtrace_module,
         "table_is_kernel": int(is_kernel),
         "anchor": anchor,
         "anchor_name": names[anchor] if anchor >= 0 else "none",
-        # strcmp() order: bytes, then index so that equal names keep table order.
-        "byname": sorted(range(len(names)), key=lambda i: (names[i].encode("utf-8"), i)),
         "excluded_names": [{"name": n, "why": w} for n, w in sorted(excluded_names(md_excluded).items())],
         "excluded_prefixes": [{"name": p, "why": w} for p, w in EXCLUDED_PREFIXES],
         "excluded_exceptions": list(EXCLUDED_EXCEPTIONS),

@@ -35,6 +35,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator import isa as isa_registry
 from generator.common.errors import UserError
+from generator.image.elf import KernelImage
 from generator.run.audit import audit_env, read_dumps
 from generator.run.process import run_command
 
@@ -265,7 +266,7 @@ def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeo
     ``build`` is the harness's ``Build``: the plan, the library and the target's layout.
     """
     t0 = time.perf_counter()
-    elf = build.plan.image
+    elf = build.elf
     quirks = isa_registry.by_name(build.plan.arch).oracle
     prefix = workdir / "locate"
     # LD_PRELOAD, not LD_AUDIT: an audit namespace maps a second libc, and
@@ -281,10 +282,11 @@ def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeo
     executed = 0
     executions = 0
     per_entry: List[int] = []
-    for i, e in enumerate(build.plan.entries):
+    target = KernelImage.open(build.elf)
+    for i, e in enumerate(build.probes):
         a = build.link_address(i)
         n = total.ir.get(a, 0)
-        if n and quirks.repeats_in_place(e.orig):
+        if n and quirks.repeats_in_place(target.read(a, e.length)):
             n -= total.self_jumps.get(a, 0)
         per_entry.append(n)
         if n:
@@ -298,13 +300,13 @@ def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeo
             mismatches.append({"probe": build.probe_name(i), "address": f"{a:#x}", "kind": e.kind,
                                "harness": hits[i], "callgrind": n})
     jcc = {}
-    for i, e in enumerate(build.plan.entries):
+    for i, e in enumerate(build.probes):
         j = total.jcnd.get(build.link_address(i))
         if j is not None and e.kind in quirks.conditional_kinds:
             jcc[i] = j
     return {
         "equal": not mismatches and not errors,
-        "compared": len(build.plan.entries),
+        "compared": len(build.probes),
         "executed": executed,
         "instructions": executions,
         "mismatches": mismatches,
@@ -316,6 +318,6 @@ def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeo
         "exit_status": vrun.status,
         "seconds": round(time.perf_counter() - t0, 3),
         "per_entry": per_entry,
-        "jcc": {build.probe_name(i): {"taken": t, "executed": x, "kind": build.plan.entries[i].kind}
+        "jcc": {build.probe_name(i): {"taken": t, "executed": x, "kind": build.probes[i].kind}
                 for i, (t, x) in jcc.items()},
     }

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 import shlex
 import shutil
 import subprocess
@@ -36,7 +37,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator import isa as isa_registry
-from generator.analysis.plan import ProbePlan
+from generator.analysis.plan import ProbePlan, TableProbe
+from generator.common.cstring import c_blob
 from generator.common.errors import UserError
 from generator.common.paths import BUILD, SYS_MODULES, TEMPLATE_DIR
 from generator.image.elf import KernelImage
@@ -102,27 +104,63 @@ def layout(path: str) -> Layout:
 
 @dataclass(frozen=True)
 class Build:
+    elf: str  # the program or library probed
     dir: Path
     lib: Path
     plan: ProbePlan
     layout: Layout
+    probes: Tuple[TableProbe, ...]  # the table's probes, in table order
+    target_addr: Tuple[int, ...]  # per plan function: its link address in the target, 0 if absent
+    notes: Tuple[str, ...]  # table functions that could not be placed in the target, and why
 
     def probe_name(self, idx: int) -> str:
-        e = self.plan.entries[idx]
-        return f"{self.plan.funcs[e.func].qualified}:{e.offset}"
+        return self.plan.probe_name(self.probes[idx])
 
     def link_address(self, idx: int) -> int:
-        e = self.plan.entries[idx]
-        return self.plan.funcs[e.func].address + e.offset
+        """Where probe ``idx`` is in the target (which --table-from may make another build of the code)."""
+        p = self.probes[idx]
+        return self.target_addr[p.func] + p.offset
 
 
-def command_line(elf: str, functions: Sequence[str], all_functions: bool) -> str:
+def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_from: Optional[str] = None) -> str:
     words = ["python", "-m", "generator", "harness", "--elf", elf]
+    words += ["--table-from", table_from] if table_from else []
     words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
     return " ".join(shlex.quote(w) for w in words)
 
 
-def glue_context(elf: str, lay: Layout) -> Dict[str, object]:
+def resolve_functions(plan: ProbePlan, elf: str) -> Tuple[Tuple[int, ...], List[str]]:
+    """Each table function's link address in ``elf``, found by name and size the way the module glue
+    finds a table's functions in a linker file; 0 and a note for one it cannot place.
+
+    Same-named functions of the same size pair up in address order: the k-th
+    copy in the table with the k-th copy in the target.
+    """
+    if plan.image == elf:
+        return tuple(f.address for f in plan.funcs), []
+    target: Dict[Tuple[str, int], List[int]] = {}
+    for f in KernelImage.open(elf).functions():
+        for name in (f.name, *f.aliases):
+            target.setdefault((name, f.size), []).append(f.address)
+    seen: Dict[Tuple[str, int], int] = {}
+    out, notes = [], []
+    for f in plan.funcs:
+        key = (f.name, f.size)
+        k = seen.get(key, 0)
+        seen[key] = k + 1
+        cands = sorted(target.get(key, []))
+        copies = sum(1 for g in plan.funcs if (g.name, g.size) == key)
+        if k < len(cands) and len(cands) == copies:
+            out.append(cands[k])
+            continue
+        out.append(0)
+        why = ("absent from the target" if not cands else
+               f"{len(cands)} functions of that name and size in the target, {copies} in the table")
+        notes.append(f"{f.qualified} ({f.size} bytes): {why}; its probes are not placed")
+    return tuple(out), notes
+
+
+def glue_context(elf: str, lay: Layout, target_addr: Sequence[int]) -> Dict[str, object]:
     lo = min(v for v, _, _ in lay.segments)
     hi = max(v + m for v, m, _ in lay.segments)
     return {
@@ -133,20 +171,30 @@ def glue_context(elf: str, lay: Layout) -> Dict[str, object]:
         "build_id_vaddr": f"{lay.build_id_vaddr:#x}" if lay.build_id else "",
         "build_id_len": len(lay.build_id),
         "build_id_bytes": "{ " + ", ".join(f"{b:#04x}" for b in lay.build_id) + " }",
+        "func_addr_blob": c_blob(struct.pack(f"<{len(target_addr)}Q", *target_addr)),
+        "func_addr_size": 8 * len(target_addr),
     }
 
 
-def plain_dirs(arch: str) -> Tuple[Path, Path]:
-    """The hand-written C the library is built from, for ``arch``: the module's core, the harness glue."""
+def plain_sources(arch: str) -> List[Path]:
+    """The hand-written C the library is built from: the module's portable core and the harness glue."""
     core_dir, glue_dir = CORE_DIR / arch, GLUE_DIR / arch
     for d, what in ((core_dir, "kinst core"), (glue_dir, "harness glue")):
         if not d.is_dir():
             raise UserError(f"{d}: no hand-written {what} for {arch}; the harness runs amd64 code")
-    return core_dir, glue_dir
+    core = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
+    core += [core_dir / n for n in ("kinst_core.c", "kinst_core.h")]
+    return core + sorted(p for p in glue_dir.iterdir() if p.suffix in (".c", ".h"))
 
 
-def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan=None) -> Build:
-    """Render and compile the audit library for ``elf`` (cached by content)."""
+def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
+          table_from: Optional[str] = None) -> Build:
+    """Render and compile the audit library for ``elf`` (cached by content).
+
+    The table is made from ``elf`` itself, or from ``table_from`` (another
+    build of the same code, such as a ``.ko``-style ``ld -r`` object) and
+    placed in ``elf`` function by function.
+    """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")
     if not os.path.exists(elf):
@@ -157,36 +205,40 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     lay = layout(elf)
     given = plan
     if plan is None:
-        plan = kinst.build_plan(elf, functions, all_functions)
-    command = command_line(elf, functions, all_functions) + ("" if given is None else " (table supplied by the caller)")
-    ctx = glue_context(elf, lay)
-    core_dir, glue_dir = plain_dirs(plan.arch)
-    sources = [str(core_dir / "kinst_core.c"), "kinst_table.c", str(glue_dir / "kinst_harness.c")]
-    includes = ["-I.", f"-I{core_dir}"]  # the rendered headers first, then the core's
+        plan = kinst.build_plan(table_from or elf, functions, all_functions)
+    target_addr, notes = resolve_functions(plan, elf)
+    command = command_line(elf, functions, all_functions, table_from)
+    command += "" if given is None else " (table supplied by the caller)"
+    ctx = glue_context(elf, lay, target_addr)
+    plain = plain_sources(plan.arch)
+    sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c"]
     h = hashlib.sha256()
-    for part in (repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc,
-                 " ".join(includes + sources)):
+    for part in (repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)):
         h.update(part.encode() + b"\0")
     for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2")) + sorted((TEMPLATE_DIR / "harness").glob("*.j2")):
         h.update(t.read_bytes())
-    for f in sorted(f for d in (core_dir, glue_dir) for f in d.iterdir() if f.suffix in (".c", ".h")):
+    for f in plain:
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     out = BUILD_DIR / h.hexdigest()[:16]
     lib = out / LIB_NAME
     if not lib.exists():
         inputs = [Input(plan.image, plan.build_id, plan.sha256)]
+        # One directory holds everything, so that every #include "..." finds this build's files.
+        out.mkdir(parents=True, exist_ok=True)
+        for f in plain:
+            shutil.copyfile(f, out / f.name)
         kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
         render_tree("harness", out, ctx, inputs, command, only=("kinst_harness_target.h.j2",))
         tmp = out / f".{LIB_NAME}.{os.getpid()}"
-        cmd = [cc, *CFLAGS, *includes, "-o", str(tmp.name), *sources]
-        shown = " ".join(shlex.quote(w) for w in [cc, *CFLAGS, *includes, "-o", LIB_NAME, *sources])
+        cmd = [cc, *CFLAGS, "-I.", "-o", str(tmp.name), *sources]
+        shown = " ".join(shlex.quote(w) for w in [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources])
         (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shown}\n')
         proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
             raise UserError(f"compiling the harness library failed in {out}: {first}")
         os.replace(tmp, lib)
-    return Build(out, lib, plan, lay)
+    return Build(elf, out, lib, plan, lay, tuple(plan.probes()), target_addr, tuple(notes))
 
 
 # -- running ----------------------------------------------------------------------
@@ -289,19 +341,20 @@ def run_harness(
     plan=None,
     verify: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    table_from: Optional[str] = None,
 ) -> Result:
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
         raise UserError("no command to run: give it after --, e.g. harness --elf LIB --all -- python3 -c '...'")
     if verify:
         callgrind.require_valgrind()
-    b = build(elf, functions, all_functions, plan)
+    b = build(elf, functions, all_functions, plan, table_from)
     with tempfile.TemporaryDirectory(prefix="kinst-harness-") as tmp:
         prefix = Path(tmp) / "hits"
         plain = run_command(command, dict(os.environ), timeout)
         probed = run_command(command, audit_env(b.lib, prefix, "probe"), timeout)
         dumps = [d for d in read_dumps(prefix) if d.mode == "probe"]
-        hits, problems = read_hits(prefix, len(b.plan.entries))
+        hits, problems = read_hits(prefix, len(b.probes))
         res = _result(b, elf, command, plain, probed, dumps, hits, problems)
         if verify:
             res.verify = callgrind.compare(b, command, res.hits, Path(tmp), timeout)
@@ -312,11 +365,11 @@ def _result(
     b: Build, elf: str, command: Sequence[str], plain: Run, probed: Run, dumps: List[Dump], hits: List[int],
     problems: List[str],
 ) -> Result:
-    n = len(b.plan.entries)
+    n = len(b.probes)
     errors = list(problems)
     refused: Dict[Tuple[int, str], None] = {}
     placed = 0
-    notes: List[str] = []
+    notes: List[str] = list(b.notes)
     instances: List[Dict[str, int]] = []
     for d in dumps:
         if not d.complete:
@@ -346,7 +399,7 @@ def _result(
         refused=[{"probe": b.probe_name(i), "reason": why} for i, why in refused],
         notes=notes,
         hits=hits,
-        kinds=[e.kind for e in b.plan.entries],
+        kinds=[p.kind for p in b.probes],
         table_kinds=[k.kind for k in isa_registry.by_name(b.plan.arch).table_kinds],
         plain=plain,
         probed=probed,

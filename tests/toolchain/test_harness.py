@@ -30,6 +30,7 @@ from typing import Dict, List
 import pytest
 
 from generator.common.errors import UserError
+from generator.image.elf import KernelImage
 from generator.common.paths import BUILD
 from helpers.paths import HARNESS_FIXTURES as FIXTURES
 from helpers.skips import missing, require_system_library, require_tool
@@ -209,7 +210,8 @@ def test_fixture_every_class_matches_callgrind(cc, gcc, valgrind):
     from generator.run.harness import build
 
     b = build(str(fx["lib"]), all_functions=True)
-    hit_bytes = [e.orig.hex() for e, n in zip(b.plan.entries, res.hits) if n]
+    img = KernelImage.open(str(fx["lib"]))
+    hit_bytes = [img.read(b.link_address(i), p.length).hex() for i, (p, n) in enumerate(zip(b.probes, res.hits)) if n]
     for prefix, what in PLANTED.items():
         assert any(h.startswith(prefix) for h in hit_bytes), f"{what} ({prefix}) not probed or never ran"
 
@@ -269,43 +271,78 @@ def test_foreign_trap_reaches_the_programs_handler(kfix):
 # -- negative tests: the comparison can fail -----------------------------------------------------
 
 
-def _entry(plan, func: str, orig_prefix: str) -> int:
-    for i, e in enumerate(plan.entries):
-        if plan.funcs[e.func].name == func and e.orig.hex().startswith(orig_prefix):
-            return i
-    raise AssertionError(f"no {orig_prefix} in {func}")
+def _probe(plan, func: str, prefix: str):
+    """The first probe of ``func`` whose instruction bytes start with ``prefix`` (hex)."""
+    img = KernelImage.open(plan.image)
+    for p in plan.probes():
+        if plan.funcs[p.func].name == func and img.read(plan.link_address(p), p.length).hex().startswith(prefix):
+            return p
+    raise AssertionError(f"no {prefix} in {func}")
 
 
-def _with_entry(plan, idx: int, md=None, **changes):
-    """The plan with entry ``idx`` changed: its own fields, or (``md``) fields of its probe metadata."""
-    entries = list(plan.entries)
-    if md:
-        changes["md"] = entries[idx].md._replace(**md)
-    entries[idx] = entries[idx]._replace(**changes)
-    return dataclasses.replace(plan, entries=tuple(entries))
+def _with_record(plan, probe, kind=None, length=None):
+    """The plan with one instruction's record rewritten: another kind or another length."""
+    from generator.isa import by_name
+
+    isa = by_name(plan.arch)
+    f = plan.funcs[probe.func]
+    out = b""
+    for insn in isa.stream_decode(f.records, None):
+        if insn.offset == probe.offset:
+            insn = insn._replace(kind=kind or insn.kind, length=length or insn.length)
+        out += isa.stream_record(insn.length, insn.kind, insn.dispoff, insn.masks)
+    funcs = list(plan.funcs)
+    funcs[probe.func] = f._replace(records=out)
+    return dataclasses.replace(plan, funcs=tuple(funcs))
 
 
-def test_corrupted_template_makes_the_run_fail(kfix):
-    """A wrong trampoline instruction (lea 1(...) -> lea 2(...) in kfix_leaf) changes the output: FAIL."""
+def test_a_call_recorded_as_a_plain_instruction_makes_the_run_fail(kfix):
+    """call rel32 run from the trampoline reaches the wrong place: a wrong record is caught, whatever it does."""
     from generator.providers.kinst import build_plan
 
     plan = build_plan(str(kfix["lib"]), [], True)
-    i = _entry(plan, "kfix_leaf", "488d447f01")
-    t = bytearray(plan.entries[i].md.template)
-    t[4] = 2
-    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, md=dict(template=bytes(t))))
-    assert not res.identical and not res.ok
-    assert any(d.startswith("stdout differs") for d in res.differences)
-
-
-def test_corrupted_call_entry_makes_the_run_fail(kfix):
-    """A direct call emulated to the wrong target (kfix_leaf + 1 byte) is caught, whatever it does."""
-    from generator.providers.kinst import build_plan
-
-    plan = build_plan(str(kfix["lib"]), [], True)
-    i = _entry(plan, "kfix_asm_calls", "e8")
-    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, md=dict(disp=plan.entries[i].md.disp + 1)), timeout=60)
+    p = _probe(plan, "kfix_asm_calls", "e8")
+    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="trampoline"), timeout=60)
     assert not res.ok and res.differences
+
+
+def test_a_wrong_length_makes_the_run_fail(kfix):
+    """One record a byte short: every later probe of the function lands inside an instruction."""
+    from generator.providers.kinst import build_plan
+
+    plan = build_plan(str(kfix["lib"]), [], True)
+    p = _probe(plan, "kfix_leaf", "488d447f01")
+    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, length=p.length - 1), timeout=60)
+    assert not res.ok
+
+
+def test_a_record_that_contradicts_the_bytes_is_refused(kfix):
+    """A direct call recorded as a jmp rel32: the core checks the opcode and refuses that probe, with why."""
+    from generator.providers.kinst import build_plan
+
+    plan = build_plan(str(kfix["lib"]), [], True)
+    p = _probe(plan, "kfix_asm_calls", "e8")
+    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="jmp-rel32"))
+    assert res.identical and not res.errors
+    assert res.refused == [{"probe": plan.probe_name(p),
+                            "reason": f"the record of kfix_asm_calls:{p.offset} contradicts the live instruction"}]
+    assert res.placed == res.tabled - 1
+
+
+def test_a_digest_mismatch_skips_the_function_and_names_it(kfix):
+    """The table's digest of kfix_leaf is off by one: its probes are refused, the rest still run."""
+    from generator.providers.kinst import build_plan
+
+    plan = build_plan(str(kfix["lib"]), [], True)
+    fi = next(i for i, f in enumerate(plan.funcs) if f.name == "kfix_leaf")
+    funcs = list(plan.funcs)
+    funcs[fi] = funcs[fi]._replace(digest=funcs[fi].digest ^ 1)
+    res = run(kfix["lib"], [kfix["linked"], 50], plan=dataclasses.replace(plan, funcs=tuple(funcs)))
+    assert res.identical and not res.errors
+    reasons = {r["reason"] for r in res.refused}
+    assert reasons == {"digest: the live bytes of kfix_leaf differ from the table's"}
+    assert len(res.refused) == plan.funcs[fi].probes
+    assert res.placed == res.tabled - plan.funcs[fi].probes and sum(res.hits) > 0
 
 
 def test_output_that_differs_between_runs_fails(kfix):
@@ -313,20 +350,6 @@ def test_output_that_differs_between_runs_fails(kfix):
     assert not res.identical and not res.ok
     assert res.differences == [res.differences[0]] and res.differences[0].startswith("stdout differs")
     assert any("never mapped" in e for e in res.errors)
-
-
-def test_byte_check_refuses_a_probe_whose_bytes_differ(kfix):
-    """The table says 90 where the library has 55 (push %rbp): that probe is refused, with its reason."""
-    from generator.providers.kinst import build_plan
-
-    plan = build_plan(str(kfix["lib"]), [], True)
-    i = _entry(plan, "kfix_leaf", "55")
-    name = f"{plan.funcs[plan.entries[i].func].qualified}:{plan.entries[i].offset}"
-    res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_entry(plan, i, orig=b"\x90"))
-    assert res.identical and not res.errors
-    assert res.refused == [{"probe": name, "reason": "byte check: live bytes 55 differ from the table's 90"}]
-    assert res.placed == res.tabled - 1
-    assert res.hits[i] == 0 and sum(res.hits) > 0
 
 
 # -- the command line and bad input --------------------------------------------------------------
@@ -439,7 +462,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
             assert "@plt" not in target, f"{fn} reaches {target} from probe context"
             if target != fn:
                 todo.append(target)
-    assert {"kh_trap", "kh_pass_on", "kinst_core_lookup", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
+    assert {"kh_trap", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
 
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
@@ -451,7 +474,8 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     cmd = command_line(str(kfix["lib"]), [], True)
     render_plan(b.plan, tmp_path, cmd, only=CORE_TEMPLATES)
     inputs = [Input(b.plan.image, b.plan.build_id, b.plan.sha256)]
-    render_tree("harness", tmp_path, glue_context(str(kfix["lib"]), layout(str(kfix["lib"]))), inputs, cmd)
+    ctx = glue_context(str(kfix["lib"]), layout(str(kfix["lib"])), b.target_addr)
+    render_tree("harness", tmp_path, ctx, inputs, cmd)
     rendered = sorted(p.name for p in tmp_path.iterdir())
     assert rendered == ["kinst_encoding.h", "kinst_harness_target.h", "kinst_refused.txt", "kinst_table.c"]
     for name in rendered:
@@ -459,8 +483,9 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
 
 
 def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, monkeypatch):
-    """The build compiles the module's own core and the harness glue from where they are committed,
-    and a change to either is a new build directory (the cache key covers them)."""
+    """The build compiles the module's own core and the harness glue, copied unchanged beside the rendered
+    files (so that every #include finds this build's), and a change to either is a new build directory
+    (the cache key covers them)."""
     from generator.common.paths import SYS_MODULES
     from generator.run import harness
     from generator.run.harness import build
@@ -469,8 +494,10 @@ def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, mo
     line = (b.dir / "commands.sh").read_text().splitlines()[-1]
     core = SYS_MODULES / "kinst" / "amd64" / "kinst_core.c"
     glue = harness.GLUE_DIR / "amd64" / "kinst_harness.c"
-    assert str(core) in line and str(glue) in line and " kinst_table.c" in line
-    assert not (b.dir / "kinst_core.c").exists() and not (b.dir / "kinst_harness.c").exists()
+    for name in ("kinst_core.c", "kinst_harness.c", "kinst_funcs.c", "kinst_table.c"):
+        assert f" {name}" in line, name
+    assert (b.dir / "kinst_core.c").read_bytes() == core.read_bytes()
+    assert (b.dir / "kinst_harness.c").read_bytes() == glue.read_bytes()
     # The same inputs with a copy of the hand-written glue that differs in a comment: another key.
     copy = tmp_path / "harness_c"
     shutil.copytree(harness.GLUE_DIR, copy)
@@ -479,7 +506,7 @@ def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, mo
     monkeypatch.setattr(harness, "GLUE_DIR", copy)
     again = build(str(kfix["lib"]), all_functions=True)
     assert again.dir != b.dir and again.lib.exists()
-    assert str(copy / "amd64" / "kinst_harness.c") in (again.dir / "commands.sh").read_text()
+    assert (again.dir / "kinst_harness.c").read_bytes().endswith(b"/* changed */\n")
 
 
 # -- the benchmark and more real code -------------------------------------------------------------

@@ -4,6 +4,7 @@
 - ``classify``: kinst's verdict and ``struct kinst_probe_md`` per instruction,
   the region refusals and the prologue rule;
 - ``probe_md``: the metadata record, its flag bits and the table kinds;
+- ``table``: the compact table's per-instruction records;
 - ``tables``: opcode facts as data;
 - ``relocs``: x86-64 relocation types;
 - ``oracle``: how objdump and valgrind see amd64 code;
@@ -15,6 +16,7 @@ from __future__ import annotations
 from generator.isa.amd64 import classify as _classify
 from generator.isa.amd64 import decode as _decode
 from generator.isa.amd64 import probe_md as _md
+from generator.isa.amd64 import table as _table
 from generator.isa.amd64.oracle import QUIRKS
 from generator.isa.amd64.relocs import reloc_type
 from generator.isa.contract import Isa
@@ -28,6 +30,7 @@ ISA = Isa(
     md_excluded=_classify.MD_EXCLUDED,
     table_kinds=_md.TABLE_KINDS,
     flag_bits=_md.FLAG_BITS,
+    record_codes=_table.RECORD_CODES,
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=reloc_type,
     oracle=QUIRKS,
@@ -37,5 +40,7 @@ ISA = Isa(
     frame_verdict=_classify.frame_verdict,
     skip_md=_md.skip_md,
     table_row=_md.table_row,
+    stream_record=_table.record,
+    stream_decode=_table.decode,
     accelerator="generator.isa.amd64.fast",
 )

@@ -24,6 +24,8 @@ from iced_x86 import Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnem
 
 from generator.isa.amd64 import probe_md as M
 from generator.isa.amd64 import tables as T
+from generator.isa.amd64.table import REFUSED as T_REFUSED
+from generator.isa.amd64.table import RIPREL_IMM as T_RIPREL_IMM
 
 # capstone base mnemonics of tables.REFUSED -> iced mnemonics.  Far
 # call/jmp are found from their bytes (ff /3, ff /5), not by name.
@@ -202,3 +204,78 @@ def _kind(code: bytes, off: int, ln: int, ins: Instruction, mn: int) -> Optional
     if ins.is_ip_rel_memory_operand:
         return M.KIND_RIPREL
     return M.KIND_TRAMPOLINE
+
+
+class Stream(NamedTuple):
+    """A function's table records (``table.py``), as ``plan`` builds them."""
+
+    records: bytes  # one record per instruction, no masked fields
+    refused: Tuple[Tuple[int, int], ...]  # (offset, length) of each refused instruction
+    instructions: int
+    frame_rules: Tuple[str, ...]  # the prologue rules the function passes
+
+
+# Record codes (table.py) by this module's kind codes (ACTIONS values 1..).
+_RECORD = {KIND_CODES[k.kind]: i for i, k in enumerate(M.TABLE_KINDS)}
+
+
+def stream(code: bytes, address: int, limit: int) -> Optional[Stream]:
+    """The table records of the function whose bytes (plus a tail) are ``code``.
+
+    The same decisions as ``summarise`` (and None in the same cases), one
+    record per instruction instead of counts; the tests hold the records
+    equal to those the capstone path encodes.  A %rip-relative operand's
+    immediate size comes from iced's constant offsets.
+    """
+    actions = ACTIONS
+    dec = Decoder(64, code[:limit], ip=address)
+    out = bytearray()
+    refused = []
+    frame = code[:1] == b"\x55"
+    n = 0
+    for ins in dec:
+        n += 1
+        a = actions[ins.code]
+        ln = ins.len
+        off = ins.ip - address
+        if a == 0:
+            if ins.is_ip_rel_memory_operand:
+                rec = _riprel(dec, ins, ln)
+                if rec < 0:
+                    return None
+            else:
+                rec = ln - 1
+        elif a < DETAIL:
+            rec = (ln - 1) | _RECORD[a] << 4
+        elif a == REFUSE:
+            rec = (ln - 1) | T_REFUSED << 4
+            refused.append((off, ln))
+        elif a == DECLINE:
+            return None
+        else:
+            mn = ins.mnemonic
+            if mn in _GS_LOADERS and (mn == Mnemonic.LGS or ins.op0_register == _GS):
+                return None
+            kind = _kind(code, off, ln, ins, mn)
+            if kind is None:
+                rec = (ln - 1) | T_REFUSED << 4
+                refused.append((off, ln))
+            elif kind == M.KIND_RIPREL:
+                rec = _riprel(dec, ins, ln)
+                if rec < 0:
+                    return None
+            else:
+                rec = (ln - 1) | _RECORD[KIND_CODES[kind]] << 4
+        out.append(rec)
+        if not frame and code[off] == 0x55:
+            frame = True
+    first = code[:1] == b"\x55"
+    rules = ("any", "first") if first else ("any",) if frame else ()
+    return Stream(bytes(out), tuple(refused), n, rules)
+
+
+def _riprel(dec: Decoder, ins: Instruction, ln: int) -> int:
+    """The record byte of a %rip-relative instruction, or -1 when its immediate size has no code."""
+    co = dec.get_constant_offsets(ins)
+    code = T_RIPREL_IMM.get(ln - 4 - co.displacement_offset)
+    return -1 if code is None else (ln - 1) | code << 4

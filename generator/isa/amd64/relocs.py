@@ -16,23 +16,29 @@ _APPLIED = {
     11: ("R_X86_64_32S", 4, False),
     24: ("R_X86_64_PC64", 8, True),
 }
-# Types not applied (GOT, TLS, narrow fields).  They are still listed, as
-# unresolved, so that a field they fill is never read as its final value.
+# Types not applied (GOT, TLS, narrow fields), with the width of the field
+# they fill.  They are still listed, as unresolved, so that a field they fill
+# is never read as its final value, and masked where a table compares bytes.
 _UNAPPLIED = {
-    3: "R_X86_64_GOT32", 9: "R_X86_64_GOTPCREL", 12: "R_X86_64_16", 13: "R_X86_64_PC16", 14: "R_X86_64_8",
-    15: "R_X86_64_PC8", 19: "R_X86_64_TLSGD", 20: "R_X86_64_TLSLD", 21: "R_X86_64_DTPOFF32",
-    22: "R_X86_64_GOTTPOFF", 23: "R_X86_64_TPOFF32", 26: "R_X86_64_GOTPC32", 41: "R_X86_64_GOTPCRELX",
-    42: "R_X86_64_REX_GOTPCRELX",
+    3: ("R_X86_64_GOT32", 4), 9: ("R_X86_64_GOTPCREL", 4), 12: ("R_X86_64_16", 2), 13: ("R_X86_64_PC16", 2),
+    14: ("R_X86_64_8", 1), 15: ("R_X86_64_PC8", 1), 19: ("R_X86_64_TLSGD", 4), 20: ("R_X86_64_TLSLD", 4),
+    21: ("R_X86_64_DTPOFF32", 4), 22: ("R_X86_64_GOTTPOFF", 4), 23: ("R_X86_64_TPOFF32", 4),
+    26: ("R_X86_64_GOTPC32", 4), 41: ("R_X86_64_GOTPCRELX", 4), 42: ("R_X86_64_REX_GOTPCRELX", 4),
 }
 
 RELOCATIONS: Dict[int, RelocType] = {
-    **{t: RelocType(name, 1, False, False) for t, name in _UNAPPLIED.items()},
+    **{t: RelocType(name, width, False, False) for t, (name, width) in _UNAPPLIED.items()},
     **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in _APPLIED.items()},
 }
 
 
 def reloc_type(rtype: int) -> Optional[RelocType]:
-    """The relocation type ``rtype``; None for R_X86_64_NONE, which fills nothing."""
+    """The relocation type ``rtype``; None for R_X86_64_NONE, which fills nothing.
+
+    A type kinstkit does not know has width 0: nothing is applied, and a
+    table refuses a function holding one (it cannot tell which bytes the
+    loader will change).
+    """
     if rtype == R_X86_64_NONE:
         return None
-    return RELOCATIONS.get(rtype) or RelocType(f"R_X86_64_{rtype}", 1, False, False)
+    return RELOCATIONS.get(rtype) or RelocType(f"R_X86_64_{rtype}", 0, False, False)

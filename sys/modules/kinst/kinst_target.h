@@ -4,7 +4,7 @@
  * kinst_target.h: what the generated kinst_target.c defines, the image the
  * table was made for and kinst's exclusion list.  kinst_target.c is
  * rendered with the table (templates/kinst/kinst_target.c.j2) and holds
- * data only.  Include kinst_core.h first.
+ * data only.  Include kinst_funcs.h first.
  */
 
 #ifndef _KINST_TARGET_H_
@@ -27,12 +27,6 @@ extern const int	kinst_table_kernel;
  * address to a live one.  -1: none, nothing can be resolved.
  */
 extern const int	kinst_anchor;
-
-/*
- * The table's functions by name (strcmp() order, equal names in table
- * order), for lookups by symbol name; one spare entry at the end.
- */
-extern const kc_uint32_t kinst_byname[];
 
 /* One exclusion: a function name or name prefix, and why. */
 struct kinst_exclusion {

@@ -9,14 +9,19 @@
  * - la_objopen() sees every object as soon as rtld maps it, before its
  *   relocations and constructors run: the program, the libraries it needs at
  *   startup and the ones dlopen() loads later.  When the object is the image
- *   the table was made for (kh_target, in the generated
- *   kinst_harness_target.h), every table probe is checked against the live
- *   bytes (kinst_core_check), given a static trampoline within +-2 GiB of
- *   the image (kinst_core_tramp_fill, filled once) and patched with int3.
+ *   the table is placed in (kh_target, in the generated
+ *   kinst_harness_target.h, with each table function's link address there),
+ *   every table function's live bytes are checked against its digest
+ *   (kinst_core_digest_ok), each probe's metadata is derived from the live
+ *   instruction (kinst_core_derive), given a static trampoline within
+ *   +-2 GiB of the image (kinst_core_tramp_fill, filled once) and patched
+ *   with int3.  The table may have been made from another build of the same
+ *   code (harness --table-from): functions are placed by name and size, the
+ *   way the module glue finds a table's functions in a linker file.
  * - The SIGTRAP handler maps the ucontext onto struct kinst_regs, looks the
- *   probe up (kinst_core_lookup, address = %rip - 1 - load bias), counts the
- *   hit and resumes through the trampoline, or emulates a call
- *   (kinst_core_call) by pushing the return address itself.  A trap that is
+ *   probe up by its live address (%rip - 1), counts the hit and resumes
+ *   through the trampoline, or emulates a call (kinst_core_call) by pushing
+ *   the return address itself.  A trap that is
  *   not ours is passed on to the previous disposition.  Like kinst in probe
  *   context, the handler calls nothing but the core and raw system calls:
  *   never libc, never anything that could itself be probed.
@@ -74,13 +79,22 @@ struct kh_segment {
  */
 #include "kinst_harness_target.h"
 
+/* A placed probe, for the handler's binary search by live address. */
+struct kh_site {
+	uintptr_t	ks_addr;
+	uint32_t	ks_probe;	/* table index */
+};
+
 /* One mapped copy of the image. */
 struct kh_inst {
 	uintptr_t	ki_bias;	/* live address - link address */
 	uintptr_t	ki_lo;		/* live text range, for the handler */
 	uintptr_t	ki_hi;
-	uint8_t		*ki_tramp;	/* KINST_TRAMP_SIZE bytes per entry */
-	uint8_t		*ki_state;	/* KH_S_* per entry */
+	uint8_t		*ki_tramp;	/* KINST_TRAMP_SIZE bytes per probe */
+	uint8_t		*ki_state;	/* KH_S_* per probe */
+	struct kinst_md	*ki_md;		/* per probe, derived from the live bytes */
+	struct kh_site	*ki_sites;	/* placed probes, by address */
+	uint32_t	ki_nsites;
 	uint32_t	ki_placed;
 	int		ki_closed;
 };
@@ -200,6 +214,26 @@ kh_pass_on(int sig, siginfo_t *si, void *uc)
 	    kh_syscall4(SYS_gettid, 0, 0, 0, 0), sig, 0);
 }
 
+/* The table index of the probe placed at live address 'pc', or -1. */
+static long
+kh_site_find(const struct kh_inst *ki, uintptr_t pc)
+{
+	uint32_t lo, hi, mid;
+
+	lo = 0;
+	hi = ki->ki_nsites;
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (ki->ki_sites[mid].ks_addr == pc)
+			return ((long)ki->ki_sites[mid].ks_probe);
+		if (ki->ki_sites[mid].ks_addr < pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (-1);
+}
+
 /*
  * The SIGTRAP handler: probe context.  Only the core, direct memory accesses
  * and raw system calls from here on.
@@ -209,7 +243,7 @@ kh_trap(int sig, siginfo_t *si, void *arg)
 {
 	ucontext_t *uc;
 	greg_t *gr;
-	const struct kinst_entry *ke;
+	const struct kinst_md *md;
 	struct kh_inst *ki;
 	struct kinst_regs kr;
 	uint64_t pc, target, retaddr, sp;
@@ -228,7 +262,7 @@ kh_trap(int sig, siginfo_t *si, void *arg)
 			ki = &kh_insts[i];
 			if (pc - ki->ki_lo >= ki->ki_hi - ki->ki_lo)
 				continue;
-			idx = kinst_core_lookup(&kinst_table, pc - ki->ki_bias);
+			idx = kh_site_find(ki, pc);
 			if (idx >= 0 && ki->ki_state[idx] == KH_S_PLACED)
 				break;
 			idx = -1;
@@ -239,8 +273,8 @@ kh_trap(int sig, siginfo_t *si, void *arg)
 		return;
 	}
 	__atomic_fetch_add(&kh_hits[idx], 1, __ATOMIC_RELAXED);
-	ke = &kinst_table.kt_entries[idx];
-	if (!kinst_core_is_call(ke)) {
+	md = &ki->ki_md[idx];
+	if (!kinst_core_is_call(md)) {
 		gr[REG_RIP] = (greg_t)(uintptr_t)(ki->ki_tramp +
 		    (uintptr_t)idx * KINST_TRAMP_SIZE);
 		return;
@@ -263,7 +297,7 @@ kh_trap(int sig, siginfo_t *si, void *arg)
 	kr.kr_gpr[15] = (uint64_t)gr[REG_R15];
 	kr.kr_rip = pc;
 	kr.kr_rflags = (uint64_t)gr[REG_EFL];
-	if (kinst_core_call(ke, (kc_uintptr_t)pc, &kr, &target, &retaddr) != 0) {
+	if (kinst_core_call(md, (kc_uintptr_t)pc, &kr, &target, &retaddr) != 0) {
 		/* Cannot happen for a table entry; do not run on blindly. */
 		kh_pass_on(sig, si, arg);
 		return;
@@ -376,79 +410,185 @@ kh_hexbytes(char *out, size_t outlen, const volatile uint8_t *p, unsigned n)
 		    p[i]);
 }
 
-/* Check, fill and patch every probe of one freshly mapped copy. */
-static void
-kh_place(struct kh_inst *ki)
+/* Where table function 'f' is in the target at link time (0: not there). */
+static uintptr_t
+kh_func_addr(uint32_t f)
 {
-	const struct kinst_table *kt;
-	const struct kinst_entry *ke;
-	const struct kh_segment *seg;
-	char why[256], live[64], want[64];
-	uintptr_t pp, start, end, pg;
-	size_t tlen;
-	uint32_t i;
-	int s, err;
+	const uint8_t *p;
+	uint64_t v;
+	int i;
 
-	kt = &kinst_table;
-	tlen = (size_t)kt->kt_nentries * KINST_TRAMP_SIZE;
-	ki->ki_tramp = kh_tramp_alloc(kh_image_lo + ki->ki_bias,
-	    kh_image_hi + ki->ki_bias, tlen);
-	for (i = 0; i < kt->kt_nentries; i++) {
-		ke = &kt->kt_entries[i];
-		pp = (uintptr_t)kt->kt_funcs[ke->ke_func].kf_addr + ke->ke_off;
-		seg = kh_segment_of(pp);
-		if (seg == NULL || (seg->ks_prot & PROT_EXEC) == 0) {
-			kh_refuse(ki, i, "not in an executable segment");
+	p = kh_func_addr_blob + (size_t)f * 8;
+	v = 0;
+	for (i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return ((uintptr_t)v);
+}
+
+/* Refuse every probe of function 'kf' in copy 'ki'. */
+static void
+kh_refuse_func(struct kh_inst *ki, const struct kinst_func *kf, const char *why)
+{
+	uint32_t i;
+
+	for (i = 0; i < kf->kf_nprobes; i++)
+		kh_refuse(ki, kf->kf_first + i, why);
+}
+
+/*
+ * Check one function of a freshly mapped copy and make its probes: its live
+ * bytes must have the table's digest, then each probe's metadata is derived
+ * from them and its trampoline filled.
+ */
+static void
+kh_prepare_func(struct kh_inst *ki, uint32_t f)
+{
+	struct kinst_func kf;
+	struct kinst_walk kw;
+	struct kinst_insn kin;
+	const struct kh_segment *seg;
+	char why[512];
+	uint8_t *copy;
+	uintptr_t link, base;
+	int err;
+
+	kinst_func_get(&kinst_table, f, &kf);
+	if (kf.kf_nprobes == 0)
+		return;
+	link = kh_func_addr(f);
+	if (link == 0) {
+		kh_refuse_func(ki, &kf, "function absent from the target");
+		return;
+	}
+	seg = kh_segment_of(link);
+	if (seg == NULL || (seg->ks_prot & PROT_EXEC) == 0 ||
+	    link + kf.kf_size > seg->ks_vaddr + seg->ks_memsz) {
+		kh_refuse_func(ki, &kf, "not in an executable segment");
+		return;
+	}
+	base = link + ki->ki_bias;
+	copy = malloc(kf.kf_size > 0 ? kf.kf_size : 1);
+	if (copy == NULL) {
+		kh_refuse_func(ki, &kf, "out of memory");
+		return;
+	}
+	memcpy(copy, (const void *)base, kf.kf_size);
+	err = kinst_core_digest_ok(&kinst_table, &kf, copy);
+	if (err != 0) {
+		snprintf(why, sizeof(why), err == KINST_E_BYTES ?
+		    "digest: the live bytes of %s differ from the table's" :
+		    "its table records are malformed (%s)", kf.kf_name);
+		kh_refuse_func(ki, &kf, why);
+		free(copy);
+		return;
+	}
+	/* Derive from the live bytes themselves: the digest masked the relocated fields in 'copy'. */
+	free(copy);
+	kinst_core_walk(&kinst_table, &kf, &kw);
+	while (kinst_core_next(&kw, &kin) > 0) {
+		if (kin.ki_kind == KINST_R_REFUSED)
+			continue;
+		err = kinst_core_derive(&kin,
+		    (const volatile kc_uint8_t *)(base + kin.ki_off),
+		    &ki->ki_md[kin.ki_probe]);
+		if (err != 0) {
+			snprintf(why, sizeof(why), "the record of %s:%u contradicts "
+			    "the live instruction", kf.kf_name, kin.ki_off);
+			kh_refuse(ki, kin.ki_probe, why);
 			continue;
 		}
-		pp += ki->ki_bias;
-		if (kinst_core_check(ke, (const volatile kc_uint8_t *)pp) != 0) {
-			kh_hexbytes(live, sizeof(live), (const uint8_t *)pp,
-			    ke->ke_instlen);
-			kh_hexbytes(want, sizeof(want), ke->ke_orig,
-			    ke->ke_instlen);
-			snprintf(why, sizeof(why),
-			    "byte check: live bytes %s differ from the table's %s",
-			    live, want);
-			kh_refuse(ki, i, why);
-			continue;
-		}
-		if (kinst_core_is_call(ke)) {
-			ki->ki_state[i] = KH_S_READY;	/* emulated: no trampoline */
+		if (kinst_core_is_call(&ki->ki_md[kin.ki_probe])) {
+			ki->ki_state[kin.ki_probe] = KH_S_READY; /* emulated */
 			continue;
 		}
 		if (ki->ki_tramp == NULL) {
-			kh_refuse(ki, i, "no trampoline memory within +-2 GiB");
+			kh_refuse(ki, kin.ki_probe,
+			    "no trampoline memory within +-2 GiB");
 			continue;
 		}
-		err = kinst_core_tramp_fill(ke, pp, ki->ki_tramp +
-		    (uintptr_t)i * KINST_TRAMP_SIZE);
+		err = kinst_core_tramp_fill(&ki->ki_md[kin.ki_probe],
+		    base + kin.ki_off, ki->ki_tramp +
+		    (uintptr_t)kin.ki_probe * KINST_TRAMP_SIZE);
 		if (err != 0) {
 			snprintf(why, sizeof(why), "trampoline fill: error %d%s",
 			    err, err == KINST_E_RANGE ?
 			    " (rel32 target beyond +-2 GiB of the trampoline)" : "");
-			kh_refuse(ki, i, why);
+			kh_refuse(ki, kin.ki_probe, why);
 			continue;
 		}
-		ki->ki_state[i] = KH_S_READY;
+		ki->ki_state[kin.ki_probe] = KH_S_READY;
 	}
+}
+
+static int
+kh_site_cmp(const void *a, const void *b)
+{
+	const struct kh_site *x, *y;
+
+	x = a;
+	y = b;
+	return (x->ks_addr < y->ks_addr ? -1 : x->ks_addr > y->ks_addr);
+}
+
+/* Every probe of one freshly mapped copy: check, fill, then patch. */
+static void
+kh_place(struct kh_inst *ki)
+{
+	const struct kinst_table *kt;
+	struct kinst_func kf;
+	struct kinst_walk kw;
+	struct kinst_insn kin;
+	char why[256];
+	uintptr_t start, end, pg, site;
+	size_t tlen;
+	uint32_t f, i;
+	int s;
+
+	kt = &kinst_table;
+	tlen = (size_t)kt->kt_nprobes * KINST_TRAMP_SIZE;
+	ki->ki_tramp = kh_tramp_alloc(kh_image_lo + ki->ki_bias,
+	    kh_image_hi + ki->ki_bias, tlen);
+	ki->ki_md = calloc(kt->kt_nprobes, sizeof(*ki->ki_md));
+	ki->ki_sites = calloc(kt->kt_nprobes, sizeof(*ki->ki_sites));
+	if (ki->ki_md == NULL || ki->ki_sites == NULL) {
+		for (i = 0; i < kt->kt_nprobes; i++)
+			kh_refuse(ki, i, "out of memory");
+		return;
+	}
+	for (f = 0; f < kt->kt_nfuncs; f++)
+		kh_prepare_func(ki, f);
 	pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 	if (ki->ki_tramp != NULL && mprotect(ki->ki_tramp,
 	    (tlen + pg - 1) & ~(pg - 1), PROT_READ | PROT_EXEC) != 0) {
-		for (i = 0; i < kt->kt_nentries; i++) {
+		for (i = 0; i < kt->kt_nprobes; i++) {
 			if (ki->ki_state[i] == KH_S_READY &&
-			    !kinst_core_is_call(&kt->kt_entries[i]))
+			    !kinst_core_is_call(&ki->ki_md[i]))
 				kh_refuse(ki, i, "mprotect of the trampolines failed");
 		}
 	}
 	kh_install_handler();
 	if (!kh_handler_set) {
-		for (i = 0; i < kt->kt_nentries; i++) {
+		for (i = 0; i < kt->kt_nprobes; i++) {
 			if (ki->ki_state[i] == KH_S_READY)
 				kh_refuse(ki, i, "sigaction(SIGTRAP) failed");
 		}
 		return;
 	}
+
+	/* The handler's index: every probe ready to be placed, by live address. */
+	for (f = 0; f < kt->kt_nfuncs; f++) {
+		kinst_func_get(kt, f, &kf);
+		kinst_core_walk(kt, &kf, &kw);
+		while (kinst_core_next(&kw, &kin) > 0) {
+			if (kin.ki_kind == KINST_R_REFUSED ||
+			    ki->ki_state[kin.ki_probe] != KH_S_READY)
+				continue;
+			ki->ki_sites[ki->ki_nsites].ks_addr = kh_func_addr(f) +
+			    ki->ki_bias + kin.ki_off;
+			ki->ki_sites[ki->ki_nsites++].ks_probe = kin.ki_probe;
+		}
+	}
+	qsort(ki->ki_sites, ki->ki_nsites, sizeof(*ki->ki_sites), kh_site_cmp);
 
 	/* Patch one executable segment at a time, writable only meanwhile. */
 	for (s = 0; s < KH_NSEGMENTS; s++) {
@@ -461,25 +601,22 @@ kh_place(struct kh_inst *ki)
 		    PROT_WRITE) != 0) {
 			snprintf(why, sizeof(why), "mprotect of the text: %s",
 			    strerror(errno));
-			for (i = 0; i < kt->kt_nentries; i++) {
-				ke = &kt->kt_entries[i];
-				pp = kt->kt_funcs[ke->ke_func].kf_addr + ke->ke_off;
-				if (ki->ki_state[i] == KH_S_READY &&
-				    kh_segment_of(pp) == &kh_segments[s])
-					kh_refuse(ki, i, why);
+			for (i = 0; i < ki->ki_nsites; i++) {
+				site = ki->ki_sites[i].ks_addr - ki->ki_bias;
+				if (kh_segment_of(site) == &kh_segments[s])
+					kh_refuse(ki, ki->ki_sites[i].ks_probe, why);
 			}
 			continue;
 		}
-		for (i = 0; i < kt->kt_nentries; i++) {
-			ke = &kt->kt_entries[i];
-			pp = kt->kt_funcs[ke->ke_func].kf_addr + ke->ke_off;
-			if (ki->ki_state[i] != KH_S_READY ||
-			    kh_segment_of(pp) != &kh_segments[s])
+		for (i = 0; i < ki->ki_nsites; i++) {
+			site = ki->ki_sites[i].ks_addr - ki->ki_bias;
+			if (ki->ki_state[ki->ki_sites[i].ks_probe] != KH_S_READY ||
+			    kh_segment_of(site) != &kh_segments[s])
 				continue;
 			/* Ours before the int3 can fire. */
-			__atomic_store_n(&ki->ki_state[i], KH_S_PLACED,
-			    __ATOMIC_RELEASE);
-			*(volatile uint8_t *)(pp + ki->ki_bias) = KINST_PATCHVAL;
+			__atomic_store_n(&ki->ki_state[ki->ki_sites[i].ks_probe],
+			    KH_S_PLACED, __ATOMIC_RELEASE);
+			*(volatile uint8_t *)ki->ki_sites[i].ks_addr = KINST_PATCHVAL;
 			ki->ki_placed++;
 		}
 		mprotect((void *)start, end - start, kh_segments[s].ks_prot);
@@ -609,7 +746,7 @@ kh_dump(void)
 	kh_putnum(&o, pid, 0);
 	kh_putstr(&o, kh_locate ? "\nmode locate\nentries " :
 	    "\nmode probe\nentries ");
-	kh_putnum(&o, kinst_table.kt_nentries, 0);
+	kh_putnum(&o, kinst_table.kt_nprobes, 0);
 	kh_putstr(&o, "\n");
 	for (k = 0; k < kh_ninst; k++) {
 		kh_putstr(&o, "instance ");
@@ -696,7 +833,7 @@ la_objopen(struct link_map *map, Lmid_t lmid, uintptr_t *cookie)
 		return (0);
 	}
 	pg = (size_t)sysconf(_SC_PAGESIZE);
-	n = kinst_table.kt_nentries;
+	n = kinst_table.kt_nprobes;
 	if (kh_hits == NULL && n > 0 && !kh_locate) {
 		kh_hits = kh_hits_map(n * sizeof(uint64_t));
 		if (kh_hits == NULL)
