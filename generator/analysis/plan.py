@@ -37,11 +37,11 @@ from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 from generator import isa as isa_registry
 from generator.analysis.exclusions import excluded
 from generator.analysis.probes import analyse, function_code
-from generator.analysis.records import STATUS_OK
+from generator.analysis.records import STATUS_OK, FunctionReport
 from generator.analysis.whole import map_chunks
 from generator.common.defaults import DEFAULT_PROLOGUE_RULE
 from generator.image.elf import Function, KernelImage
-from generator.isa.contract import Isa, StreamInsn
+from generator.isa.contract import Isa
 
 
 class PlanFunc(NamedTuple):
@@ -150,27 +150,28 @@ def _reason_of(isa: Isa, code: bytes, address: int, off: int, length: int) -> Op
 
 
 def _fast(img: KernelImage, isa: Isa, accel, func: Function, code: bytes,
-          rule: str) -> Optional[Tuple[bytes, List[Refusal], str]]:
-    """(records, instruction refusals, function refusal) through the accelerator; None if it declines."""
+          rule: str) -> Optional[Tuple[bytes, List[Refusal], str, int]]:
+    """(records, instruction refusals, function refusal, probes) through the accelerator; None if it declines."""
     s = accel.stream(code, func.address, func.size)
     if s is None:
         return None
     if rule not in s.frame_rules:
-        return b"", [], isa.prologue_reasons[rule]
+        return b"", [], isa.prologue_reasons[rule], 0
     refused = []
     for off, length in s.refused:
         why = _reason_of(isa, code, func.address, off, length)
         if why is None:
             return None  # the accelerator and the capstone path disagree: the capstone path decides
         refused.append(Refusal(func.qualified, off, why))
-    return s.records, refused, ""
+    return s.records, refused, "", s.instructions - len(s.refused)
 
 
-def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str) -> Tuple[bytes, List[Refusal], str]:
-    """(records, instruction refusals, function refusal) through the decoder of record."""
-    rep = analyse(img, func, rule, isa)
+def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str,
+              rep: Optional[FunctionReport] = None) -> Tuple[bytes, List[Refusal], str, int]:
+    """(records, instruction refusals, function refusal, probes) through the decoder of record."""
+    rep = rep or analyse(img, func, rule, isa)
     if not rep.eligible:
-        return b"", [], rep.reason
+        return b"", [], rep.reason, 0
     out = bytearray()
     refused = []
     for p in rep.probes:
@@ -178,21 +179,13 @@ def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str) -> Tuple[by
         out += isa.stream_record(p.length, p.kind if ok else None, p.md.dispoff if ok else 0, ())
         if not ok:
             refused.append(Refusal(rep.qualified, p.offset, p.reason))
-    return bytes(out), refused, ""
-
-
-def _with_masks(isa: Isa, records: bytes, size: int, masks: Sequence[Tuple[int, int]]) -> bytes:
-    """``records`` again, each instruction's record naming the relocated fields inside it."""
-    out = bytearray()
-    for insn in isa.stream_decode(records, None):
-        mine = [(a - insn.offset, w) for a, w in masks if insn.offset <= a < insn.offset + insn.length]
-        out += isa.stream_record(insn.length, insn.kind, insn.dispoff, mine)
-    return bytes(out)
+    return bytes(out), refused, "", len(rep.probes) - len(refused)
 
 
 def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE_RULE,
-                  accel=None) -> _Planned:
-    """One function's records, digest and refusals."""
+                  accel=None, report: Optional[FunctionReport] = None) -> _Planned:
+    """One function's records, digest and refusals; through ``accel`` when given, else from the
+    capstone path (its ``report`` when the caller has it already)."""
     isa = img.isa
     why = excluded(func.name, isa.name, isa.md_excluded)
     if why:
@@ -202,12 +195,11 @@ def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE
         return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
     code = function_code(img, func)
     result = _fast(img, isa, accel, func, code, rule) if accel is not None else None
-    records, refused, why = result if result is not None else _capstone(img, isa, func, rule)
+    records, refused, why, probes = result if result is not None else _capstone(img, isa, func, rule, report)
     if why:
         return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
     if masks:
-        records = _with_masks(isa, records, func.size, masks)
-    probes = sum(1 for insn in isa.stream_decode(records, None) if insn.kind is not None)
+        records = isa.stream_masks(records, masks)
     return _Planned(func, records, digest(code[: func.size], masks), probes, tuple(refused))
 
 

@@ -231,9 +231,10 @@ class Function:
         return self.name
 
 
-@dataclass(frozen=True)
-class Reloc:
-    """A relocation that lands in an allocated section (ET_REL only)."""
+class Reloc(NamedTuple):
+    """A relocation that lands in an allocated section (ET_REL only).
+
+    A NamedTuple: a large module has hundreds of thousands."""
 
     address: int  # where the field is (synthetic address)
     type: str  # R_X86_64_*

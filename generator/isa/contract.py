@@ -128,6 +128,7 @@ class Isa:
     table_row: Callable[[Any], Dict[str, object]]  # probe metadata -> the generated table's fields
     stream_record: Callable[[int, Optional[str], int, Sequence[Tuple[int, int]]], bytes]  # length, kind, dispoff, masks
     stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
+    stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
     accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
 
     def __repr__(self) -> str:

@@ -55,12 +55,21 @@ def test_accelerator_agrees_on_sample_kernel(sample_kernel):
 
 
 def test_accelerator_agrees_on_debian_kernel_modules(debian_modules):
-    total = 0
+    """Summaries and table records both, from one capstone analysis per function (modules are many)."""
+    from generator.analysis.plan import plan_function
+
+    total = masked = 0
     for ko in debian_modules:
-        n, bad = _mismatches(str(ko))
-        total += n
-        assert not bad, (ko.name, bad[:3])
-    assert total > 500
+        img = KernelImage.open(str(ko))
+        isa = img.isa
+        for f in img.functions():
+            rep = analyse(img, f, "any", isa)
+            assert summary.fast(img, f, "any", isa, amd64_fast) == summary.from_report(rep), (ko.name, f.name)
+            fast = plan_function(img, f, "any", amd64_fast)
+            assert fast == plan_function(img, f, "any", None, rep), (ko.name, f.name)
+            masked += any(b >> 4 == 15 for b in fast.records)
+            total += 1
+    assert total > 500 and masked > 100
 
 
 def test_summary_counts_every_kind_and_refusal(sample_kernel):
@@ -74,3 +83,32 @@ def test_summary_counts_every_kind_and_refusal(sample_kernel):
         skipped += rec["skipped"]
     assert skipped > 0
     assert {"trampoline", "riprel", "call-direct", "call-reg", "call-mem", "jcc-widen", "jmp-rel32"} <= kinds
+
+
+# -- the table records of generate --all ----------------------------------------
+
+
+def _plan_mismatches(path: str, rule: str = "any"):
+    """Functions whose plan (records, digest, refusals) differs between the accelerator and capstone."""
+    from generator.analysis.plan import plan_function
+
+    img = KernelImage.open(path)
+    bad = []
+    funcs = img.functions()
+    for f in funcs:
+        fast = plan_function(img, f, rule, amd64_fast)
+        slow = plan_function(img, f, rule, None)
+        if fast != slow:
+            bad.append((f.name, fast, slow))
+    return len(funcs), bad
+
+
+@pytest.mark.parametrize("lib", ["libz.so.1", "libcrypto.so.3"])
+def test_table_records_agree_on_system_libraries(lib):
+    n, bad = _plan_mismatches(_lib(lib))
+    assert n > 50 and not bad, bad[:2]
+
+
+def test_table_records_agree_on_sample_kernel(sample_kernel):
+    n, bad = _plan_mismatches(str(sample_kernel))
+    assert n > 20 and not bad, bad[:2]

@@ -42,5 +42,6 @@ ISA = Isa(
     table_row=_md.table_row,
     stream_record=_table.record,
     stream_decode=_table.decode,
+    stream_masks=_table.with_masks,
     accelerator="generator.isa.amd64.fast",
 )

@@ -83,6 +83,38 @@ def record(length: int, kind: Optional[str], dispoff: int = 0, masks: Sequence[T
     return bytes(out)
 
 
+def with_masks(records: bytes, masks: Sequence[Tuple[int, int]]) -> bytes:
+    """``records`` (no extended ones yet) with each instruction naming the relocated fields inside it.
+
+    ``masks`` are (offset in the function, width).  One pass over both,
+    touching only the records of instructions that hold a field.
+    """
+    masks = sorted(masks)
+    out = bytearray()
+    off = m = 0
+    n = len(masks)
+    for b in records:
+        end = off + (b & 15) + 1
+        if m < n and masks[m][0] < end:
+            first = m
+            while m < n and masks[m][0] < end:
+                m += 1
+            mine = [(a - off, w) for a, w in masks[first:m] if a >= off]
+            if mine:
+                if b >> 4 == EXTENDED or len(mine) > 15:
+                    raise ClassifierError(f"cannot name {len(mine)} relocated fields in the record at +{off}")
+                out += bytes(((b & 15) | EXTENDED << 4, (b >> 4) | len(mine) << 4))
+                for a, w in mine:
+                    if a + w > end - off or w not in _WIDTH_CODE:
+                        raise ClassifierError(f"relocated field {w}@+{off + a} does not lie inside one instruction")
+                    out.append(a | _WIDTH_CODE[w] << 4)
+                off = end
+                continue
+        out.append(b)
+        off = end
+    return bytes(out)
+
+
 def decode(stream: bytes, size: Optional[int] = None) -> Iterator[StreamInsn]:
     """The instructions a function's records describe, in order (up to ``size`` bytes of function, if given)."""
     i = off = 0
