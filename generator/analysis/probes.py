@@ -64,7 +64,7 @@ def _probe(img: KernelImage, isa: Isa, func: Function, code: bytes, insn: Insn, 
     v = isa.classify(raw, addr, mnem, ops)
     status, reason, kind, target, target_symbol = v.status, v.reason, v.kind, v.target, None
     if target is not None and length >= 5 and img.e_type == "ET_REL":
-        target, target_symbol = _reloc_target(img, addr, length, target)
+        target, target_symbol = reloc_target(img, addr, length, target)
     # The function's verdict comes first (kinst never looks at the instructions
     # of a refused function), then the walk, then regions, then the instruction.
     if func_reason:
@@ -76,7 +76,7 @@ def _probe(img: KernelImage, isa: Isa, func: Function, code: bytes, insn: Insn, 
     return R.Probe(off, addr, length, raw, mnem, ops, status, reason, kind, v.md, target, target_symbol)
 
 
-def _reloc_target(img: KernelImage, addr: int, length: int, target: int) -> Tuple[Optional[int], Optional[str]]:
+def reloc_target(img: KernelImage, addr: int, length: int, target: int) -> Tuple[Optional[int], Optional[str]]:
     """For ET_REL, name a rel32 target that only a relocation knows."""
     field = addr + length - 4
     for r in img.relocs_in(field, 1):

@@ -12,9 +12,10 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
-from typing import Callable, Iterator, List, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple, TypeVar
 
 from generator.analysis import report, summary
+from generator.analysis.fastjson import ImageJson
 from generator.analysis.probes import analyse
 from generator.common.errors import UserError
 from generator.image.elf import Function, KernelImage
@@ -60,9 +61,16 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
         _WORKER = ()
 
 
+# A worker's JSON writer, kept across its chunks so that its encoding cache is reused.
+_JSON: Dict[Tuple[int, str], ImageJson] = {}
+
+
 def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: bool, as_summary: bool) -> List[str]:
     isa = img.isa
     out = []
+    if as_json and not as_summary:
+        writer = _JSON.setdefault((id(img), rule), ImageJson(img, rule))
+        return [writer.function(f) for f in funcs]
     if as_summary:
         accel = summary.accelerator(isa)
         for f in funcs:
