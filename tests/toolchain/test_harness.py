@@ -232,6 +232,67 @@ def test_program_itself_as_target(kfix, valgrind):
     assert res.hits_by_kind().get("call-reg", 0) > 0  # main_mix's call through main_ops[]
 
 
+def build_module_and_program(cc: str) -> Dict[str, Path]:
+    """The fixture's code two ways: a ``.ko``-style ``ld -r`` object, and linked into a program.
+
+    Both come from the same kernel-style objects (non-PIC, as an amd64 kernel
+    module is compiled).  The module is kfix.o alone: kfix_asm.o plays the
+    kernel, so each call into it stays an unresolved relocation in the module
+    (``e8 00 00 00 00``, as a module's calls to kernel functions are) and is a
+    final displacement in the program, where everything sits at other addresses.
+    """
+    out = FIXTURE_BUILD / f"{Path(cc).name}-module"
+    out.mkdir(parents=True, exist_ok=True)
+    objs = [out / "kfix.o", out / "kfix_asm.o"]
+    ko, prog = out / "kfix.ko", out / "kfix_program"
+    steps = [
+        [cc, *KFLAGS, "-fno-pic", "-c", "-o", str(objs[0]), str(FIXTURES / "kfix.c")],
+        [cc, *KFLAGS, "-fno-pic", "-c", "-o", str(objs[1]), str(FIXTURES / "kfix_asm.S")],
+        ["ld", "-r", "-o", str(ko), str(objs[0])],
+        [cc, *KFLAGS, "-fno-pic", "-no-pie", "-Wl,-Ttext-segment=0x800000", "-o", str(prog),
+         str(FIXTURES / "kfix_main.c"), *map(str, objs)],
+    ]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    return {"ko": ko, "program": prog}
+
+
+def test_table_from_a_module_object_probes_the_same_code_linked_elsewhere(gcc, valgrind):
+    """A table made from an ``ld -r`` module, placed by name and size in a program built from the same
+    objects: every eligible instruction probed, output identical, every count equal to callgrind's, and
+    the probes whose bytes a relocation fills (zero in the module) among those that ran."""
+    require_tool("ld", "binutils", "it combines the objects the way a .ko is made")
+    fx = build_module_and_program(gcc)
+    res = run(fx["program"], [fx["program"], 200], table_from=str(fx["ko"]), verify=True)
+    print(summary(res))
+    assert_proved(res)
+    assert res.notes == [], res.notes
+
+    from generator.run.harness import build
+
+    b = build(str(fx["program"]), all_functions=True, table_from=str(fx["ko"]))
+    ko, prog = KernelImage.open(str(fx["ko"])), KernelImage.open(str(fx["program"]))
+    assert ko.e_type == "ET_REL" and prog.e_type == "ET_EXEC"
+    assert any(not r.resolved for r in ko.relocations()), "the module must call outside itself"
+    moved, external, differ = 0, set(), set()
+    for i, (p, n) in enumerate(zip(b.probes, res.hits)):
+        table_at, live_at = b.plan.link_address(p), b.link_address(i)
+        moved += table_at != live_at
+        fields = ko.relocs_in(table_at, p.length)
+        if not n or not fields:
+            continue
+        if ko.read(table_at, p.length) != prog.read(live_at, p.length):
+            differ.add(p.kind)
+        if any(not r.resolved for r in fields):
+            external.add(p.kind)
+    assert moved == len(b.probes), "the program must hold the functions at other addresses than the module"
+    # A call into "the kernel", zero in the module, ran through its probe; so did
+    # RIP-relative data references whose displacement the program's layout changed.
+    assert "call-direct" in external, external
+    assert {"call-direct", "riprel"} <= differ, differ
+
+
 def test_forked_child_counts_in_the_parents_file(valgrind, gcc, zlib):
     """A child that fork()s off and leaves with _exit() (no destructors) still has every hit counted."""
     code = (
