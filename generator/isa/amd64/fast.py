@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional, Tuple
 
-from iced_x86 import Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnemonic, Register
+from iced_x86 import (Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnemonic, OpCodeInfo, OpCodeOperandKind,
+                      Register)
 
 from generator.isa.amd64 import probe_md as M
 from generator.isa.amd64 import tables as T
@@ -112,6 +113,29 @@ def _code_name(c: int) -> str:
 
 ACTIONS = bytes(_action(c) for c in range(max(_CODE_NAMES) + 1))
 
+# The summary loop refines the plain action (0): an instruction whose
+# operands cannot be memory needs no %rip check, and only ``push %rbp`` (the
+# one plain code that can start with 0x55) needs its first byte read for the
+# frame-pointer verdict.  Each iced attribute read costs a call into Rust, so
+# skipping them where the code alone decides is most of the loop's speed.
+PLAIN_MEM = 250
+PUSH_R64 = 251
+_MEM_OPERANDS = frozenset(v for k, v in vars(OpCodeOperandKind).items()
+                          if k.isupper() and ("MEM" in k or k == "SIBMEM"))
+
+
+def _summary_action(c: int) -> int:
+    a = ACTIONS[c]
+    if a != 0:
+        return a
+    if c == Code.PUSH_R64:
+        return PUSH_R64
+    info = OpCodeInfo(c)
+    return PLAIN_MEM if any(info.op_kind(i) in _MEM_OPERANDS for i in range(info.op_count)) else 0
+
+
+SUMMARY_ACTIONS = bytes(_summary_action(c) for c in range(len(ACTIONS)))
+
 
 class Summary(NamedTuple):
     """What ``probes --summary`` prints for one function."""
@@ -136,17 +160,22 @@ def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
     reads the code, one table entry and, for plain instructions, whether the
     memory operand is %rip-relative.
     """
-    actions = ACTIONS
+    actions = SUMMARY_ACTIONS
     counts = [0] * 256
     frame = code[:1] == b"\x55"
     n = 0
     for n, ins in enumerate(Decoder(64, code[:limit], ip=address), 1):
         a = actions[ins.code]
         if a == 0:
+            continue
+        if a == PLAIN_MEM:
             if ins.is_ip_rel_memory_operand:
                 counts[_RIPREL] += 1
         elif a < DETAIL:
-            counts[a] += 1
+            if a == PUSH_R64:
+                frame = frame or code[ins.ip - address] == 0x55
+            else:
+                counts[a] += 1
         elif a == REFUSE:
             counts[REFUSE] += 1
         elif a == DECLINE:
@@ -157,8 +186,6 @@ def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
                 return None  # a %gs load opens classify.context_refusals' region: the capstone path counts it
             kind = _kind(code, ins.ip - address, ins.len, ins, mn)
             counts[REFUSE if kind is None else KIND_CODES[kind]] += 1
-        if not frame and code[ins.ip - address] == 0x55:
-            frame = True
     skipped = counts[REFUSE]
     kinds = {KIND_NAMES[i]: counts[i] for i in KIND_NAMES if counts[i]}
     plain = n - skipped - sum(kinds.values())
