@@ -14,16 +14,18 @@ from typing import List, Optional, Tuple
 from generator.analysis import records as R
 from generator.analysis.exclusions import excluded
 from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage
+from generator.image.elf import Function, KernelImage, Section
 from generator.isa.contract import Insn, Isa
 
 # Bytes read past a symbol's end so an instruction straddling it decodes whole.
 MAX_INSN = 15
 
 
-def function_code(img: KernelImage, func: Function) -> bytes:
-    """The function's bytes and up to ``MAX_INSN`` more from its section (relocated for ET_REL)."""
-    sec = img.section_at(func.address)
+def function_code(img: KernelImage, func: Function, sec: Optional[Section] = None) -> bytes:
+    """The function's bytes and up to ``MAX_INSN`` more from its section (relocated for ET_REL).
+
+    ``sec`` is the section holding the function, when the caller has looked it up already."""
+    sec = sec or img.section_at(func.address)
     avail = func.size
     if sec is not None:
         avail = min(func.size + MAX_INSN, sec.addr + sec.size - func.address)

@@ -53,9 +53,10 @@ def accelerator(isa: Isa) -> Optional[ModuleType]:
 
 def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[ModuleType]) -> Dict[str, Any]:
     """The summary via the accelerator; the capstone path if it declines."""
-    if accel is None or img.section_at(func.address) is None:
+    sec = img.section_at(func.address)
+    if accel is None or sec is None:
         return from_report(analyse(img, func, rule, isa))
-    code = function_code(img, func)
+    code = function_code(img, func, sec)
     s = accel.summarise(code, func.address, func.size)
     if s is None:
         return from_report(analyse(img, func, rule, isa))
