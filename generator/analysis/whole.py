@@ -10,6 +10,7 @@ workers.
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing
 import os
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple, TypeVar
@@ -51,6 +52,10 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
     chunks = _chunks(len(funcs), CHUNK)
     try:
         if jobs > 1 and len(chunks) > 1:
+            # What exists now (the image, its symbols) lives as long as the
+            # workers: frozen, the collector never walks it again and the
+            # workers' pages stay shared with ours.
+            gc.freeze()
             ctx = multiprocessing.get_context("fork")
             with ctx.Pool(min(jobs, len(chunks))) as pool:
                 yield from pool.imap(_work, chunks)
@@ -59,6 +64,7 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
                 yield _work(c)
     finally:
         _WORKER = ()
+        gc.unfreeze()
 
 
 # A worker's JSON writer, kept across its chunks so that its encoding cache is reused.
