@@ -15,6 +15,8 @@ def add_parsers(sub) -> None:
     be.add_argument("--image", help="image with >= 20 MiB of text (default: the largest libLLVM here)")
     be.add_argument("--out", default=str(BENCH_RESULTS.relative_to(REPO)),
                     help="results directory (default: bench/results)")
+    be.add_argument("--with-vmlinux", action="store_true", help="fetch Debian's kernel debug package (about 860 MB) "
+                    "once, to measure a real kernel image too")
     be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
     be.add_argument("--skip-vm", action="store_true", help="skip the stand-in VM cycle benchmark")
     be.set_defaults(run=cmd_bench)
@@ -24,7 +26,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from generator.bench.analysis import bench_analysis
 
     out = Path(args.out)
-    res = bench_analysis(args.image, out)
+    bench_analysis(args.image, out, with_vmlinux=args.with_vmlinux)
     sys.stdout.write((out / "analysis.md").read_text() + "\n")
     if not args.skip_harness:
         from generator.bench.harness import bench_harness
@@ -36,4 +38,4 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         bench_vm(out)
         sys.stdout.write((out / "vm.md").read_text())
-    return 0 if res["runs"]["ours"]["instructions"] else 1
+    return 0
