@@ -365,7 +365,7 @@ def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path: Path) -> None:
     tree = render(tmp_path / "gen", "--kernel", str(module_ko), "--all")
     target = (tree / "kinst_target.c").read_text()
-    assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod";' in target
+    assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod.ko";' in target
     assert "const int kinst_table_kernel = 0;" in target
     # A module table is not held to the kernel's build-id.
     run_world(module_dir(tree, tmp_path / "module"), tmp_path / "world", "module", sample_kernel, "0" * 40,
