@@ -112,13 +112,15 @@ def linker_names(plan: ProbePlan) -> Tuple[str, str, bool]:
     """(lf->filename, DTrace module name, is a kernel) for the image a table was made from.
 
     FreeBSD names the kernel's linker file "kernel" and a module's by its file
-    name; DTrace module names drop ".ko" (fbt, and dtrace_module_unloaded()
-    when it removes a module's probes).
+    name, and stock kinst names its probes' module ``lf->filename``
+    (``kinst:foo.ko:func:off``), so the DTrace module name is the file name,
+    ".ko" included.  (fbt drops ".ko"; a D script written for stock kinst
+    names the file.)
     """
     if plan.e_type == "ET_EXEC":
         return "kernel", "kernel", True
     name = os.path.basename(plan.image)
-    return name, name[:-3] if name.endswith(".ko") and len(name) > 3 else name, False
+    return name, name, False
 
 
 def glue_context(plan: ProbePlan, md_excluded: Mapping[str, str]) -> Dict[str, Any]:

@@ -2,10 +2,10 @@
 
 ``generate`` writes only what varies with the image (kinst_table.c,
 kinst_target.c, kinst_encoding.h, kinst_refused.txt); the rest is hand-written
-in sys/modules/kinst/ (kinst.c, kinst.h, kinst_target.h; amd64/kinst_isa.c
-and the portable core amd64/kinst_core.[ch]).  The tests compile the two
-together in a module directory staged the way ``invoke build --src`` stages
-one.  What this machine can check, in order of strength:
+in sys/modules/kinst/ (kinst.c, kinst.h, kinst_target.h, kinst_funcs.[ch];
+amd64/kinst_isa.c and the portable core amd64/kinst_core.[ch]).  The tests
+compile the two together in a module directory staged the way ``invoke build
+--src`` stages one.  What this machine can check, in order of strength:
 
 * the portable core, the table and the target data compile with gcc and with
   clang for FreeBSD (freestanding, kernel code model, -Wall -Wextra
@@ -16,10 +16,15 @@ one.  What this machine can check, in order of strength:
 * the FreeBSD glue (kinst.c and amd64/kinst_isa.c) compiles against the
   stand-in kernel headers in tests/fixtures/kinst/kinst_standin.h, and
   *runs* over stand-in kernel services (tests/fixtures/kinst/glue_world.c,
-  a unity build of both): load and the build-id check,
-  resolution with a load bias, provide/ioctl/condense, every table probe
-  armed, hit and disarmed with its trampoline or call target checked, and
-  unload -- for a kernel table and for a .ko table;
+  a unity build of both): load and the build-id check, resolution with a
+  load bias, probes made on demand only (never for provide(NULL) or a glob),
+  every copy of a same-named function, the per-function digest, every table
+  probe armed, hit and disarmed with its trampoline contents and call target
+  checked against what capstone reads from the live instruction (computed
+  here, not by the C core), trampolines taken at enable and kept by address,
+  another patcher's byte left alone, and unload keeping the trampoline pages
+  -- for a kernel table and for a .ko table whose relocated fields differ
+  from the file;
 * against a real FreeBSD sys/ tree only when $SYSDIR names one (skipped,
   naming SYSDIR, otherwise: there is none here).
 """
@@ -31,20 +36,24 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from generator import __version__
+from generator.analysis.plan import ProbePlan
 from generator.build.sources import PROVIDERS, stage_sources
 from generator.common.paths import REPO, SAMPLES
+from generator.isa.contract import STATUS_OK
 from generator.isa.amd64.probe_md import KinstFlag
 from generator.isa.amd64.probe_md import TABLE_KINDS
 from helpers.paths import KINST_FIXTURES as FIXTURES
+from generator.providers.kinst import build_plan
 from helpers.skips import require_sample_toolchain, require_sysdir, require_tools
 
 KINST = PROVIDERS["kinst"]
@@ -246,7 +255,8 @@ def test_makefile_builds_the_module_sources() -> None:
     assert re.search(r"^KMOD=\s+kinst$", text, re.M)
     srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))
     c_files = [n for n in srcs.split() if n.endswith(".c")]
-    assert sorted(c_files) == sorted(["kinst.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c", "kinst_table.c"])
+    assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c",
+                                      "kinst_table.c"])
     assert "vnode_if.h" in srcs.split()
     assert ".include <bsd.kmod.mk>" in text and "${OPENZFS_CFLAGS}" in text
     assert "debug_compat.h" in text.split(".include <bsd.kmod.mk>")[1]
@@ -286,8 +296,16 @@ def test_glue_compiles_against_standins(modules: Dict[str, Path], compiler: str,
             assert res.returncode == 0, f"{compiler} {which} {src}:\n{res.stderr}"
 
 
-def image_files(image: Path, out: Path) -> List[str]:
-    """The image's allocated sections as glue_host maps them, and its function symbols."""
+class LiveImage(NamedTuple):
+    """An image as glue_host maps it: its allocated sections laid out from ``base``, in bytes the test may
+    change before the glue sees them (another build's byte, a loader's relocated values)."""
+
+    path: Path
+    base: int
+    data: bytearray
+
+
+def live_image(image: Path) -> LiveImage:
     from generator.image.elf import KernelImage
 
     img = KernelImage.open(str(image))
@@ -297,14 +315,59 @@ def image_files(image: Path, out: Path) -> List[str]:
     for s in secs:
         if not s.nobits:
             data[s.addr - base : s.addr + s.size - base] = img.read(s.addr, s.size)
-    (out / f"{image.name}.img").write_bytes(f"{base:x}\n".encode() + bytes(data))
+    return LiveImage(image, base, data)
+
+
+def image_files(live: LiveImage, out: Path) -> List[str]:
+    """The live bytes as glue_host maps them, and the image's function symbols."""
+    from generator.image.elf import KernelImage
+
+    img = KernelImage.open(str(live.path))
+    name = live.path.name
+    (out / f"{name}.img").write_bytes(f"{live.base:x}\n".encode() + bytes(live.data))
     syms = [f"{n} {f.address:x} {f.size:x}" for f in img.functions() for n in (f.name, *f.aliases)]
-    (out / f"{image.name}.syms").write_text("\n".join(syms) + "\n")
-    return [str(out / f"{image.name}.img"), str(out / f"{image.name}.syms")]
+    (out / f"{name}.syms").write_text("\n".join(syms) + "\n")
+    return [str(out / f"{name}.img"), str(out / f"{name}.syms")]
 
 
-def run_world(tree: Path, work: Path, scenario: str, kernel: Path, build_id_arg: str,
-              module: Optional[Path] = None) -> str:
+class Expected(NamedTuple):
+    probe: str  # name@file:offset
+    kind: str
+    relocated: bool  # a relocation fills part of the instruction
+
+
+def write_expectations(live: LiveImage, plan: ProbePlan, path: Path) -> List[Expected]:
+    """What each table probe must do when hit, one line each for glue_host (read_expect()): kinst's
+    probe metadata as capstone reads the *live* instruction -- the ISA's decode and classify, the
+    generator's own classification -- so that the glue's trampolines and emulated calls are checked
+    against values computed without the C core that derived them."""
+    from generator.image.elf import KernelImage
+
+    img = KernelImage.open(str(live.path))
+    codes = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
+    lines: List[str] = []
+    out: List[Expected] = []
+    for p in plan.probes():
+        func = plan.funcs[p.func]
+        addr = func.address + p.offset
+        code = bytes(live.data[addr - live.base : addr - live.base + p.length + 15])
+        insns, _ = img.isa.decode(code, addr, p.length)
+        assert insns and insns[0].length == p.length, plan.probe_name(p)
+        v = img.isa.classify(code[: p.length], addr, insns[0].mnemonic, insns[0].operands)
+        assert v.status == STATUS_OK and v.kind == p.kind, (plan.probe_name(p), v.kind, v.reason)
+        md = v.md
+        assert len(md.template) == 16
+        relocated = img.e_type == "ET_REL" and bool(img.relocs_in(addr, p.length))
+        lines.append(f"{func.address:x} {p.offset} {codes[p.kind]} {md.flags} {md.instlen} {md.tinstlen} "
+                     f"{md.dispoff} {md.disp} {md.reg1} {md.reg2} {md.scale} {md.template.hex()} {int(relocated)}")
+        out.append(Expected(plan.probe_name(p), p.kind, relocated))
+    path.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id_arg: str, *,
+              module: Optional[LiveImage] = None, expect: Optional[Path] = None, victim: str = "",
+              far: bool = False) -> str:
     """Build glue_world (kinst.c and amd64/kinst_isa.c as one unit) with the module's portable
     objects and run one scenario; ``tree`` is a staged module directory."""
     require_tools("gcc", why="glue_world and its host are built with gcc")
@@ -319,29 +382,123 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: Path, build_id_arg:
     res = cc(["gcc", *flags, f"-I{FIXTURES}", *includes, str(FIXTURES / "glue_host.c"), str(work / "world.o"),
               *(str(tree / src) for src in CORE_SOURCES), "-o", str(exe)], work)
     assert res.returncode == 0, res.stderr
-    argv = [str(exe), scenario, *image_files(kernel, work), build_id_arg]
+    argv = [str(exe), scenario, build_id_arg, *image_files(kernel, work)]
     if module is not None:
-        argv += [module.name, *image_files(module, work)]
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+        argv += ["--module", module.path.name, *image_files(module, work)]
+    if expect is not None:
+        argv += ["--expect", str(expect)]
+    if victim:
+        argv += ["--victim", victim]
+    if far:
+        argv.append("--far-pool")
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr
     last = run.stdout.strip().splitlines()[-1]
     assert re.fullmatch(rf"{scenario}: \d+ checks, 0 failed, \d+ probes, \d+ trampoline pages", last), last
     return run.stdout
 
 
+def kinst_lines(out: str, prefix: str = "kinst: ") -> List[str]:
+    return [x for x in out.splitlines() if x.startswith(prefix)]
+
+
+def between(lines: List[str], first: str, last: str) -> List[str]:
+    return lines[lines.index(first) + 1 : lines.index(last)]
+
+
+HINT = ("kinst: probes are made per named function (kinst::FUNC: or kinst::FUNC:OFFSET), none for an empty or "
+        "glob function; `invoke probes` (python -m generator probes) lists a function's probe sites")
+
+
+def plan_of(kernel: Path, which: str) -> ProbePlan:
+    """The plan ``generate`` rendered into trees[which]."""
+    return build_plan(str(kernel), [] if which == "all" else ["vm_fault"], which == "all")
+
+
 @pytest.mark.parametrize("which", ["single", "all"])
 def test_glue_runs_a_kernel_table(modules: Dict[str, Path], sample_kernel: Path, which: str, tmp_path: Path) -> None:
-    out = run_world(modules[which], tmp_path, "kernel", sample_kernel, build_id(sample_kernel))
-    # Refusals are one line each, with the reason.
-    assert "kinst: vm_fault:2 is not a probe of the generated table" in out
-    assert re.search(r"kinst: not enabling kernel:\w+:0: the live bytes differ", out)
+    """Probes on demand only, every copy of a same-named function, every table probe armed, hit and
+    disarmed against capstone's expectations, trampolines taken at enable and kept by their address,
+    another patcher's byte left alone, and unload keeping the trampoline pages (glue_world checks each)."""
+    plan = plan_of(sample_kernel, which)
+    expected = write_expectations(live_image(sample_kernel), plan, tmp_path / "expect")
+    assert len(expected) == plan.nprobes > 0
+    out = run_world(modules[which], tmp_path / "world", "kernel", live_image(sample_kernel), build_id(sample_kernel),
+                    expect=tmp_path / "expect")
+    lines = out.splitlines()
+    # provide(): the hint for kinst::: and kinst::vm_*:, once each; none for ::: or another provider.
+    assert between(lines, "world: provide kinst::: and kinst::vm_*:", "world: provide ::: and fbt::vm_fault:") == \
+        [HINT, HINT]
+    assert between(lines, "world: provide ::: and fbt::vm_fault:", "world: provided") == []
+    assert kinst_lines(out).count(HINT) == 2
+    assert f"world: {len(expected)} probes hit" in lines and f"world: {len(expected)} probes hit again" in lines
+    assert any(x.startswith("world: trampoline reused at ") for x in lines)
+    # Another patcher: enable refused once (though asked twice), disable leaves its byte, once.
+    refusals = [x for x in lines if re.fullmatch(r"kinst: not enabling kernel:\w+:\d+: the byte there is not the "
+                                                 r"original one \(another provider's breakpoint\?\) \(byte 0xcc, "
+                                                 r"original 0x[0-9a-f]+\)", x)]
+    assert len(refusals) == 1, kinst_lines(out)
+    left = [x for x in lines if re.fullmatch(r"kinst: disabling kernel:\w+:\d+: the byte there is 0xe9, not our "
+                                             r"breakpoint: left as it is \(another patcher rewrote the site\)", x)]
+    assert len(left) == 1, kinst_lines(out)
+    if which == "all":
+        copies = [f for f in plan.funcs if f.name == "sysctl_handle"]
+        assert len(copies) == 2
+        assert (f"world: same-named sysctl_handle: 2 copies, {sum(f.probes for f in copies)} probes, "
+                "2 entries fired their own probe") in lines
+        refused = [x.split()[-1] for x in lines if x.startswith("world: refused offset ")]
+        assert len(refused) == 1
+        assert f"kinst: {refused[0]} is not a probe of the generated table (kinst_refused.txt says why)" in lines
 
 
 def test_glue_refuses_another_kernel(modules: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:
-    out = run_world(modules["single"], tmp_path, "build-id", sample_kernel, "0" * 40)
-    line = [x for x in out.splitlines() if x.startswith("kinst:")]
-    assert line == [f"kinst: table made for kernel build-id {build_id(sample_kernel)}, running kernel is "
-                    f"{'0' * 40}: not loading"]
+    out = run_world(modules["single"], tmp_path, "build-id", live_image(sample_kernel), "0" * 40)
+    assert kinst_lines(out) == [f"kinst: table made for kernel build-id {build_id(sample_kernel)}, running kernel is "
+                                f"{'0' * 40}: not loading"]
+
+
+def test_glue_skips_a_function_whose_bytes_differ(modules: Dict[str, Path], sample_kernel: Path,
+                                                   tmp_path: Path) -> None:
+    """One byte of vm_fault changed in the live image: no probes there, one line naming it; every other
+    function still gets all its probes."""
+    from generator.image.elf import KernelImage
+
+    live = live_image(sample_kernel)
+    func = KernelImage.open(str(sample_kernel)).lookup("vm_fault")
+    live.data[func.address + func.size // 2 - live.base] ^= 0x5a
+    out = run_world(modules["all"], tmp_path, "digest", live, build_id(sample_kernel), victim="vm_fault")
+    assert between(out.splitlines(), "world: making vm_fault, twice", "world: made") == [
+        "kinst: no probes in vm_fault: its bytes differ from the table's (another build of it, or code patched since)"]
+    assert len(kinst_lines(out)) == 1
+
+
+def test_glue_excluded_function_with_an_offset_is_not_an_error(trees: Dict[str, Path], sample_kernel: Path,
+                                                                tmp_path: Path) -> None:
+    """A function the module's exclusion list names: an explicit offset makes nothing and answers 0, as
+    stock kinst does, with one line saying why."""
+    work = module_dir(trees["single"], tmp_path / "excluded")
+    target = work / "kinst_target.c"
+    marker = "const struct kinst_exclusion kinst_excluded_names[] = {\n"
+    text = target.read_text()
+    assert marker in text
+    target.write_text(text.replace(marker, marker + '\t{ "vm_fault", "listed by this test" },\n'))
+    out = run_world(work, tmp_path / "world", "excluded", live_image(sample_kernel), build_id(sample_kernel),
+                    victim="vm_fault")
+    assert kinst_lines(out) == ["kinst: no probes in vm_fault: listed by this test"]
+
+
+def test_glue_refuses_to_enable_out_of_reach_trampolines(modules: Dict[str, Path], sample_kernel: Path,
+                                                          tmp_path: Path) -> None:
+    """Trampoline pages more than 2 GiB from the code: a probe whose trampoline needs a rel32 to its
+    target is refused at enable, with one line; the others arm."""
+    plan = plan_of(sample_kernel, "single")
+    write_expectations(live_image(sample_kernel), plan, tmp_path / "expect")
+    out = run_world(modules["single"], tmp_path / "world", "far", live_image(sample_kernel),
+                    build_id(sample_kernel), expect=tmp_path / "expect", far=True)
+    m = re.search(r"^world: far: (\d+) refused, (\d+) armed$", out, re.M)
+    assert m, out[-2000:]
+    lines = [x for x in kinst_lines(out) if "its trampoline cannot reach the instruction's target" in x]
+    assert len(lines) == int(m[1]) > 0 and int(m[2]) > 0
 
 
 @pytest.fixture(scope="module")
@@ -362,27 +519,64 @@ def module_ko(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return ko
 
 
+def relocate_elsewhere(live: LiveImage) -> int:
+    """Write other values into every field the module's relocations fill, as a loader would that put the
+    module's sections and the kernel's symbols elsewhere than this layout: calls into the kernel (left
+    as e8 00 00 00 00 by the file), calls and references inside the module, absolute addresses -- all
+    now point elsewhere.  Returns how many fields changed."""
+    from generator.image.elf import KernelImage
+
+    changed = 0
+    for i, r in enumerate(KernelImage.open(str(live.path)).relocations()):
+        assert r.width in (4, 8), r
+        at = r.address - live.base
+        old = int.from_bytes(live.data[at : at + r.width], "little", signed=True)
+        delta = 0x100000 + 0x40 * i
+        new = old + delta if old + delta < 1 << (8 * r.width - 1) else old - delta
+        live.data[at : at + r.width] = new.to_bytes(r.width, "little", signed=True)
+        changed += 1
+    return changed
+
+
 def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path: Path) -> None:
+    """A .ko table on a module whose every relocated field differs from the file: every probe is made,
+    armed and hit, calls emulated to the live targets and trampolines built from the live bytes.
+    Probes are named by lf->filename, and the ioctl takes the module with and without ".ko"."""
     tree = render(tmp_path / "gen", "--kernel", str(module_ko), "--all")
     target = (tree / "kinst_target.c").read_text()
-    assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod";' in target
+    assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod.ko";' in target
     assert "const int kinst_table_kernel = 0;" in target
+    live = live_image(module_ko)
+    file_bytes = bytes(live.data)
+    assert relocate_elsewhere(live) > 0
+    expected = write_expectations(live, build_plan(str(module_ko), [], True), tmp_path / "expect")
+    relocated = [e for e in expected if e.relocated]
+    # The calls into the kernel, at least, are probes whose live bytes differ from the file's.
+    assert any(e.kind == "call-direct" for e in relocated) and live.data != file_bytes
     # A module table is not held to the kernel's build-id.
-    run_world(module_dir(tree, tmp_path / "module"), tmp_path / "world", "module", sample_kernel, "0" * 40,
-              module_ko)
+    out = run_world(module_dir(tree, tmp_path / "module"), tmp_path / "world", "module", live_image(sample_kernel),
+                    "0" * 40, module=live, expect=tmp_path / "expect")
+    lines = out.splitlines()
+    assert f"world: module: {len(expected)} probes hit, {len(relocated)} over relocated fields" in lines
+    assert "world: module probes named fixmod.ko" in lines
+    assert not [x for x in kinst_lines(out) if "differ from the table" in x]
 
 
-def test_glue_data_for_the_kernel(trees: Dict[str, Path]) -> None:
+def test_glue_data_for_the_kernel(trees: Dict[str, Path], sample_kernel: Path) -> None:
     glue = (trees["all"] / "kinst_target.c").read_text()
     assert 'const char kinst_file[] = "kernel";' in glue and 'char kinst_modname[] = "kernel";' in glue
     assert "const int kinst_table_kernel = 1;" in glue
-    table = (trees["all"] / "kinst_table.c").read_text()
-    names = re.findall(r'\.kf_name = "([^"]*)"', table)
-    block = re.search(r"kinst_byname\[\] = \{(.*?)\};", glue, re.S).group(1)
-    byname = [int(x) for x in re.findall(r"^\t(\d+),$", block, re.M)]
-    assert [names[i] for i in byname] == sorted(names, key=lambda n: n.encode())
     from generator.analysis.exclusions import EXCLUDED_NAMES, EXCLUDED_PREFIXES
+    from generator.common.cstring import c_blob
+    from generator.providers.kinst import table_blobs
 
+    plan = plan_of(sample_kernel, "all")
+    blobs = table_blobs(plan)
+    table = (trees["all"] / "kinst_table.c").read_text()
+    assert c_blob(blobs["byname"]) in table and c_blob(blobs["names"]) in table
+    names = [f.name for f in plan.funcs]
+    byname = struct.unpack(f"<{len(names)}I", blobs["byname"])
+    assert [names[i] for i in byname] == sorted(names, key=lambda n: n.encode())
     for name in EXCLUDED_NAMES:
         assert f'{{ "{name}",' in glue
     for prefix, _ in EXCLUDED_PREFIXES:
@@ -395,4 +589,9 @@ def test_invoke_generate(sample_kernel: Path, tmp_path: Path) -> None:
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
     table = (tmp_path / "o" / "kinst_table.c").read_text()
-    assert set(re.findall(r'\.kf_name = "([^"]*)"', table)) == {"vm_fault", "malloc"}
+    from generator.common.cstring import c_blob
+    from generator.providers.kinst import table_blobs
+
+    names = table_blobs(build_plan(str(sample_kernel), ["vm_fault", "malloc"], False))["names"]
+    assert sorted(names.split(b"\0")[:-1]) == [b"malloc", b"vm_fault"] and c_blob(names) in table
+    assert " * 2 functions, " in table

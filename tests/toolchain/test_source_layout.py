@@ -53,7 +53,7 @@ def generated(sample_kernel: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         out[name] = sorted(where.iterdir())
         assert [str(p) for p in out[name]] == [ln for ln in res.stdout.splitlines() if ln.startswith("/")]
     where = tmp_path_factory.mktemp("harness")
-    out["harness"] = render_tree("harness", where, glue_context(str(sample_kernel), layout(str(sample_kernel))),
+    out["harness"] = render_tree("harness", where, glue_context(str(sample_kernel), layout(str(sample_kernel)), ()),
                                  [Input(str(sample_kernel), "", "0" * 64)], "test")
     return out
 

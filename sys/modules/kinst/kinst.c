@@ -9,24 +9,57 @@
  * libdtrace work unchanged, but it never decodes an instruction: every probe
  * comes from the generated table in kinst_table.c, made ahead of time for one
  * linker file (kinst_file, in the generated kinst_target.c), and the portable
- * core (<arch>/kinst_core.c) does the lookups, the trampoline fill, the byte
- * check and the call emulation.  The breakpoint hook, the patching of the
- * breakpoint byte and the trampoline pages are in <arch>/kinst_isa.c.
- * Design notes and the differences from stock kinst: docs/kinst-module.md.
+ * core (kinst_funcs.c, <arch>/kinst_core.c) reads the table, checks a
+ * function's bytes against it and derives each probe's metadata from the
+ * live instruction.  The breakpoint handler, the patching of the breakpoint
+ * byte and the trampolines are in <arch>/kinst_isa.c.  Design notes and the
+ * differences from stock kinst: docs/kinst-module.md.
  *
- * Probe lifecycle.  A probe is kinst:<module>:<function>:<offset>.  It is
- * created, once its function has been found in the running image, by the
- * provide callback (dtrace_open() asks for every probe, so "dtrace -l -P
- * kinst" lists the whole table), by the per-module provide callback when a
- * table's .ko loads, or by the KINSTIOC_MAKEPROBE ioctl.  Enabling checks the
- * live bytes against the table and writes int3 over the first byte;
- * disabling writes the byte back; destroying only marks the probe idle.  The
- * struct kinst_probe behind a table entry, and its trampoline, are allocated
- * the first time that entry becomes a probe and freed only at unload: the
- * breakpoint handler never touches freed memory, and a later probe for the
- * same entry reuses both.  Each trampoline is filled once, when its probe is
- * created and before it can be enabled, and never written again (see
- * kinst_isa.c for why that is safe).
+ * Probe lifecycle.  A probe is kinst:<module>:<function>:<offset>, <module>
+ * being the linker file's name ("kernel", or "foo.ko") as in stock kinst.
+ * Probes are made on demand, as in stock kinst: only for a function named
+ * exactly, by the KINSTIOC_MAKEPROBE ioctl libdtrace issues for "kinst::f:"
+ * and "kinst::f:off", or by a probe description the provide callback is
+ * given.  provide(NULL) -- dtrace_open() asks every provider for every probe,
+ * on every dtrace(1) run -- and an empty or glob function name make nothing:
+ * a whole kernel's table is millions of probes.  Every copy of a name (local
+ * functions of different files) gets its probes under the shared name; DTrace
+ * gives each its own id.  A function's probes are made only if its live
+ * bytes have the table's digest (our own breakpoints put back first), and
+ * each probe's struct kinst_md is derived from those verified bytes.  A
+ * probe is made once per patch address: an address that already has a probe
+ * DTrace has not destroyed gets none.
+ *
+ * Enabling takes the probe's trampoline (reserved when it was made) and
+ * writes int3 over the first byte if that byte is still the original;
+ * disabling puts the original back if the byte is still our int3.
+ * Destroying unlinks the probe from kinst_probetab; it is freed after the
+ * next dtrace_sync() (kinst_reap()), since the breakpoint handler may still
+ * be walking a chain through it.
+ *
+ * Locking, and which callbacks run under which locks:
+ *
+ * - dtps_provide runs with dtrace_provider_lock held (dtrace_open(),
+ *   DTRACEIOC_PROBEMATCH, enablings), dtrace_lock not held;
+ *   dtps_provide_module with dtrace_provider_lock held, called from the kld
+ *   load event with kld_sx held.
+ * - dtps_enable and dtps_disable run with dtrace_lock (and cpu_lock) held,
+ *   dtps_destroy with dtrace_provider_lock and dtrace_lock held.  None of
+ *   them sleeps or allocates: dtps_enable has no way to fail, so everything
+ *   that can fail for want of memory is done when the probe is made.
+ * - kinst_sx serialises probe creation, function resolution, kinst_reap()
+ *   and the trampoline reservations.  It is taken after kld_sx (ioctl for a
+ *   .ko table, kld events) and after dtrace_provider_lock (provide), and
+ *   before dtrace_lock (dtrace_probe_create()).  The provide callbacks never
+ *   enter kld_sx (the kld unload path takes kld_sx, then
+ *   dtrace_provider_lock).
+ * - kinst_hash_mtx, a leaf mutex, serialises the writers of kinst_probetab
+ *   (creation inserts, destroy unlinks), the graveyard, and kp_gone with the
+ *   nenabled count.  kinst_tramp_mtx (kinst_isa.c) is taken inside it.
+ * - kinst_dev_sx keeps the device's users (the kernel-table ioctl and close,
+ *   both outside kld_sx) away from the unload handler's dtrace_unregister().
+ * - The breakpoint handler takes no lock: probes are published with release
+ *   stores and unlinked, never freed, while it may see them.
  */
 
 #include <sys/param.h>
@@ -39,8 +72,8 @@
 #include <sys/lock.h>
 #include <sys/malloc.h>
 #include <sys/module.h>
+#include <sys/mutex.h>
 #include <sys/proc.h>
-#include <sys/queue.h>
 #include <sys/sx.h>
 #include <sys/sysctl.h>
 
@@ -54,11 +87,13 @@
 
 #define	KINST_AFRAMES		3	/* trap, dtrace_invop, kinst_invop */
 
-/* Per table function: where it lives now. */
-struct kinst_fstate {
-	uintptr_t	fs_base;	/* live address; 0: not found */
-	bool		fs_warned;	/* refusal printed */
-};
+/* kinst_fstate[], one byte per table function */
+#define	KINST_FS_FOUND		0x01	/* at its table address + bias */
+#define	KINST_FS_WARNED		0x02	/* why it has no probes was printed */
+
+/* kp_warned */
+#define	KINST_W_ENABLE		0x01
+#define	KINST_W_DISABLE		0x02
 
 MALLOC_DEFINE(M_KINST, "kinst", "kinstkit kinst provider");
 
@@ -104,21 +139,12 @@ static struct cdevsw kinst_cdevsw = {
 	.d_name =	"kinst",
 };
 
-/*
- * Locking.  kinst_sx serialises probe creation, function resolution and the
- * trampoline allocator; it is taken after dtrace_provider_lock (provide
- * callbacks) and after kld_sx (linker_file_foreach() callbacks, kld events)
- * and before dtrace_lock (dtrace_probe_lookup()/create()).  The enable,
- * disable and destroy callbacks run under dtrace_lock and take no lock of
- * ours.  kinst_dev_sx keeps the device's users (the kernel-table ioctl and
- * close, both outside kld_sx) away from the unload handler's
- * dtrace_unregister(); the .ko-table ioctl runs under kld_sx, which the unload
- * handler holds.  The breakpoint handler takes no lock.
- */
 struct sx		kinst_sx;
 static struct sx	kinst_dev_sx;
+static struct mtx	kinst_hash_mtx;
 SX_SYSINIT(kinst_sx, &kinst_sx, "kinst");
 SX_SYSINIT(kinst_dev_sx, &kinst_dev_sx, "kinst device");
+MTX_SYSINIT(kinst_hash_mtx, &kinst_hash_mtx, "kinst probes", MTX_DEF);
 
 static dtrace_provider_id_t	kinst_id;
 static bool			kinst_registered;
@@ -127,11 +153,18 @@ static int			kinst_load_error;
 static struct cdev		*kinst_cdev;
 static eventhandler_tag		kinst_unload_try_tag;
 
-struct kinst_probe		**kinst_probes;	/* one slot per table entry */
-static struct kinst_fstate	*kinst_fstate;	/* one per table function */
+/*
+ * The probes by patch address (KINST_PROBETAB_SIZE chains), and those
+ * DTrace has destroyed, chained through kp_gravenext until kinst_reap()
+ * frees them.
+ */
+static struct kinst_probe	**kinst_probetab;
+static struct kinst_probe	*kinst_grave;
+
+static uint8_t			*kinst_fstate;	/* KINST_FS_*, per function */
 static linker_file_t		kinst_lf;	/* resolved against; or NULL */
 static int			kinst_lf_loadcnt;
-uint64_t			kinst_bias;	/* live minus table address */
+static uint64_t			kinst_bias;	/* live minus table address */
 
 /*
  * kinst_excluded() as in sys/cddl/dev/kinst/kinst.c, over the generated
@@ -171,23 +204,35 @@ kinst_isglob(const char *s)
 	return (false);
 }
 
-/* Could a probe description's module field name this table's file? */
+/*
+ * Could a probe description's or the ioctl's module field name this table's
+ * file?  The probes' module is lf->filename ("kernel", "foo.ko"); "foo" is
+ * accepted for "foo.ko" too, as kldstat(8) and dtrace_module_unloaded() name
+ * a module without the suffix.
+ */
 static bool
 kinst_mod_matches(const char *mod)
 {
+	size_t len;
 
-	return (mod[0] == '\0' || kinst_isglob(mod) ||
-	    strcmp(mod, kinst_modname) == 0 || strcmp(mod, kinst_file) == 0);
+	if (mod[0] == '\0' || kinst_isglob(mod) ||
+	    strcmp(mod, kinst_modname) == 0 || strcmp(mod, kinst_file) == 0)
+		return (true);
+	len = strlen(mod);
+	return (!kinst_table_kernel && strncmp(mod, kinst_file, len) == 0 &&
+	    strcmp(kinst_file + len, ".ko") == 0);
 }
 
 static const char *
 kinst_fname(u_int f)
 {
+	struct kinst_func kf;
 
-	return (kinst_table.kt_funcs[f].kf_name);
+	kinst_func_get(&kinst_table, f, &kf);
+	return (kf.kf_name);
 }
 
-/* The first position in kinst_byname whose name is not below 'name'. */
+/* The first position in name order whose name is not below 'name'. */
 static u_int
 kinst_byname_first(const char *name)
 {
@@ -197,7 +242,8 @@ kinst_byname_first(const char *name)
 	hi = kinst_table.kt_nfuncs;
 	while (lo < hi) {
 		mid = lo + (hi - lo) / 2;
-		if (strcmp(kinst_fname(kinst_byname[mid]), name) < 0)
+		if (strcmp(kinst_fname(kinst_func_byname(&kinst_table, mid)),
+		    name) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -207,13 +253,95 @@ kinst_byname_first(const char *name)
 
 /* Say once why function 'f' makes no probes: 'why', then 'where' (or ""). */
 static void
-kinst_fwarn(u_int f, const char *why, const char *where)
+kinst_fwarn(u_int f, const struct kinst_func *kf, const char *why,
+    const char *where)
 {
 
-	if (kinst_fstate[f].fs_warned)
+	if ((kinst_fstate[f] & KINST_FS_WARNED) != 0)
 		return;
-	kinst_fstate[f].fs_warned = true;
-	printf("kinst: no probes in %s: %s%s\n", kinst_fname(f), why, where);
+	kinst_fstate[f] |= KINST_FS_WARNED;
+	printf("kinst: no probes in %s: %s%s\n", kf->kf_name, why, where);
+}
+
+/*
+ * The probe at live address 'addr' that the breakpoint handler may claim:
+ * the newest one there that has been armed.  Probe context: no lock.
+ * Chains change by publication with release order (kinst_hash_insert()) and
+ * by unlinking, and an unlinked probe keeps its kp_hashnext and is freed
+ * only after a dtrace_sync() (kinst_reap()), so a walk that is on it when it
+ * goes finishes safely.
+ */
+struct kinst_probe *
+kinst_probe_at(uintptr_t addr)
+{
+	struct kinst_probe *kp;
+
+	kp = (struct kinst_probe *)atomic_load_acq_ptr(
+	    (volatile uintptr_t *)&kinst_probetab[KINST_ADDR2NDX(addr)]);
+	for (; kp != NULL; kp = (struct kinst_probe *)atomic_load_acq_ptr(
+	    (volatile uintptr_t *)&kp->kp_hashnext)) {
+		if ((uintptr_t)kp->kp_patchpoint == addr &&
+		    atomic_load_acq_int(&kp->kp_state) != KINST_S_IDLE)
+			return (kp);
+	}
+	return (NULL);
+}
+
+/*
+ * The probe DTrace still has at live address 'addr' (not destroyed, its file
+ * not going away), or NULL.  kinst_sx held: nothing is freed meanwhile.
+ */
+static struct kinst_probe *
+kinst_probe_live(uintptr_t addr)
+{
+	struct kinst_probe *kp;
+
+	sx_assert(&kinst_sx, SA_XLOCKED);
+	for (kp = kinst_probetab[KINST_ADDR2NDX(addr)]; kp != NULL;
+	    kp = kp->kp_hashnext) {
+		if ((uintptr_t)kp->kp_patchpoint == addr && !kp->kp_gone)
+			return (kp);
+	}
+	return (NULL);
+}
+
+/* Publish 'kp', fully set up, to the breakpoint handler. */
+static void
+kinst_hash_insert(struct kinst_probe *kp)
+{
+	struct kinst_probe **head;
+
+	mtx_lock(&kinst_hash_mtx);
+	head = &kinst_probetab[KINST_ADDR2NDX(kp->kp_patchpoint)];
+	kp->kp_hashnext = *head;
+	atomic_store_rel_ptr((volatile uintptr_t *)head, (uintptr_t)kp);
+	mtx_unlock(&kinst_hash_mtx);
+}
+
+/*
+ * Free the probes DTrace has destroyed.  They were unlinked from
+ * kinst_probetab, but a CPU in kinst_invop() may still be walking a chain
+ * through one: dtrace_sync() waits for every CPU to leave probe context
+ * (interrupts are disabled there).  kinst_sx held, so that kinst_probe_live()
+ * never meets a freed probe; may sleep.
+ */
+static void
+kinst_reap(void)
+{
+	struct kinst_probe *kp, *next;
+
+	sx_assert(&kinst_sx, SA_XLOCKED);
+	mtx_lock(&kinst_hash_mtx);
+	kp = kinst_grave;
+	kinst_grave = NULL;
+	mtx_unlock(&kinst_hash_mtx);
+	if (kp == NULL)
+		return;
+	dtrace_sync();
+	for (; kp != NULL; kp = next) {
+		next = kp->kp_gravenext;
+		free(kp, M_KINST);
+	}
 }
 
 /*
@@ -233,13 +361,13 @@ kinst_anchor_cb(linker_file_t lf __unused, int symidx __unused,
     linker_symval_t *sv, void *arg)
 {
 	struct kinst_resolve *kr;
-	const struct kinst_func *kf;
+	struct kinst_func kf;
 
 	kr = arg;
-	kf = &kinst_table.kt_funcs[kinst_anchor];
-	if (sv->size != kf->kf_size || strcmp(sv->name, kf->kf_name) != 0)
+	kinst_func_get(&kinst_table, (uint32_t)kinst_anchor, &kf);
+	if (sv->size != kf.kf_size || strcmp(sv->name, kf.kf_name) != 0)
 		return (0);
-	kr->kr_bias = (uint64_t)(uintptr_t)sv->value - kf->kf_addr;
+	kr->kr_bias = (uint64_t)(uintptr_t)sv->value - kf.kf_addr;
 	kr->kr_found = true;
 	return (1);
 }
@@ -249,19 +377,19 @@ kinst_match_cb(linker_file_t lf __unused, int symidx __unused,
     linker_symval_t *sv, void *arg)
 {
 	struct kinst_resolve *kr;
-	const struct kinst_func *kf;
+	struct kinst_func kf;
 	u_int i, f;
 
 	kr = arg;
 	for (i = kinst_byname_first(sv->name); i < kinst_table.kt_nfuncs;
 	    i++) {
-		f = kinst_byname[i];
-		kf = &kinst_table.kt_funcs[f];
-		if (strcmp(kf->kf_name, sv->name) != 0)
+		f = kinst_func_byname(&kinst_table, i);
+		kinst_func_get(&kinst_table, f, &kf);
+		if (strcmp(kf.kf_name, sv->name) != 0)
 			break;
-		if (kf->kf_size == sv->size &&
-		    kf->kf_addr + kr->kr_bias == (uint64_t)(uintptr_t)sv->value)
-			kinst_fstate[f].fs_base = (uintptr_t)sv->value;
+		if (kf.kf_size == sv->size &&
+		    kf.kf_addr + kr->kr_bias == (uint64_t)(uintptr_t)sv->value)
+			kinst_fstate[f] |= KINST_FS_FOUND;
 	}
 	return (0);
 }
@@ -270,27 +398,25 @@ static void
 kinst_resolve_locked(linker_file_t lf)
 {
 	struct kinst_resolve kr;
-	const struct kinst_func *kf;
+	struct kinst_func kf;
 	u_int f;
 
 	sx_assert(&kinst_sx, SA_XLOCKED);
 	if (lf == kinst_lf && lf->loadcnt == kinst_lf_loadcnt)
 		return;
 	kinst_lf = NULL;
-	for (f = 0; f < kinst_table.kt_nfuncs; f++) {
-		kinst_fstate[f].fs_base = 0;
-		kinst_fstate[f].fs_warned = false;
-	}
+	for (f = 0; f < kinst_table.kt_nfuncs; f++)
+		kinst_fstate[f] = 0;
 	if (kinst_anchor < 0)
 		return;
-	kf = &kinst_table.kt_funcs[kinst_anchor];
+	kinst_func_get(&kinst_table, (uint32_t)kinst_anchor, &kf);
 	kr.kr_bias = 0;
 	kr.kr_found = false;
 	(void)linker_file_function_listall(lf, kinst_anchor_cb, &kr);
 	if (!kr.kr_found) {
 		printf("kinst: %s has no %u-byte function %s: the table was "
-		    "made from another image\n", lf->filename, kf->kf_size,
-		    kf->kf_name);
+		    "made from another image\n", lf->filename, kf.kf_size,
+		    kf.kf_name);
 		return;
 	}
 	(void)linker_file_function_listall(lf, kinst_match_cb, &kr);
@@ -300,152 +426,180 @@ kinst_resolve_locked(linker_file_t lf)
 }
 
 /*
- * Make table entry 'ndx' a DTrace probe unless it is one already.  Its
- * function has been resolved.  The trampoline is filled here, once.
+ * Make the probes of table function 'f' (one copy of its name) at offset
+ * 'off', every instruction when -1.  Its live bytes must have the table's
+ * digest, with the original byte put back under each breakpoint of ours;
+ * each probe's kinst_md is derived from those verified bytes, never from the
+ * live ones again (another CPU may arm a probe meanwhile).  0, EINVAL for an
+ * explicit offset the table refuses or cannot describe, ENOMEM.
  */
 static int
-kinst_probe_make(u_int ndx)
+kinst_make_func(u_int f, const struct kinst_func *kf, int off)
 {
-	const struct kinst_entry *ke;
-	const struct kinst_func *kf;
+	struct kinst_walk kw;
+	struct kinst_insn ki;
 	struct kinst_probe *kp;
-	uint8_t *pc, *tramp;
+	struct kinst_md md;
+	uint8_t *base, *live, *copy;
+	const char *why;
 	char name[16];
+	int error, rv;
 
 	sx_assert(&kinst_sx, SA_XLOCKED);
-	ke = &kinst_table.kt_entries[ndx];
-	kf = &kinst_table.kt_funcs[ke->ke_func];
-	pc = (uint8_t *)(kinst_fstate[ke->ke_func].fs_base + ke->ke_off);
-	snprintf(name, sizeof(name), "%u", ke->ke_off);
-	if (dtrace_probe_lookup(kinst_id, kinst_modname,
-	    __DECONST(char *, kf->kf_name), name) != DTRACE_IDNONE)
+	if ((why = kinst_excluded(kf->kf_name)) != NULL) {
+		/* Stock kinst answers an excluded function with 0 as well. */
+		kinst_fwarn(f, kf, why, "");
 		return (0);
+	}
+	if ((kinst_fstate[f] & KINST_FS_FOUND) == 0) {
+		kinst_fwarn(f, kf, "not at its table address in ", kinst_file);
+		return (0);
+	}
+	if (off != -1 && (off < 0 || (uint32_t)off >= kf->kf_size))
+		return (0);
+	base = (uint8_t *)(uintptr_t)(kf->kf_addr + kinst_bias);
+	live = malloc(2 * (size_t)MAX(kf->kf_size, 1), M_KINST, M_WAITOK);
+	copy = live + kf->kf_size;
+	kinst_bytecopy(live, base, kf->kf_size);
+	kinst_core_walk(&kinst_table, kf, &kw);
+	while (kinst_core_next(&kw, &ki) > 0) {
+		if (ki.ki_kind == KINST_R_REFUSED ||
+		    live[ki.ki_off] != KINST_PATCHVAL)
+			continue;
+		kp = kinst_probe_live((uintptr_t)(base + ki.ki_off));
+		if (kp != NULL && kp->kp_state != KINST_S_IDLE)
+			live[ki.ki_off] = kp->kp_savedval;
+	}
+	kinst_bytecopy(copy, live, kf->kf_size);
+	if ((rv = kinst_core_digest_ok(&kinst_table, kf, copy)) != 0) {
+		kinst_fwarn(f, kf, rv == KINST_E_BYTES ? "its bytes differ "
+		    "from the table's (another build of it, or code patched "
+		    "since)" : "its table records are malformed", "");
+		free(live, M_KINST);
+		return (0);
+	}
 
-	kp = kinst_probes[ndx];
-	if (kp == NULL) {
-		kp = malloc(sizeof(*kp), M_KINST, M_WAITOK | M_ZERO);
-		kp->kp_entry = ke;
-		atomic_store_rel_ptr((volatile uintptr_t *)&kinst_probes[ndx],
-		    (uintptr_t)kp);
-	}
-	KASSERT(kp->kp_state == KINST_S_IDLE && !kp->kp_counted,
-	    ("kinst: %s:%s created while live", kf->kf_name, name));
-	if (!kinst_core_is_call(ke) &&
-	    (kp->kp_tramp == NULL || kp->kp_tramp_pc != (uintptr_t)pc)) {
-		if ((tramp = kinst_tramp_alloc()) == NULL) {
-			printf("kinst: no trampoline memory for %s:%s\n",
-			    kf->kf_name, name);
-			return (ENOMEM);
+	error = 0;
+	kinst_core_walk(&kinst_table, kf, &kw);
+	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
+		if (off != -1 && ki.ki_off != (uint32_t)off)
+			continue;
+		if (ki.ki_kind == KINST_R_REFUSED) {
+			/* As stock kinst answers an explicit popf or sti. */
+			if (off != -1) {
+				printf("kinst: %s:%d is not a probe of the "
+				    "generated table (kinst_refused.txt says "
+				    "why)\n", kf->kf_name, off);
+				error = EINVAL;
+			}
+			continue;
 		}
-		/* The slot stays with the entry either way: no refill. */
-		kp->kp_tramp = tramp;
-		kp->kp_tramp_pc = (uintptr_t)pc;
-		kp->kp_unreachable = kinst_core_tramp_fill(ke, (uintptr_t)pc,
-		    tramp) != 0;
-		if (kp->kp_unreachable)
-			printf("kinst: no probe %s:%s: the trampoline at %p "
-			    "cannot reach its target\n", kf->kf_name, name,
-			    (void *)tramp);
+		if (kinst_probe_live((uintptr_t)(base + ki.ki_off)) != NULL)
+			continue;
+		if (ki.ki_off + ki.ki_len > kf->kf_size ||
+		    kinst_core_derive(&ki, live + ki.ki_off, &md) != 0) {
+			printf("kinst: no probe %s:%u: its table record "
+			    "contradicts the instruction\n", kf->kf_name,
+			    ki.ki_off);
+			if (off != -1)
+				error = EINVAL;
+			continue;
+		}
+		kp = malloc(sizeof(*kp), M_KINST, M_WAITOK | M_ZERO);
+		kp->kp_patchpoint = base + ki.ki_off;
+		kp->kp_lf = kinst_lf;
+		kp->kp_func = kf->kf_name;
+		kp->kp_off = ki.ki_off;
+		kp->kp_md = md;
+		kp->kp_savedval = live[ki.ki_off];
+		kp->kp_state = KINST_S_IDLE;
+		if ((rv = kinst_tramp_prepare(kp)) != 0) {
+			printf("kinst: no probe %s:%u: no memory for its "
+			    "trampoline\n", kf->kf_name, ki.ki_off);
+			free(kp, M_KINST);
+			error = rv;
+			break;
+		}
+		kinst_hash_insert(kp);
+		snprintf(name, sizeof(name), "%u", ki.ki_off);
+		kp->kp_id = dtrace_probe_create(kinst_id, kinst_modname,
+		    kf->kf_name, name, KINST_AFRAMES, kp);
 	}
-	if (kp->kp_unreachable)
-		return (0);
-	kp->kp_patchpoint = pc;
-	kp->kp_lf = kinst_lf;
-	kp->kp_warned = false;
-	kp->kp_id = dtrace_probe_create(kinst_id, kinst_modname, kf->kf_name,
-	    name, KINST_AFRAMES, kp);
-	return (0);
+	if (rv < 0)
+		kinst_fwarn(f, kf, "its table records are malformed", "");
+	free(live, M_KINST);
+	return (error);
 }
 
 /*
- * Create the table's probes of function 'func' (every function when NULL)
- * at offset 'off' (every instruction when -1), in the resolved file.
+ * Make the probes of every table function named 'func' at offset 'off'
+ * (every instruction when -1), in the resolved file.
  */
 static int
 kinst_make_locked(const char *func, int off)
 {
-	const struct kinst_func *kf;
-	const char *why, *where;
-	u_int first, last, i, f, e;
-	bool found, refused;
-	int error;
+	struct kinst_func kf;
+	u_int i, f;
+	int error, rv;
 
 	sx_assert(&kinst_sx, SA_XLOCKED);
+	kinst_reap();
 	if (kinst_lf == NULL)
 		return (0);
-	if (func == NULL) {
-		first = 0;
-		last = kinst_table.kt_nfuncs;
-	} else {
-		first = last = kinst_byname_first(func);
-		while (last < kinst_table.kt_nfuncs &&
-		    strcmp(kinst_fname(kinst_byname[last]), func) == 0)
-			last++;
+	error = 0;
+	for (i = kinst_byname_first(func); i < kinst_table.kt_nfuncs; i++) {
+		f = kinst_func_byname(&kinst_table, i);
+		kinst_func_get(&kinst_table, f, &kf);
+		if (strcmp(kf.kf_name, func) != 0)
+			break;
+		if ((rv = kinst_make_func(f, &kf, off)) != 0 && error == 0)
+			error = rv;
+		if (rv == ENOMEM)
+			break;
 	}
-	found = refused = false;
-	for (i = first; i < last; i++) {
-		f = func == NULL ? i : kinst_byname[i];
-		kf = &kinst_table.kt_funcs[f];
-		why = kinst_excluded(kf->kf_name);
-		where = "";
-		if (why == NULL && kinst_fstate[f].fs_base == 0) {
-			why = "not at its table address in ";
-			where = kinst_file;
-		}
-		if (why != NULL) {
-			kinst_fwarn(f, why, where);
-			refused = true;
-			continue;
-		}
-		for (e = kf->kf_first; e < kf->kf_first + kf->kf_count; e++) {
-			if (off != -1 &&
-			    kinst_table.kt_entries[e].ke_off != (uint32_t)off)
-				continue;
-			found = true;
-			if ((error = kinst_probe_make(e)) != 0)
-				return (error);
-		}
-	}
-	if (func != NULL && off != -1 && !found && first < last) {
-		/* As stock kinst answers an explicit popf or sti. */
-		if (!refused)
-			printf("kinst: %s:%d is not a probe of the generated "
-			    "table (kinst_refused.txt says why)\n", func, off);
-		return (EINVAL);
-	}
-	return (0);
+	return (error);
 }
 
 /*
- * dtps_provide: every table probe, so that "dtrace -l -P kinst" lists them;
- * dtrace_open() asks with a NULL description.  A .ko table needs the file
- * resolved by an earlier load, ioctl or kld event: linker_file_foreach()
- * would take kld_sx under dtrace_provider_lock, the reverse of the kld
- * unload path's order.
+ * dtps_provide.  As in stock kinst, probes exist only for functions named
+ * exactly.  A NULL description (dtrace_open(), on every dtrace(1) run) and
+ * an empty or glob function make nothing; an enabling that names the kinst
+ * provider explicitly but no function is told why, once per call.  A .ko
+ * table needs the file resolved by an earlier load, ioctl or kld event:
+ * linker_file_foreach() would take kld_sx under dtrace_provider_lock, the
+ * reverse of the kld unload path's order.
  */
 static void
 kinst_provide(void *arg __unused, dtrace_probedesc_t *desc)
 {
-	const char *func;
+	bool named;
 
-	func = NULL;
-	if (desc != NULL) {
-		if (desc->dtpd_provider[0] != '\0' &&
-		    !kinst_isglob(desc->dtpd_provider) &&
-		    strcmp(desc->dtpd_provider, "kinst") != 0)
-			return;
-		if (!kinst_mod_matches(desc->dtpd_mod))
-			return;
-		if (desc->dtpd_func[0] != '\0' &&
-		    !kinst_isglob(desc->dtpd_func))
-			func = desc->dtpd_func;
+	if (desc == NULL)
+		return;
+	named = strcmp(desc->dtpd_provider, "kinst") == 0;
+	if (!named && desc->dtpd_provider[0] != '\0' &&
+	    !kinst_isglob(desc->dtpd_provider))
+		return;
+	if (!kinst_mod_matches(desc->dtpd_mod))
+		return;
+	if (desc->dtpd_func[0] == '\0' || kinst_isglob(desc->dtpd_func)) {
+		if (named)
+			printf("kinst: probes are made per named function "
+			    "(kinst::FUNC: or kinst::FUNC:OFFSET), none for "
+			    "an empty or glob function; `invoke probes` "
+			    "(python -m generator probes) lists a function's "
+			    "probe sites\n");
+		return;
 	}
 	sx_xlock(&kinst_sx);
-	(void)kinst_make_locked(func, -1);
+	(void)kinst_make_locked(desc->dtpd_func, -1);
 	sx_xunlock(&kinst_sx);
 }
 
-/* dtps_provide_module: the table's .ko has just been loaded. */
+/*
+ * dtps_provide_module: a file was loaded.  If it is the table's .ko, find
+ * the table's functions in it; probes are still made only on demand.
+ */
 static void
 kinst_provide_module(void *arg __unused, modctl_t *lf)
 {
@@ -454,25 +608,42 @@ kinst_provide_module(void *arg __unused, modctl_t *lf)
 		return;
 	sx_xlock(&kinst_sx);
 	kinst_resolve_locked(lf);
-	(void)kinst_make_locked(NULL, -1);
 	sx_xunlock(&kinst_sx);
 }
 
 /*
- * The table's .ko is about to go: forget it, so that no probe is made in it
- * between dtrace_module_unloaded(), which runs after this handler
- * (EVENTHANDLER_PRI_FIRST) and destroys its probes, and the unmapping.  An
- * unload that enabled probes will veto is left alone.
+ * The table's .ko is about to go (kld_sx held; EVENTHANDLER_PRI_FIRST, so
+ * before dtrace_module_unloaded()).  DTrace will not destroy this file's
+ * probes: dtrace_module_unloaded() matches probes by the file name without
+ * ".ko", and they are named "foo.ko" as in stock kinst.  So mark them gone
+ * -- never enabled again, not counted as this address's probe -- and forget
+ * the file; close (dtrace_condense()) and unload free them.  An unload that
+ * DTrace will veto (a probe in the file enabled: nenabled, read under the
+ * lock the enable callback counts under) is left alone.
  */
 static void
 kinst_kld_unload_try(void *arg __unused, linker_file_t lf, int *error)
 {
+	struct kinst_probe *kp;
+	u_int i;
 
 	if (*error != 0)
 		return;
 	sx_xlock(&kinst_sx);
-	if (lf == kinst_lf && lf != linker_kernel_file && lf->nenabled == 0)
-		kinst_lf = NULL;
+	if (lf == kinst_lf && lf != linker_kernel_file) {
+		mtx_lock(&kinst_hash_mtx);
+		if (lf->nenabled == 0) {
+			for (i = 0; i < KINST_PROBETAB_SIZE; i++) {
+				for (kp = kinst_probetab[i]; kp != NULL;
+				    kp = kp->kp_hashnext) {
+					if (kp->kp_lf == lf)
+						kp->kp_gone = true;
+				}
+			}
+			kinst_lf = NULL;
+		}
+		mtx_unlock(&kinst_hash_mtx);
+	}
 	sx_xunlock(&kinst_sx);
 }
 
@@ -481,58 +652,106 @@ kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 {
 	struct kinst_probe *kp;
 	const char *why;
+	uint8_t live;
 
 	kp = parg;
 	kp->kp_id = id;
+	if (kp->kp_counted)
+		return;
 	why = NULL;
-	if (kinst_core_check(kp->kp_entry, kp->kp_patchpoint) != 0)
-		why = "the live bytes differ from the table's (another "
-		    "provider's breakpoint, or another image)";
+	live = *kp->kp_patchpoint;
+	mtx_lock(&kinst_hash_mtx);
+	if (kp->kp_gone)
+		why = "its linker file is being unloaded";
+	else if (live != kp->kp_savedval)
+		why = "the byte there is not the original one (another "
+		    "provider's breakpoint?)";
+	else if (kinst_tramp_take(kp) != 0)
+		why = "its trampoline cannot reach the instruction's target "
+		    "(beyond +-2 GiB)";
+	else {
+		kp->kp_counted = true;
+		kp->kp_lf->nenabled++;
+	}
+	mtx_unlock(&kinst_hash_mtx);
 	if (why != NULL) {
-		if (!kp->kp_warned) {
-			kp->kp_warned = true;
-			printf("kinst: not enabling %s:%s:%u: %s\n",
-			    kinst_modname,
-			    kinst_table.kt_funcs[kp->kp_entry->ke_func].kf_name,
-			    kp->kp_entry->ke_off, why);
+		if ((kp->kp_warned & KINST_W_ENABLE) == 0) {
+			kp->kp_warned |= KINST_W_ENABLE;
+			printf("kinst: not enabling %s:%s:%u: %s (byte %#x, "
+			    "original %#x)\n", kinst_modname, kp->kp_func,
+			    kp->kp_off, why, live, kp->kp_savedval);
 		}
 		return;
 	}
-	kp->kp_counted = true;
-	kp->kp_lf->nenabled++;
+	/* Ours before the int3 can fire; the byte only over the original. */
 	atomic_store_rel_int(&kp->kp_state, KINST_S_ARMED);
-	kinst_patch(kp, KINST_PATCHVAL);
+	if (!kinst_patch(kp->kp_patchpoint, kp->kp_savedval, KINST_PATCHVAL))
+		atomic_store_rel_int(&kp->kp_state, KINST_S_DISARMED);
 }
 
+/*
+ * Put the original byte back, but only over our own breakpoint: if another
+ * patcher (fbt at a function's entry, a hot-patched SDT site) has rewritten
+ * the byte meanwhile, it is theirs now.  The probe is left disarmed: a trap
+ * taken just before is still handled (DTrace's dtrace_sync() after the
+ * disable waits for it), a later one there is not ours.
+ */
 static void
 kinst_disable(void *arg __unused, dtrace_id_t id __unused, void *parg)
 {
 	struct kinst_probe *kp;
+	uint8_t live;
 
 	kp = parg;
 	if (!kp->kp_counted)
 		return;
 	if (kp->kp_state == KINST_S_ARMED) {
-		kinst_patch(kp, kp->kp_entry->ke_orig[0]);
+		if (!kinst_patch(kp->kp_patchpoint, KINST_PATCHVAL,
+		    kp->kp_savedval) &&
+		    (kp->kp_warned & KINST_W_DISABLE) == 0) {
+			kp->kp_warned |= KINST_W_DISABLE;
+			live = *kp->kp_patchpoint;
+			printf("kinst: disabling %s:%s:%u: the byte there is "
+			    "%#x, not our breakpoint: left as it is (another "
+			    "patcher rewrote the site)\n", kinst_modname,
+			    kp->kp_func, kp->kp_off, live);
+		}
 		atomic_store_rel_int(&kp->kp_state, KINST_S_DISARMED);
 	}
+	mtx_lock(&kinst_hash_mtx);
 	kp->kp_counted = false;
 	kp->kp_lf->nenabled--;
+	mtx_unlock(&kinst_hash_mtx);
 }
 
 /*
- * dtps_destroy: DTrace destroys only disabled probes, after the dtrace_sync()
- * that follows their disabling, so no trap for this probe is in flight.  The
- * structure and its trampoline stay for the next probe of this entry.
+ * dtps_destroy.  DTrace destroys only disabled probes, after the
+ * dtrace_sync() that follows their disabling, so no trap for this probe is
+ * in flight; but kinst_invop() may be walking the chain through it on the
+ * way to another probe, so it is unlinked now and freed by kinst_reap().
+ * Its trampoline slot stays with its address (kinst_isa.c).
  */
 static void
 kinst_destroy(void *arg __unused, dtrace_id_t id __unused, void *parg)
 {
-	struct kinst_probe *kp;
+	struct kinst_probe *kp, **pp;
 
 	kp = parg;
-	kp->kp_id = 0;
-	atomic_store_rel_int(&kp->kp_state, KINST_S_IDLE);
+	KASSERT(!kp->kp_counted, ("kinst: %s:%u destroyed while enabled",
+	    kp->kp_func, kp->kp_off));
+	kinst_tramp_release(kp);
+	mtx_lock(&kinst_hash_mtx);
+	for (pp = &kinst_probetab[KINST_ADDR2NDX(kp->kp_patchpoint)];
+	    *pp != NULL && *pp != kp; pp = &(*pp)->kp_hashnext)
+		;
+	KASSERT(*pp == kp, ("kinst: %s:%u not in kinst_probetab",
+	    kp->kp_func, kp->kp_off));
+	if (*pp == kp)
+		atomic_store_rel_ptr((volatile uintptr_t *)pp,
+		    (uintptr_t)kp->kp_hashnext);
+	kp->kp_gravenext = kinst_grave;
+	kinst_grave = kp;
+	mtx_unlock(&kinst_hash_mtx);
 }
 
 static void
@@ -561,6 +780,9 @@ kinst_close(struct cdev *dev __unused, int fflag __unused,
 	if (kinst_registered)
 		(void)dtrace_condense(kinst_id);
 	sx_sunlock(&kinst_dev_sx);
+	sx_xlock(&kinst_sx);
+	kinst_reap();
+	sx_xunlock(&kinst_sx);
 	return (0);
 }
 
@@ -584,8 +806,11 @@ kinst_ioctl_file(linker_file_t lf, void *arg)
 }
 
 /*
- * Probes come from the table only.  A function it lacks makes nothing, as in
- * stock kinst; an offset it lacks is EINVAL, as stock kinst answers popf.
+ * Probes come from the table only, for a function named exactly (as stock
+ * kinst, which compares each symbol's name with kpd_func).  A function the
+ * table lacks, an excluded one, or an offset inside an instruction makes
+ * nothing and answers 0; an offset whose instruction the table refuses is
+ * EINVAL, as stock kinst answers popf.
  */
 static int
 kinst_ioctl(struct cdev *dev __unused, u_long cmd, caddr_t data,
@@ -599,7 +824,8 @@ kinst_ioctl(struct cdev *dev __unused, u_long cmd, caddr_t data,
 	pd = (dtrace_kinst_probedesc_t *)data;
 	pd->kpd_func[sizeof(pd->kpd_func) - 1] = '\0';
 	pd->kpd_mod[sizeof(pd->kpd_mod) - 1] = '\0';
-	if (!kinst_mod_matches(pd->kpd_mod))
+	if (!kinst_mod_matches(pd->kpd_mod) || pd->kpd_func[0] == '\0' ||
+	    kinst_isglob(pd->kpd_func))
 		return (0);
 	if (kinst_table_kernel) {
 		sx_slock(&kinst_dev_sx);
@@ -616,8 +842,8 @@ kinst_ioctl(struct cdev *dev __unused, u_long cmd, caddr_t data,
  * sys/conf/ldscript.amd64 brackets .note.gnu.build-id with __build_id_start
  * and __build_id_end, and sys/kern/kern_mib.c (sysctl_build_id) serves the
  * note's descriptor as lowercase hex in kern.build_id.  A .ko's notes are not
- * kept by the kernel linker, so a module table relies on the per-probe byte
- * check alone.
+ * kept by the kernel linker, so a module table relies on the per-function
+ * digest alone.
  */
 static int
 kinst_check_build_id(void)
@@ -656,7 +882,8 @@ kinst_load_file(linker_file_t lf, void *arg __unused)
  * SI_SUB_DTRACE_PROVIDER, like stock kinst: after dtrace, and early enough for
  * anonymous enablings (SI_SUB_DTRACE_ANON).  A SYSINIT cannot fail, so an
  * error is kept for MOD_LOAD, which runs later (SI_SUB_DRIVERS) and fails the
- * load; kinst_unload() then undoes what was done.
+ * load; kinst_unload() then undoes what was done.  Memory: the chains and one
+ * byte per table function, nothing per table probe.
  */
 static void
 kinst_load(void *dummy __unused)
@@ -665,10 +892,10 @@ kinst_load(void *dummy __unused)
 
 	if ((error = kinst_check_build_id()) != 0)
 		goto fail;
-	kinst_probes = mallocarray(MAX(kinst_table.kt_nentries, 1),
-	    sizeof(*kinst_probes), M_KINST, M_WAITOK | M_ZERO);
-	kinst_fstate = mallocarray(MAX(kinst_table.kt_nfuncs, 1),
-	    sizeof(*kinst_fstate), M_KINST, M_WAITOK | M_ZERO);
+	kinst_probetab = mallocarray(KINST_PROBETAB_SIZE,
+	    sizeof(*kinst_probetab), M_KINST, M_WAITOK | M_ZERO);
+	kinst_fstate = malloc(MAX(kinst_table.kt_nfuncs, 1), M_KINST,
+	    M_WAITOK | M_ZERO);
 	if (kinst_table_kernel)
 		(void)kinst_load_file(linker_kernel_file, NULL);
 	else
@@ -691,12 +918,14 @@ fail:
 }
 
 /*
- * Runs after MOD_UNLOAD has unregistered the provider (or after a failed
- * load), with kld_sx dropped.
+ * Runs after MOD_UNLOAD has unregistered the provider, which destroyed every
+ * probe (or after a failed load), with kld_sx dropped.  The trampoline pages
+ * stay mapped: see kinst_tramp_fini().
  */
 static void
 kinst_unload(void *dummy __unused)
 {
+	struct kinst_probe *kp;
 	u_int i;
 
 	if (kinst_cdev != NULL) {
@@ -711,16 +940,22 @@ kinst_unload(void *dummy __unused)
 		dtrace_sync();
 		kinst_invop_added = false;
 	}
-	if (kinst_probes != NULL) {
-		for (i = 0; i < kinst_table.kt_nentries; i++)
-			free(kinst_probes[i], M_KINST);
-		free(kinst_probes, M_KINST);
-		kinst_probes = NULL;
+	sx_xlock(&kinst_sx);
+	kinst_reap();
+	if (kinst_probetab != NULL) {
+		/* None after dtrace_unregister(); a failed load made none. */
+		for (i = 0; i < KINST_PROBETAB_SIZE; i++) {
+			while ((kp = kinst_probetab[i]) != NULL) {
+				kinst_probetab[i] = kp->kp_hashnext;
+				free(kp, M_KINST);
+			}
+		}
+		free(kinst_probetab, M_KINST);
+		kinst_probetab = NULL;
 	}
 	free(kinst_fstate, M_KINST);
 	kinst_fstate = NULL;
-	sx_xlock(&kinst_sx);
-	kinst_tramp_free_all();
+	kinst_tramp_fini();
 	sx_xunlock(&kinst_sx);
 }
 

@@ -18,22 +18,46 @@ typedef struct {
 
 #define	KINSTIOC_MAKEPROBE	_IOW('k', 1, dtrace_kinst_probedesc_t)
 
+/*
+ * The probes by patch address, as stock kinst's kinst_probetab: a power of
+ * two of chains keyed by the address's low bits.  The breakpoint handler
+ * walks a chain without a lock.
+ */
+#define	KINST_PROBETAB_SIZE	0x8000
+#define	KINST_ADDR2NDX(addr)	((uintptr_t)(addr) & (KINST_PROBETAB_SIZE - 1))
+
 /* struct kinst_probe kp_state */
-#define	KINST_S_IDLE		0	/* unpatched; traps are not ours */
+#define	KINST_S_IDLE		0	/* never armed; traps are not ours */
 #define	KINST_S_ARMED		1	/* int3 written */
 #define	KINST_S_DISARMED	2	/* byte back; a trap may be in flight */
 
+struct kinst_tslot;
+
+/*
+ * One DTrace probe: made when a probe description or the ioctl names its
+ * function, freed after DTrace destroys it (see kinst_destroy()).  The
+ * fields the breakpoint handler reads (kp_hashnext, kp_patchpoint,
+ * kp_state, kp_id, kp_md, kp_tramp, kp_savedval) are set before the probe
+ * is published in kinst_probetab or armed, and do not change while it is
+ * armed.
+ */
 struct kinst_probe {
-	const struct kinst_entry *kp_entry;	/* the table row */
-	uint8_t		*kp_patchpoint;		/* live instruction address */
-	uint8_t		*kp_tramp;		/* trampoline; NULL for calls */
-	uintptr_t	kp_tramp_pc;		/* patch point it serves */
-	linker_file_t	kp_lf;			/* file of the patch point */
-	dtrace_id_t	kp_id;			/* 0: not a DTrace probe now */
-	volatile u_int	kp_state;		/* KINST_S_* */
-	bool		kp_unreachable;		/* kp_tramp cannot be used */
-	bool		kp_counted;		/* counted in kp_lf->nenabled */
-	bool		kp_warned;		/* enable refusal printed */
+	struct kinst_probe	*kp_hashnext;	/* kinst_probetab chain */
+	struct kinst_probe	*kp_gravenext;	/* destroyed, to be freed */
+	uint8_t			*kp_patchpoint;	/* live instruction address */
+	uint8_t			*kp_tramp;	/* set at enable (not calls) */
+	struct kinst_tslot	*kp_tslot;	/* the address's trampoline */
+	linker_file_t		kp_lf;		/* file of the patch point */
+	const char		*kp_func;	/* name, in the table */
+	struct kinst_md		kp_md;		/* from the verified bytes */
+	dtrace_id_t		kp_id;
+	uint32_t		kp_off;		/* in the function: the name */
+	volatile u_int		kp_state;	/* KINST_S_* */
+	uint8_t			kp_savedval;	/* the original first byte */
+	bool			kp_reserved;	/* a trampoline is reserved */
+	bool			kp_counted;	/* counted in kp_lf->nenabled */
+	bool			kp_gone;	/* its linker file is going */
+	uint8_t			kp_warned;	/* refusals printed */
 };
 
 struct trapframe;
@@ -42,13 +66,14 @@ MALLOC_DECLARE(M_KINST);
 
 /* kinst.c */
 extern struct sx		kinst_sx;	/* see "Locking" in kinst.c */
-extern struct kinst_probe	**kinst_probes;	/* one slot per table entry */
-extern uint64_t			kinst_bias;	/* live minus table address */
+struct kinst_probe	*kinst_probe_at(uintptr_t);
 
 /* <arch>/kinst_isa.c */
 int	kinst_invop(uintptr_t, struct trapframe *, uintptr_t);
-void	kinst_patch(struct kinst_probe *, uint8_t);
-uint8_t	*kinst_tramp_alloc(void);
-void	kinst_tramp_free_all(void);
+bool	kinst_patch(uint8_t *, uint8_t, uint8_t);
+int	kinst_tramp_prepare(struct kinst_probe *);
+int	kinst_tramp_take(struct kinst_probe *);
+void	kinst_tramp_release(struct kinst_probe *);
+void	kinst_tramp_fini(void);
 
 #endif /* !_KINST_H_ */

@@ -12,10 +12,10 @@
 
 /*
  * kinst_file is the linker file's name (lf->filename: "kernel", or the
- * .ko's file name); kinst_modname is the probes' module name, the file name
- * without ".ko" as fbt uses it and as dtrace_module_unloaded() matches it
- * when the module goes away.  kinst_table_kernel is 1 when the table was
- * made from an ET_EXEC kernel.
+ * .ko's file name); kinst_modname is the probes' module name, which is the
+ * same name, ".ko" included, as stock kinst names its probes
+ * (kinst:foo.ko:func:off).  kinst_table_kernel is 1 when the table was made
+ * from an ET_EXEC kernel.
  */
 extern const char	kinst_file[];
 extern char		kinst_modname[];

@@ -46,7 +46,9 @@ done
 check kldstat kldstat -v
 
 if have kinst; then
-	check kinst-list dtrace -l -P kinst
+	# kinst probes are made per named function, as in stock kinst:
+	# `dtrace -l -P kinst` lists none until a description names one.
+	check kinst-list dtrace -l -n 'kinst::vm_fault:'
 	# dtrace_kinst(4): kinst::vm_fault:4 { printf("%#x", regs[R_RSI]); }
 	check kinst-vm-fault sh -c '
 		sh "$1" "$2" &
