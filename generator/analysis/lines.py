@@ -24,7 +24,9 @@ function and the same inlined copy.  That is one probe per place the line
 begins, in every function and every inlined copy.  ``perf probe FILE:LINE``
 keeps one per function and copy, on ``is_stmt`` rows only; here every entry
 is kept and ``is_stmt`` is reported rather than filtered, so that a line the
-compiler marked only as non-statement still has its sites.  ``llvm-symbolizer
+compiler marked only as non-statement still has its sites.  Rows over the
+alignment padding between functions (no symbol and no DWARF function holds
+them) are nobody's code and make no site.  ``llvm-symbolizer
 --inlining`` on a site's address names ``FILE:LINE`` and the same inlined
 functions -- which the tests hold it to, on every site of the test images.
 """
@@ -120,6 +122,12 @@ def _starts_site(img: KernelImage, index: DwarfIndex, row: int) -> bool:
     return _chain_ids(index, here) != _chain_ids(index, before)
 
 
+def _is_code(img: KernelImage, index: DwarfIndex, address: int) -> bool:
+    """True when ``address`` is in a function, by its symbol or its DWARF; the line table also covers the
+    alignment padding between functions, which is nobody's code."""
+    return img.function_at(address) is not None or index.sub_at(address) is not None
+
+
 def make_site(index: DwarfIndex, verdicts: Verdicts, address: int, row: int) -> LineSite:
     func, probe, why = verdicts.probe(address)
     file = index.files[index.row_file[row]]
@@ -159,12 +167,17 @@ def line_sites(img: KernelImage, index: DwarfIndex, spec: str, rule: str = "any"
     ``verdicts`` lets many queries share the analysed functions."""
     file, line = parse_spec(spec)
     fid = resolve_file(index, file, img.path)
-    rows = [r for r in index.rows_of_line(fid, line) if _starts_site(img, index, r)]
+    rows = [r for r in index.rows_of_line(fid, line) if _is_code(img, index, index.row_addr[r])
+            and _starts_site(img, index, r)]
     if not rows:
         lines = index.lines_of_file(fid)
-        before = [n for n in lines if n < line][-1:]
-        after = [n for n in lines if n > line][:1]
-        near = " and ".join(str(n) for n in before + after)
+
+        def has_code(n: int) -> bool:
+            return any(_is_code(img, index, index.row_addr[r]) for r in index.rows_of_line(fid, n))
+
+        before = next((n for n in reversed(lines) if n < line and has_code(n)), None)
+        after = next((n for n in lines if n > line and has_code(n)), None)
+        near = " and ".join(str(n) for n in (before, after) if n is not None) or "none"
         raise UserError(f"{index.files[fid]}:{line} has no code in {img.path}; nearest lines with code: {near}")
     verdicts = verdicts or Verdicts(img, rule)
     return [make_site(index, verdicts, index.row_addr[r], r) for r in rows]
