@@ -163,7 +163,7 @@ class Agreement(NamedTuple):
 
     addresses: int  # instruction addresses checked against llvm-symbolizer
     sites: int  # --line sites checked against llvm-symbolizer
-    lines: int  # distinct FILE:LINE queried
+    lines: int  # distinct FILE:LINE queried that have code (lines over padding alone answer "no code")
     copies: int  # inlined copies checked against llvm-dwarfdump
     disagreements: List[str]  # one line each, the first few of every kind
 
@@ -174,6 +174,7 @@ def agreement(image: str, debug_file: Optional[str] = None) -> Agreement:
     from generator.analysis.indexcache import open_index
     from generator.analysis.inlines import inline_copies
     from generator.analysis.lines import Verdicts, line_sites
+    from generator.common.errors import UserError
     from generator.image.elf import KernelImage
 
     img = KernelImage.open(image)
@@ -194,8 +195,15 @@ def agreement(image: str, debug_file: Optional[str] = None) -> Agreement:
         addresses += [p.address for p in rep.probes]
     lines = sorted({(k >> 32, k & 0xFFFFFFFF) for k in index.line_keys})
     sites = []
+    padding = 0  # lines whose only rows cover the padding between functions: "no code"
     for fid, line in lines:
-        sites += line_sites(img, index, f"{index.files[fid]}:{line}", verdicts=verdicts)
+        try:
+            sites += line_sites(img, index, f"{index.files[fid]}:{line}", verdicts=verdicts)
+        except UserError:
+            rows = index.rows_of_line(fid, line)
+            if any(img.function_at(index.row_addr[r]) or index.sub_at(index.row_addr[r]) for r in rows):
+                disagree("--line no code", f"{index.files[fid]}:{line} has code but no site")
+            padding += 1
     frames = symbolize(image, sorted(set(addresses) | {s.address for s in sites}))
 
     def inlined_names(fr: List[Frame]) -> List[str]:
@@ -261,4 +269,4 @@ def agreement(image: str, debug_file: Optional[str] = None) -> Agreement:
         for a, b in zip(files_ours, files_theirs):
             if a[:2] == b[:2] and not same_path(a[2], b[2], dump.comp_dirs):
                 disagree("call file", f"{a[0]}: ours {a[2]}, llvm-dwarfdump {b[2]}")
-    return Agreement(len(addresses), len(sites), len(lines), len(theirs), bad)
+    return Agreement(len(addresses), len(sites), len(lines) - padding, len(theirs), bad)

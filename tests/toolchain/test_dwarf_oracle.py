@@ -61,3 +61,13 @@ def test_the_oracle_sees_a_wrong_answer(sample_kernel, monkeypatch, wrong):
                             lambda self, i: [(lo, hi + 1) for lo, hi in real_ranges(self, i)])
     bad = agreement(str(sample_kernel)).disagreements
     assert bad and any(b.startswith(("line", "inlined", "--line", "copy", "return")) for b in bad), bad
+
+
+@pytest.mark.slow
+def test_the_c_library_agrees(libm_debug):
+    """The whole of libc (its DWARF too in libc6-dbg's file): some 10x libm; slow, so only with --slow."""
+    from helpers.corpus import find_system_library
+
+    libc = find_system_library("libc.so.6")
+    assert libc is not None, "libm is here, so libc is"
+    _check(libc, 400_000, 4_000)
