@@ -29,7 +29,8 @@ def add_parsers(sub) -> None:
                     help="the image's separate debug file (default: the image itself, then its build-id, "
                          ".gnu_debuglink and /usr/lib/debug/<path>.debug)")
     pr.add_argument("--offset", type=A.offset, help="only the instruction at this byte offset")
-    pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all)")
+    pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all); "
+                    "one per site with --line and --lines, one per copy with --inline")
     pr.add_argument(
         "--summary",
         action="store_true",
