@@ -35,7 +35,7 @@ class Option:
 
     param: str  # the task's parameter name (invoke shows it as --param-name)
     flag: Optional[str]  # the option string to hand back; None for a positional
-    kind: str  # "flag", "value", "list", "positional" or "rest"
+    kind: str  # "flag", "value", "list", "positional", "optional" (a positional that may be left out) or "rest"
     help: str
 
 
@@ -46,7 +46,9 @@ def _options(parser: argparse.ArgumentParser) -> List[Option]:
             continue
         text = (action.help or "").replace("%%", "%")
         if not action.option_strings:
-            kind = "rest" if action.nargs == argparse.REMAINDER else "positional"
+            # invoke requires every positional it is told of, so one the command line may leave out
+            # (nargs "?") becomes a task option of its name, handed back positionally.
+            kind = {argparse.REMAINDER: "rest", argparse.OPTIONAL: "optional"}.get(action.nargs, "positional")
             out.append(Option(action.dest, None, kind, text))
             continue
         flag = next((s for s in action.option_strings if s.startswith("--")), action.option_strings[0])
@@ -68,7 +70,7 @@ def _words(options: List[Option], given: Dict[str, object], rest: str) -> List[s
         value = given.get(opt.param)
         if opt.kind == "rest":
             words += ["--", *shlex.split(rest)] if rest else []
-        elif opt.kind == "positional":
+        elif opt.kind in ("positional", "optional"):
             words += [str(value)] if value is not None else []
         elif opt.kind == "flag":
             words += [opt.flag] if value else []

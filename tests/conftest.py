@@ -25,7 +25,7 @@ from helpers import skips
 from helpers.paths import TESTS, TIERS
 
 # What the unit tier must not use: each needs a compiler or a download.
-NOT_FOR_UNIT = {"sample_kernel", "debian_modules", "dtmalloc_listing"}
+NOT_FOR_UNIT = {"sample_kernel", "debian_modules", "dtmalloc_listing", "lua_gcc", "lua_clang", "libm_debug"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,3 +92,27 @@ def dtmalloc_listing(sample_kernel, tmp_path_factory) -> Path:
     listing = out / "dtmalloc.list"
     assert listing.exists()
     return listing
+
+
+@pytest.fixture(scope="session")
+def lua_gcc() -> Path:
+    """Lua 5.4 from its Debian source package, gcc -O2 -g with kernel flags: DWARF 5, real inlining."""
+    from helpers.debsrc import debian_image
+
+    return debian_image("gcc")
+
+
+@pytest.fixture(scope="session")
+def lua_clang() -> Path:
+    """The same with clang -gdwarf-4: DWARF 4 and .debug_ranges."""
+    from helpers.debsrc import debian_image
+
+    return debian_image("clang-dwarf4")
+
+
+@pytest.fixture(scope="session")
+def libm_debug() -> Path:
+    """The machine's libm, whose DWARF is in a separate debug file found by build-id (libc6-dbg)."""
+    from helpers.debsrc import machine_library_with_debug_file
+
+    return machine_library_with_debug_file()

@@ -11,7 +11,8 @@ from generator.common.paths import BENCH_RESULTS, REPO
 
 def add_parsers(sub) -> None:
     be = sub.add_parser("bench", help="time whole-image analysis against objdump -d on the same image, "
-                        "harness hits against a bare trap, and the stand-in VM's cycle")
+                        "harness hits against a bare trap, the stand-in VM's cycle, and the source-line and "
+                        "inline index (build and query) against LLVM's tools")
     be.add_argument("--image", help="image with >= 20 MiB of text (default: the largest libLLVM here)")
     be.add_argument("--out", default=str(BENCH_RESULTS.relative_to(REPO)),
                     help="results directory (default: bench/results)")
@@ -19,6 +20,9 @@ def add_parsers(sub) -> None:
                     "once, to measure a real kernel image too")
     be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
     be.add_argument("--skip-vm", action="store_true", help="skip the stand-in VM cycle benchmark")
+    be.add_argument("--skip-dwarf", action="store_true", help="skip the source-line and inline index benchmark")
+    be.add_argument("--dwarf-image", help="image with DWARF for that benchmark (default: the largest the tests "
+                    "build, Lua 5.4 from its Debian source package)")
     be.set_defaults(run=cmd_bench)
 
 
@@ -26,7 +30,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from generator.bench.analysis import bench_analysis
 
     out = Path(args.out)
-    bench_analysis(args.image, out, with_vmlinux=args.with_vmlinux)
+    res = bench_analysis(args.image, out, with_vmlinux=args.with_vmlinux)
     sys.stdout.write((out / "analysis.md").read_text() + "\n")
     if not args.skip_harness:
         from generator.bench.harness import bench_harness
@@ -37,5 +41,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from generator.bench.vm import bench_vm
 
         bench_vm(out)
-        sys.stdout.write((out / "vm.md").read_text())
-    return 0
+        sys.stdout.write((out / "vm.md").read_text() + "\n")
+    if not args.skip_dwarf:
+        from generator.bench.dwarf import bench_dwarf
+
+        bench_dwarf(out, args.dwarf_image)
+        sys.stdout.write((out / "dwarf.md").read_text())
+    return 0 if all(im["runs"]["ours"]["instructions"] for im in res["images"]) else 1

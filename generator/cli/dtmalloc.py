@@ -30,17 +30,22 @@ def add_parsers(sub) -> None:
 
     from generator.providers.dscript import SCRIPTS
 
-    ds = sub.add_parser("dscript", help="write a ready-to-run D script (dtmalloc counts or sizes, kinst trace)")
+    ds = sub.add_parser("dscript", help="write a ready-to-run D script (dtmalloc counts or sizes, kinst trace, "
+                        "source line or inline function)")
     ds.add_argument("script", choices=sorted(SCRIPTS), help="; ".join(f"{k}: {v.help}" for k, v in SCRIPTS.items()))
+    ds.add_argument("target", nargs="?", metavar="FILE:LINE|NAME",
+                    help="kinst-line: the source line FILE:LINE; kinst-inline: the inline function's NAME")
     ds.add_argument("--type", help="dtmalloc: one malloc type, by short description or probe name (default: all)")
     ds.add_argument("--function", help="kinst-trace: the function to trace")
     ds.add_argument("--offset", type=A.offset, help="kinst-trace: one instruction offset (default: every instruction)")
     ds.add_argument(
         "--kernel",
-        help="kinst-trace: image to check the function against (default: the sample kernel); "
+        help="kinst-trace, kinst-line, kinst-inline: the kernel the probes are for (default: the sample kernel); "
         "dtmalloc: check --type against this kernel",
     )
     ds.add_argument("--module", action="append", default=[], help="dtmalloc: a .ko for the --type check (repeatable)")
+    ds.add_argument("--debug", metavar="FILE", help="kinst-line, kinst-inline: the kernel's separate debug file "
+                    "(default: found by build-id, .gnu_debuglink or /usr/lib/debug/<path>.debug)")
     ds.add_argument("--out", help="write the script here (mode 0755) instead of to stdout")
     ds.set_defaults(run=cmd_dscript)
 
@@ -68,7 +73,8 @@ def cmd_dscript(args: argparse.Namespace) -> int:
     from generator.common.files import write_all
     from generator.providers.dscript import Request, render
 
-    req = Request(args.script, args.type, args.function, args.offset, args.kernel, tuple(args.module))
+    req = Request(args.script, args.type, args.function, args.offset, args.kernel, tuple(args.module), args.target,
+                  args.debug)
     text = render(req)
     if args.out:
         path = Path(args.out)

@@ -17,8 +17,20 @@ def add_parsers(sub) -> None:
     which = pr.add_mutually_exclusive_group()
     which.add_argument("--function", help=A.FUNCTION_HELP)
     which.add_argument("--all", action="store_true", help="every function of the image")
+    which.add_argument("--line", metavar="FILE:LINE",
+                       help="every probe site of a source line, in every function and inlined copy "
+                            "(FILE matches by the end of its path; needs DWARF)")
+    which.add_argument("--inline", metavar="NAME",
+                       help="every inlined copy of function NAME: caller, entry and return offsets (kinst's rule), "
+                            "call site; and its out-of-line definition (needs DWARF)")
+    pr.add_argument("--lines", action="store_true",
+                    help="with --function: its source lines with the probe offsets of each, like perf probe -L")
+    pr.add_argument("--debug", metavar="FILE",
+                    help="the image's separate debug file (default: the image itself, then its build-id, "
+                         ".gnu_debuglink and /usr/lib/debug/<path>.debug)")
     pr.add_argument("--offset", type=A.offset, help="only the instruction at this byte offset")
-    pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all)")
+    pr.add_argument("--json", action="store_true", help="JSON: one object per function (one per line with --all); "
+                    "one per site with --line and --lines, one per copy with --inline")
     pr.add_argument(
         "--summary",
         action="store_true",
@@ -36,6 +48,10 @@ def cmd_probes(args: argparse.Namespace) -> int:
     from generator.image.sample import resolve_kernel
 
     img = KernelImage.open(resolve_kernel(args.kernel))
+    if args.line or args.inline or args.lines:
+        return _probes_source(img, args)
+    if args.debug:
+        raise UserError("--debug is for --line, --inline and --lines")
     if args.all:
         if args.offset is not None:
             raise UserError("--offset needs --function, not --all")
@@ -65,4 +81,33 @@ def _probes_all(img, args: argparse.Namespace) -> int:
             sys.stderr.flush()
     if show:
         sys.stderr.write("\n")
+    return 0
+
+
+def _probes_source(img, args: argparse.Namespace) -> int:
+    """``--line``, ``--inline``, ``--function F --lines``: probe sites named by the DWARF."""
+    import json
+
+    from generator.analysis import inlines, lines, sourceview
+    from generator.analysis.indexcache import open_index
+
+    if args.offset is not None or args.summary:
+        raise UserError("--offset and --summary do not go with --line, --inline or --lines")
+    if args.lines and not args.function:
+        raise UserError("--lines lists one function's source: give --function F")
+    index, _ = open_index(img, args.debug, progress=progress_wanted(quiet=args.json))
+    if args.inline:
+        copies = inlines.inline_copies(img, index, args.inline, args.prologue_rule)
+        out = ([json.dumps(inlines.copy_dict(c), separators=(",", ":")) for c in copies] if args.json
+               else [sourceview.inline_text(args.inline, copies)])
+    elif args.line:
+        sites = lines.line_sites(img, index, args.line, args.prologue_rule)
+        out = ([json.dumps(lines.site_dict(s), separators=(",", ":")) for s in sites] if args.json
+               else [sourceview.line_text(args.line, sites)])
+    else:
+        func = img.lookup(args.function)
+        sites = lines.function_sites(img, index, func, args.prologue_rule)
+        out = ([json.dumps(lines.site_dict(s), separators=(",", ":")) for s in sites] if args.json
+               else [sourceview.listing_text(func, *lines.primary_file(index, func, sites), sites)])
+    sys.stdout.write("\n".join(out) + "\n")
     return 0

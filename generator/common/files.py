@@ -36,6 +36,18 @@ def write_all(files: Sequence[Tuple[Path, str]]) -> None:
                 tmp.unlink()
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """``data`` written through a temporary file and a rename: readers see the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def write_json(path: Path, data: object) -> None:
     """``data`` as indented, key-sorted JSON, written through a temporary file and a rename."""
     write_all([(path, json.dumps(data, indent=2, sort_keys=True) + "\n")])

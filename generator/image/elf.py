@@ -278,6 +278,7 @@ class KernelImage:
         self._reloc_addrs: List[int] = []
         self._symbols: Optional[List[_Sym]] = None
         self._functions: Optional[List[Function]] = None
+        self._function_starts: Optional[List[int]] = None
 
     # -- opening ----------------------------------------------------------
 
@@ -416,6 +417,26 @@ class KernelImage:
     def section_by_index(self, index: int) -> Optional[Section]:
         return self._by_index.get(index)
 
+    def has_section(self, name: str) -> bool:
+        """True when a section called ``name`` exists, of any kind (``.debug_info``, ``.gnu_debuglink``)."""
+        return any(s.name == name for s in self._shdrs)
+
+    def section_data(self, name: str) -> Optional[bytes]:
+        """The raw file bytes of the first section called ``name``, allocated or not; None when there is none
+        or it has no bytes in the file (SHT_NOBITS)."""
+        for s in self._shdrs:
+            if s.name == name:
+                if s.sh_type == _SHT_NOBITS or s.sh_offset + s.sh_size > len(self._data):
+                    return None
+                return bytes(self._data[s.sh_offset : s.sh_offset + s.sh_size])
+        return None
+
+    @_guarded
+    def dwarf_info(self):
+        """pyelftools' ``DWARFInfo`` of this file (compressed sections inflated); the caller checks
+        ``has_section(".debug_info")`` first."""
+        return self._elf.get_dwarf_info(relocate_dwarf_sections=self.e_type == "ET_REL")
+
     @_guarded
     def read(self, address: int, size: int) -> bytes:
         """The bytes at ``address``; relocated for ET_REL.  Must lie in one section."""
@@ -548,6 +569,37 @@ class KernelImage:
         if self._functions is None:
             self._functions = _fold_functions(self, self.symbols())
         return self._functions
+
+    def function_at(self, address: int) -> Optional[Function]:
+        """The function whose ``[address, address + size)`` holds ``address``, or None.
+
+        Functions rarely overlap; when they do, the one starting closest
+        below ``address`` wins.
+        """
+        funcs = self.functions()
+        if self._function_starts is None:
+            self._function_starts = [f.address for f in funcs]
+        i = bisect.bisect_right(self._function_starts, address) - 1
+        for f in reversed(funcs[max(0, i - 16) : i + 1]):
+            if f.address <= address < f.address + f.size:
+                return f
+        return None
+
+    def has_symtab(self) -> bool:
+        """True when the image has a full ``.symtab`` (not only the exported ``.dynsym``)."""
+        return any(s.sh_type == _SHT_SYMTAB for s in self._shdrs)
+
+    def adopt_symbols(self, other: "KernelImage") -> None:
+        """Take ``other``'s symbol table: a stripped image's separate debug file keeps the ``.symtab``
+        the image lost, with the same addresses.  Only for linked images (ET_EXEC, ET_DYN), whose
+        symbol values are addresses rather than section offsets."""
+        if self.e_type == "ET_REL" or other.e_type == "ET_REL":
+            raise UserError(
+                f"{self.path}: cannot take the symbols of {other.path}: a module's symbols are section-relative"
+            )
+        self._symbols = other.symbols()
+        self._functions = None
+        self._function_starts = None
 
     def lookup(self, spec: str) -> Function:
         """Find one function by ``name``, ``name@file`` or ``0xADDRESS``.

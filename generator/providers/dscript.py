@@ -6,7 +6,14 @@
 * ``dtmalloc-count [--type T]``: allocations and frees counted by type;
 * ``dtmalloc-sizes [--type T]``: a size quantize per type;
 * ``kinst-trace --function F [--offset N]``: every hit of one instruction (or
-  of all of a function's), with a per-offset count.
+  of all of a function's), with a per-offset count;
+* ``kinst-line FILE:LINE``: every hit of a source line, one ``kinst::CALLER:OFFSET``
+  clause per probe site (``analysis.lines``), in every function and inlined copy;
+* ``kinst-inline NAME``: entry and return of every inlined copy of a function,
+  at the offsets kinst's own inline tracing would rewrite ``kinst::NAME:entry``
+  and ``:return`` into (``analysis.inlines``), and ``fbt`` for its out-of-line
+  definition.  Stock dtrace(1) and the stock kinst of FreeBSD 14 and 15 run
+  both; the header names the kernel build-id the offsets belong to.
 
 Names are checked before a script is written: a kinst function and offset
 against a kernel image with kinstkit's own probe analysis (the embedded
@@ -21,11 +28,11 @@ import fnmatch
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from generator.common.errors import UserError
 from generator.providers import dsyntax
-from generator.render import c_header, environment
+from generator.render import Input, c_header, environment
 
 # Bytes allowed literally in the function part of a generated probe
 # description; any other byte becomes the one-character glob '?'.
@@ -42,6 +49,8 @@ class Request:
     offset: Optional[int] = None  # kinst-trace: one instruction offset
     kernel: Optional[str] = None  # kinst-trace: the image to check against; dtmalloc: check --type here
     module: Tuple[str, ...] = ()  # dtmalloc: .ko files for the --type check
+    target: Optional[str] = None  # kinst-line: FILE:LINE; kinst-inline: the inline function's name
+    debug: Optional[str] = None  # kinst-line, kinst-inline: the kernel's separate debug file
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class Script:
 
     template: str
     help: str
-    build: Callable[[Request], Dict[str, str]]
+    build: Callable[[Request], Dict[str, Any]]
 
 
 def d_function_part(probe: bytes) -> str:
@@ -58,9 +67,29 @@ def d_function_part(probe: bytes) -> str:
     return "".join(chr(b) if _LITERAL.fullmatch(bytes([b])) else "?" for b in probe)
 
 
-def _dtmalloc_context(args: Request) -> Dict[str, str]:
+def d_string(text: str) -> str:
+    """A D string literal of ``text``: printable ASCII kept (quote and backslash escaped), anything else '?'."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif " " <= ch <= "~":
+            out.append(ch)
+        else:
+            out.append("?")
+    return '"' + "".join(out) + '"'
+
+
+def _no_target(args: Request) -> None:
+    if args.target is not None or args.debug is not None:
+        raise UserError(f"{args.script} takes no FILE:LINE or NAME and no --debug; those are for kinst-line "
+                        "and kinst-inline")
+
+
+def _dtmalloc_context(args: Request) -> Dict[str, Any]:
     from generator.providers.dtmalloc.mallocs import probe_bytes
 
+    _no_target(args)
     if args.function or args.offset is not None:
         raise UserError("--function and --offset are for kinst-trace; dtmalloc scripts take --type")
     if not args.type:
@@ -82,11 +111,12 @@ def _check_type(args: Request, func: str) -> None:
         raise UserError(f"{args.kernel}: no malloc type has the probe name {func!r}{hint}")
 
 
-def _kinst_context(args: Request) -> Dict[str, str]:
+def _kinst_context(args: Request) -> Dict[str, Any]:
     from generator.image.sample import resolve_kernel
     from generator.image.elf import KernelImage
     from generator.analysis.probes import analyse, find_offset
 
+    _no_target(args)
     if args.type:
         raise UserError("--type is for the dtmalloc scripts; kinst-trace takes --function [--offset]")
     if not args.function:
@@ -115,16 +145,127 @@ def _kinst_context(args: Request) -> Dict[str, str]:
     }
 
 
+def _source_image(args: Request):
+    """The kernel and its line and inline index, for kinst-line and kinst-inline."""
+    from generator.analysis.indexcache import open_index
+    from generator.common.host import progress_wanted
+    from generator.image.elf import KernelImage
+    from generator.image.sample import resolve_kernel
+
+    if args.type or args.function or args.offset is not None or args.module:
+        raise UserError(f"{args.script} takes {'FILE:LINE' if args.script == 'kinst-line' else 'NAME'} "
+                        "[--kernel K] [--debug FILE] only")
+    if not args.target:
+        what = "FILE:LINE" if args.script == "kinst-line" else "the NAME of an inline function"
+        raise UserError(f"{args.script} needs {what}")
+    img = KernelImage.open(resolve_kernel(args.kernel))
+    index, _ = open_index(img, args.debug, progress=progress_wanted())
+    return img, index
+
+
+def _clause(function: Optional[str], offset: Optional[int], status: str) -> Optional[str]:
+    """``kinst::FUNCTION:OFFSET`` for a site kinst traces and D can spell; None otherwise."""
+    if status != "ok" or function is None or offset is None:
+        return None
+    spelled = d_function_part(function.encode())
+    return f"kinst::{spelled}:{offset}" if spelled == function else None
+
+
+def _refusal(function: Optional[str], offset: Optional[int], status: str, reason: str) -> str:
+    where = f"{function}+{offset}" if function is not None and offset is not None else "(no symbol)"
+    if status == "ok":
+        reason = "its name has characters a D probe description cannot spell"
+    return f"{where}: {reason}"
+
+
+def _header_inputs(img) -> List[Input]:
+    return [Input(img.path, img.build_id or "", img.sha256())]
+
+
+def _kinst_line_context(args: Request) -> Dict[str, Any]:
+    from generator.analysis.lines import line_sites
+
+    img, index = _source_image(args)
+    sites = line_sites(img, index, args.target)
+    clauses, refused = [], []
+    for s in sites:
+        probe = _clause(s.function, s.offset, s.status)
+        inl = f", inlined in {' < '.join(s.inlined)}" if s.inlined else ""
+        if probe is None:
+            refused.append(_refusal(s.function, s.offset, s.status, s.reason))
+            continue
+        clauses.append({"probe": probe, "label": d_string(f"{s.function}+{s.offset}"),
+                        "comment": f"{s.file}:{s.line} at {s.function}+{s.offset}{inl}"})
+    if not clauses:
+        raise UserError(f"{args.target}: kinst can trace none of its {len(sites)} sites: {refused[0]}")
+    where = f"{sites[0].file}:{sites[0].line}"
+    return {
+        "_inputs": _header_inputs(img),
+        "where": where,
+        "where_d": d_string(where),
+        "build_id": img.build_id or "(none)",
+        "clauses": clauses,
+        "refused": refused,
+        "count": f"{len(clauses)} of {len(sites)} site{'s' if len(sites) != 1 else ''}",
+    }
+
+
+def _kinst_inline_context(args: Request) -> Dict[str, Any]:
+    from generator.analysis.inlines import ENTRY, inline_copies
+
+    img, index = _source_image(args)
+    copies = inline_copies(img, index, args.target)
+    clauses, refused, fbt = [], [], []
+    for c in copies:
+        if c.caller is None:
+            spelled = d_function_part((c.symbol or "").encode())
+            if c.symbol and spelled == c.symbol and spelled not in fbt:
+                fbt.append(spelled)
+            continue
+        call = f"called at {c.call_file}:{c.call_line}" if c.call_file else "call site unknown"
+        for s in c.sites:
+            probe = _clause(s.function, s.offset, s.status)
+            if probe is None:
+                why = _refusal(s.function, s.offset, s.status, s.reason)
+                refused.append(f"{s.role} of the copy in {c.caller}: {why}")
+                continue
+            clauses.append({"probe": probe, "role": s.role, "aggregation": "entries" if s.role == ENTRY else "returns",
+                            "label": d_string(f"{s.role} {s.function}+{s.offset}"),
+                            "comment": f"{s.role} of {c.name} inlined in {c.caller}, {call}"})
+    if not clauses:
+        raise UserError(f"{args.target}: kinst can trace none of the entries and returns of its inlined copies: "
+                        f"{refused[0] if refused else 'none found'}")
+    ncopies = sum(1 for c in copies if c.caller is not None)
+    return {
+        "_inputs": _header_inputs(img),
+        "name": args.target,
+        "name_d": d_string(args.target),
+        "build_id": img.build_id or "(none)",
+        "clauses": clauses,
+        "refused": refused,
+        "fbt": fbt,
+        "copies": f"{ncopies} inlined cop{'ies' if ncopies != 1 else 'y'}",
+        "has_entries": any(c["role"] == ENTRY for c in clauses) or bool(fbt),
+        "has_returns": any(c["role"] != ENTRY for c in clauses) or bool(fbt),
+    }
+
+
 SCRIPTS: Dict[str, Script] = {
     "dtmalloc-count": Script("dtmalloc-count.d.j2", "malloc/free counts by malloc type", _dtmalloc_context),
     "dtmalloc-sizes": Script("dtmalloc-sizes.d.j2", "allocation size quantize per malloc type", _dtmalloc_context),
     "kinst-trace": Script("kinst-trace.d.j2", "trace one instruction (or all) of a function", _kinst_context),
+    "kinst-line": Script("kinst-line.d.j2", "trace a source line FILE:LINE at every probe site (needs DWARF)",
+                         _kinst_line_context),
+    "kinst-inline": Script("kinst-inline.d.j2", "trace entry and return of every inlined copy of NAME (needs DWARF)",
+                           _kinst_inline_context),
 }
 
 
 def command_line(args: Request) -> str:
     words = ["python -m generator dscript", args.script]
-    for flag in ("type", "function", "offset", "kernel"):
+    if args.target is not None:
+        words.append(args.target)
+    for flag in ("type", "function", "offset", "kernel", "debug"):
         value = getattr(args, flag)
         if value is not None:
             words.append(f"--{flag} {value}")
@@ -136,7 +277,8 @@ def render(args: Request) -> str:
     """The script text, checked."""
     script = SCRIPTS[args.script]
     ctx = script.build(args)
+    inputs = ctx.pop("_inputs", ())
     name = f"dscript/{script.template}"
-    text = environment().get_template(name).render(header=c_header(name, (), command_line(args)), **ctx)
+    text = environment().get_template(name).render(header=c_header(name, inputs, command_line(args)), **ctx)
     dsyntax.check(text)
     return text

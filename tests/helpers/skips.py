@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 # The Debian package of each tool the tests run, for the skip reasons.
 DEBIAN_PACKAGES = {
-    "as": "binutils", "ld": "binutils", "objdump": "binutils", "readelf": "binutils", "strip": "binutils",
+    "as": "binutils", "ld": "binutils", "objcopy": "binutils", "objdump": "binutils", "readelf": "binutils",
+    "strip": "binutils",
     "awk": "mawk", "clang": "clang", "cpio": "cpio", "gcc": "gcc", "ld.lld": "lld", "script": "util-linux",
     "valgrind": "valgrind", "qemu-system-x86_64": "qemu-system-x86", "xorriso": "xorriso",
 }

@@ -52,8 +52,9 @@ def test_kinst_trace_refuses_what_kinst_cannot_trace(sample_kernel) -> None:
 
 
 @pytest.mark.parametrize("args", [["dtmalloc-count"], ["dtmalloc-sizes", "--type", "temp"],
-                                  ["kinst-trace", "--function", "vm_fault", "--offset", "4"]],
-                         ids=["count", "sizes", "kinst"])
+                                  ["kinst-trace", "--function", "vm_fault", "--offset", "4"],
+                                  ["kinst-line", "vm_fault.c:186"], ["kinst-inline", "__curthread"]],
+                         ids=["count", "sizes", "kinst", "kinst-line", "kinst-inline"])
 def test_dtrace_compiles_the_scripts(args, tmp_path: Path) -> None:
     dtrace = require_tool("dtrace", None, "`dtrace -e` validation needs a FreeBSD host's dtrace(1)")
     script = tmp_path / "s.d"

@@ -58,7 +58,8 @@ def test_every_option_is_a_task_option(command, monkeypatch):
         assert param in task_args, f"{command} {longs[0]}: no task option"
         flag_only = action.nargs == 0
         value = [] if flag_only else [str(action.choices[0]) if action.choices else "1"]
-        positionals = [_positional_value(a) for a in sub._actions if not a.option_strings and a.nargs != "..."]
+        positionals = [_positional_value(a) for a in sub._actions
+                       if not a.option_strings and a.nargs not in ("?", "...")]
         calls = _run([command, *positionals, longs[0], *value], monkeypatch)
         assert len(calls) == 1 and longs[0] in calls[0], (command, longs[0], calls)
 
@@ -119,6 +120,15 @@ def test_documented_task_and_flags_are_accepted(where, task_name, rest, monkeypa
     calls = _run([task_name, *words], monkeypatch)
     assert len(calls) == 1 and calls[0][0] == task_name
     make_parser().parse_args(calls[0])  # SystemExit here means the command line would refuse it
+
+
+def test_an_optional_positional_is_a_task_option(monkeypatch):
+    """invoke requires its positionals, so a positional the command line may leave out is a task option
+    of its name, handed back in its place."""
+    calls = _run(["dscript", "kinst-line", "--target", "vm_fault.c:186", "--kernel", "k"], monkeypatch)
+    assert calls == [["dscript", "kinst-line", "vm_fault.c:186", "--kernel", "k"]]
+    make_parser().parse_args(calls[0])
+    assert _run(["dscript", "dtmalloc-count"], monkeypatch) == [["dscript", "dtmalloc-count"]]
 
 
 def test_probes_all_summary_as_the_readme_shows(monkeypatch):

@@ -1,0 +1,245 @@
+"""Real C from Debian source packages, compiled with kernel flags and ``-g``: DWARF nobody here wrote.
+
+The source-line and inline probe modes are only as good as their reading of
+real compilers' DWARF, with real inlining: split ranges, clones, ``.cold``
+parts, non-statement rows.  The DWARF benchmark and the tests build such
+images from a Debian source package (Lua 5.4 by default: some 700 functions
+and 1500 inlined copies), fetched with ``apt-get source`` into
+``.cache/debsrc/`` through a private copy of the machine's apt source list
+(as ``deb-src``), so the system's own lists stay untouched.
+
+Each build compiles the package's library sources with FreeBSD's amd64
+kernel code-generation flags (frame pointers, kernel code model, no red
+zone, no PIC, no stack protector or CET) and links them like a kernel: a
+static ET_EXEC at the kernel's base address, with a build-id; calls into the
+C library stay unresolved, as nothing runs.  Two compilers give the two
+DWARF versions: gcc (DWARF 5, ``.debug_rnglists``, location views) and
+clang (``-gdwarf-4``, ``.debug_ranges``).  Builds are cached by a key over
+the sources, flags and compiler version.
+
+Everything that can fail (no apt, no network, no compiler) is a one-line
+UserError that names the package; the tests turn it into a skip that says so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+from generator.common.errors import UserError
+from generator.common.paths import CACHE
+from generator.common.tools import first_error, tool_version
+
+CACHE_DIR = CACHE / "debsrc"
+APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+APT_LIST = Path("/etc/apt/sources.list")
+
+# FreeBSD's amd64 kernel code generation (sys/conf/kern.mk), with -O2 -g.
+KERNEL_FLAGS: Tuple[str, ...] = (
+    "-O2", "-g", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-mno-red-zone", "-mcmodel=kernel",
+    "-fno-pic", "-fno-asynchronous-unwind-tables", "-fno-stack-protector", "-fcf-protection=none", "-fno-common",
+    "-w",
+)
+LINKER_SCRIPT = """\
+SECTIONS
+{
+	. = 0xffffffff80200000 + SIZEOF_HEADERS;
+	.note.gnu.build-id : { *(.note.gnu.build-id) }
+	.text : { *(.text .text.*) }
+	.rodata : { *(.rodata .rodata.*) }
+	. = ALIGN(0x1000);
+	.data : { *(.data .data.*) }
+	.bss : { *(.bss .bss.*) *(COMMON) }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Project:
+    """A Debian source package and which of its C files make the image."""
+
+    package: str
+    srcdir: str  # inside the unpacked upstream tree
+    exclude: Tuple[str, ...]  # files with a main() or that include the others
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A compiler and its DWARF flags."""
+
+    name: str
+    cc: str
+    flags: Tuple[str, ...]
+
+
+PROJECTS: Dict[str, Project] = {
+    "lua5.4": Project("lua5.4", "src", ("lua.c", "luac.c", "onelua.c")),
+}
+VARIANTS: Dict[str, Variant] = {
+    "gcc": Variant("gcc", "gcc", ("-gdwarf-5",)),
+    "clang-dwarf4": Variant("clang-dwarf4", "clang", ("-gdwarf-4",)),
+}
+DEFAULT_PROJECT = "lua5.4"
+
+
+def _run(argv: List[str], cwd: Path, what: str) -> str:
+    env = dict(os.environ, LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    except FileNotFoundError:
+        raise UserError(f"{what}: {argv[0]} is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"{what}: {argv[0]} took more than 900 s") from None
+    if proc.returncode != 0:
+        raise UserError(f"{what}: {Path(argv[0]).name} failed: {first_error(proc.stderr or proc.stdout)}")
+    return proc.stdout
+
+
+@contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """One process fills a cache entry at a time."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def source_list() -> str:
+    """The machine's apt sources as ``deb-src`` entries (deb822 or one-line format)."""
+    if APT_SOURCES.is_file():
+        return re.sub(r"(?m)^Types:\s*deb\s*$", "Types: deb-src", APT_SOURCES.read_text())
+    if APT_LIST.is_file():
+        return re.sub(r"(?m)^deb\s", "deb-src ", APT_LIST.read_text())
+    raise UserError(f"no apt source list ({APT_SOURCES} or {APT_LIST}) to fetch Debian sources from")
+
+
+def _apt(package: str, work: Path) -> List[str]:
+    """apt-get options for a private source list, package lists and cache under ``work``."""
+    if shutil.which("apt-get") is None:
+        raise UserError(f"Debian source package {package}: apt-get is not installed (not a Debian system)")
+    text = source_list()
+    listing = work / ("src.sources" if "Types:" in text else "src.list")
+    listing.write_text(text)
+    for d in ("lists/partial", "cache/archives/partial"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    opts = [
+        "-o", f"Dir::Etc::SourceList={listing}", "-o", "Dir::Etc::SourceParts=/dev/null",
+        "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'cache'}",
+    ]
+    if os.geteuid() == 0:
+        opts += ["-o", "APT::Sandbox::User=root"]  # the private directories are root's; _apt could not write them
+    return opts
+
+
+def source_tree(package: str) -> Path:
+    """The unpacked upstream tree of Debian source package ``package``, fetched on first use."""
+    dest = CACHE_DIR / package
+    with _locked(package):
+        if (dest / ".complete").is_file():
+            return dest
+        apt_dir = CACHE_DIR / "apt"
+        apt_dir.mkdir(parents=True, exist_ok=True)
+        opts = _apt(package, apt_dir)
+        what = f"Debian source package {package}"
+        _run(["apt-get", *opts, "-qq", "update"], apt_dir, f"{what}: apt-get update")
+        with tempfile.TemporaryDirectory(dir=CACHE_DIR, prefix=".fetch-") as tmp:
+            _run(["apt-get", *opts, "-qq", "source", "--download-only", package], Path(tmp), f"{what}: apt-get source")
+            origs = sorted(Path(tmp).glob(f"{package}_*.orig.tar.*"))
+            if not origs:
+                raise UserError(f"{what}: apt-get source left no upstream tarball")
+            unpacked = Path(tmp) / "tree"
+            with tarfile.open(origs[0]) as tar:
+                tar.extractall(unpacked, filter="data")
+            tops = [p for p in unpacked.iterdir() if p.is_dir()]
+            top = tops[0] if len(tops) == 1 else unpacked
+            if dest.exists():
+                shutil.rmtree(dest)
+            top.rename(dest)
+            (dest / ".origin").write_text(origs[0].name + "\n")
+        (dest / ".complete").touch()
+    return dest
+
+
+def _sources(project: Project, tree: Path) -> List[Path]:
+    src = tree / project.srcdir
+    return sorted(p for p in src.glob("*.c") if p.name not in project.exclude)
+
+
+def _key(project: Project, variant: Variant, tree: Path, sources: List[Path]) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({
+        "origin": (tree / ".origin").read_text() if (tree / ".origin").exists() else "",
+        "flags": [*KERNEL_FLAGS, *variant.flags],
+        "cc": tool_version(variant.cc),
+        "ld": tool_version("ld.lld"),
+        "script": LINKER_SCRIPT,
+        "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sources},
+    }, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def debian_image(package: str = DEFAULT_PROJECT, variant: str = "gcc") -> Path:
+    """The kernel-style ET_EXEC with DWARF built from ``package`` with ``variant``'s compiler; built on first use."""
+    project, var = PROJECTS[package], VARIANTS[variant]
+    for tool in (var.cc, "ld.lld"):
+        if shutil.which(tool) is None:
+            raise UserError(f"{package} image: {tool} is not installed (./bootstrap installs it)")
+    tree = source_tree(package)
+    sources = _sources(project, tree)
+    if not sources:
+        raise UserError(f"Debian source package {package}: no C files in {project.srcdir}/")
+    key = _key(project, var, tree, sources)
+    final = CACHE_DIR / "build" / f"{package}-{variant}-{key}"
+    image = final / f"{package}.elf"
+    with _locked(f"build-{package}-{variant}"):
+        if image.is_file():
+            return image
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=".build-"))
+        try:
+            objects = _compile(var, sources, work, package)
+            (work / "kernel.ld").write_text(LINKER_SCRIPT)
+            _run(["ld.lld", "-m", "elf_x86_64", "-static", "-nostdlib", "--build-id=sha1",
+                  "--unresolved-symbols=ignore-all", "-e", "0", "-T", str(work / "kernel.ld"),
+                  "-o", str(work / image.name), *map(str, objects)], work, f"{package} image: link")
+            for o in objects:
+                o.unlink()
+            os.chmod(work, 0o755)
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(work, final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return image
+
+
+def _compile(var: Variant, sources: List[Path], work: Path, package: str) -> List[Path]:
+    """Every source to an object, in parallel; the compiles run in the source directory so the DWARF names it."""
+    def one(src: Path) -> Path:
+        obj = work / (src.stem + ".o")
+        _run([var.cc, *KERNEL_FLAGS, *var.flags, "-c", src.name, "-o", str(obj)], src.parent,
+             f"{package} image: {var.cc} {src.name}")
+        return obj
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(one, sources))
+
+
+def all_images(package: str = DEFAULT_PROJECT) -> List[Path]:
+    """Every variant's image of ``package``, built as needed."""
+    return [debian_image(package, v) for v in VARIANTS]
