@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
-
-import jinja2
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
 from generator import __version__
 from generator.common.cstring import c_comment, c_string
@@ -23,6 +21,8 @@ from generator.common.errors import UserError
 from generator.common.files import write_all
 from generator.common.paths import TEMPLATE_DIR
 
+if TYPE_CHECKING:
+    import jinja2
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,12 @@ class Input:
 
 
 def environment() -> jinja2.Environment:
-    """A strict environment: an undefined name is an error, not an empty string."""
+    """A strict environment: an undefined name is an error, not an empty string.
+
+    jinja2 is imported here, not with the module: commands that render
+    nothing (``probes``) skip its import, a tenth of their start-up."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         undefined=jinja2.StrictUndefined,
@@ -99,6 +104,8 @@ def render_tree(
     only: Sequence[str] = (),
 ) -> List[Path]:
     """Render ``templates/<subdir>/*.j2`` (or just ``only``) into ``out_dir``; return the paths written."""
+    import jinja2
+
     env = environment()
     names = sorted(n for n in env.list_templates() if n.startswith(subdir + "/") and n.endswith(".j2"))
     if only:
@@ -115,4 +122,3 @@ def render_tree(
         rendered.append((out_dir / Path(name).name[: -len(".j2")], text))
     write_all(rendered)
     return [p for p, _ in rendered]
-

@@ -8,20 +8,27 @@ iced-x86 when iced knows the encoding, so the walk stays on real boundaries.
 
 from __future__ import annotations
 
+import functools
 from typing import List, Optional, Tuple
-
-import capstone
 
 from generator.isa.amd64 import tables as T
 from generator.isa.contract import BAD, Insn
-
-_md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-_md.syntax = capstone.CS_OPT_SYNTAX_ATT
 
 _LENGTH_FIX_MNEMONICS = frozenset(T.LENGTH_FIXES.values())
 _MODRM_1 = T.MODRM_1
 
 SIZED_BY_ICED = "length from iced-x86"  # operands text of a (bad) entry whose length is known
+
+
+@functools.lru_cache(maxsize=None)
+def _capstone():
+    """The AT&T-syntax amd64 decoder, made on first use: ``probes --all --summary`` runs on the
+    accelerator and reaches capstone only for the functions it declines, so most runs skip its import."""
+    import capstone
+
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    md.syntax = capstone.CS_OPT_SYNTAX_ATT
+    return md
 
 
 def decode(code: bytes, address: int, limit: Optional[int] = None) -> Tuple[List[Insn], str]:
@@ -38,9 +45,10 @@ def decode(code: bytes, address: int, limit: Optional[int] = None) -> Tuple[List
         limit = len(code)
     out: List[Insn] = []
     off = 0
+    md = _capstone()
     while off < limit:
         start = off
-        for a, size, mnem, ops in _md.disasm_lite(code[off:] if off else code, address + off):
+        for a, size, mnem, ops in md.disasm_lite(code[off:] if off else code, address + off):
             # Only capstone's "ud0"/"ud1" have a wrong length; skip the byte
             # check for everything else.
             fixed = _fixed_length(code, off, size) if mnem in _LENGTH_FIX_MNEMONICS else size
