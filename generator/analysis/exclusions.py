@@ -22,6 +22,7 @@ EXCLUDED_PREFIXES: Tuple[Tuple[str, str], ...] = (
     ("owner_", "lock owner method, may be called from probe context"),
 )
 EXCLUDED_EXCEPTIONS: Tuple[str, ...] = ("dtrace_safe_",)
+_ANY_PREFIX = tuple(p for p, _ in EXCLUDED_PREFIXES)  # one C-level test clears most names
 EXCLUDED_NAMES: Dict[str, str] = {
     "cpu_switch": "changes curthread; a probe here crashes in probe context",
     "trap_check": "part of the trap path kinst itself runs on",
@@ -34,7 +35,7 @@ def excluded(name: str, isa_name: str, md_excluded: Mapping[str, str]) -> str:
         return f"excluded by name ({isa_name}): {md_excluded[name]}"
     if name in EXCLUDED_NAMES:
         return f"excluded by name: {EXCLUDED_NAMES[name]}"
-    if name.startswith(EXCLUDED_EXCEPTIONS):
+    if not name.startswith(_ANY_PREFIX) or name.startswith(EXCLUDED_EXCEPTIONS):
         return ""
     for prefix, why in EXCLUDED_PREFIXES:
         if name.startswith(prefix):

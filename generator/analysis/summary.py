@@ -63,5 +63,5 @@ def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[
     reason = excluded(func.name, isa.name, isa.md_excluded)
     if not reason and rule not in s.frame_rules:
         reason = isa.prologue_reasons[rule]
-    kinds = Counter() if reason else Counter(s.kinds)
+    kinds = {} if reason else s.kinds
     return _record(func.qualified, func.address, func.size, reason, s.walk_error, s.instructions, kinds)

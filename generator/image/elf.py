@@ -38,6 +38,7 @@ import hashlib
 import io
 import itertools
 import mmap
+import operator
 import os
 import struct
 from dataclasses import dataclass
@@ -803,7 +804,7 @@ def _fold_functions(img: KernelImage, syms: List[_Sym]) -> List[Function]:
         primary = group[0]
         out.append(Function(primary.name, addr, size, _STB_NAMES.get(primary.bind, "other"), primary.file,
                             section_name(addr), aliases))
-    out.sort(key=lambda f: (f.address, f.name))
+    out.sort(key=operator.attrgetter("address", "name"))
     return out
 
 
