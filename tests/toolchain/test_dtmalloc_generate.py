@@ -7,14 +7,16 @@ in sys/modules/dtmalloc/ and staged beside them, as ``invoke build --src``
 does.  The portable core is compiled with gcc and with clang for FreeBSD
 (-Wall -Wextra -Werror, freestanding, no headers) and run in user space
 against Python's probe-name rule.  The FreeBSD glue is compiled against the
-stand-in headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, and
-against a real FreeBSD sys/ tree when SYSDIR names one (the test skips,
-naming SYSDIR, otherwise: no FreeBSD headers exist here).
+stand-in headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, run
+over stand-in kernel services (tests/fixtures/dtmalloc/glue_world.c: failed
+loads, a refused and a good unload), and built against a real FreeBSD sys/
+tree when SYSDIR names one (the test skips, naming SYSDIR, otherwise).
 """
 
 from __future__ import annotations
 
 import filecmp
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -161,6 +163,32 @@ def test_glue_refuses_a_tree_that_is_not_the_targets(module: Path, version: str,
     require_tools("gcc", why=COMPILERS_WHY)
     res = _glue(module, ["gcc"], version, m_version, tmp_path / "glue.o")
     assert res.returncode != 0 and "static assertion failed" in res.stderr
+
+
+@pytest.fixture(scope="module")
+def glue_world(module: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The glue (dtmalloc.c) built with the stand-in headers into a program that runs it over stand-in
+    kernel services (tests/fixtures/dtmalloc/glue_world.c), with the module's portable core linked in."""
+    require_tools("gcc", why="the glue is run over stand-in kernel services built with gcc")
+    work = tmp_path_factory.mktemp("world")
+    flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    res = _cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{STUBS}", "-I.",
+               "-DSTUB_FREEBSD_VERSION=1400097", "-DSTUB_M_VERSION=2024042901UL",
+               "-c", str(DTMALLOC_FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], module)
+    assert res.returncode == 0, res.stderr
+    exe = work / "glue_world"
+    res = _cc(["gcc", *flags, "-I.", str(work / "world.o"), *PORTABLE, "-o", str(exe)], module)
+    assert res.returncode == 0, res.stderr
+    return exe
+
+
+@pytest.mark.parametrize("scenario", ["hook-taken", "register-fails", "load-unload"])
+def test_glue_runs_over_standin_kernel_services(glue_world: Path, scenario: str) -> None:
+    """A failed load never unregisters provider 0 nor clears a malloc(9) hook it did not set; a refused
+    unload keeps the hook, a good one clears it."""
+    run = subprocess.run([str(glue_world), scenario], capture_output=True, text=True, timeout=60)
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0 and re.fullmatch(rf"{scenario}: \d+ checks, 0 failed", lines[-1]), run.stdout
 
 
 def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
