@@ -17,7 +17,10 @@ Where kinst is wrong we are right, and docs/refusals.md lists each case:
 - ud0/ud1 take a ModR/M byte (capstone 5 decodes them as two bytes);
 - loop/loope/loopne, far transfers, traps and the rest of ``REFUSED`` are
   refused instead of being copied verbatim, and so is the region after a load
-  of the %gs selector (``context_refusals``).
+  of the %gs selector (``context_refusals``);
+- an emulated call through memory with an address-size (0x67) or an %fs/%gs
+  segment prefix is refused: the emulation computes neither a 32-bit address
+  nor a segment base.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ _RIP_DISP = re.compile(r"(-?0x[0-9a-f]+|-?\d+)?\(%[re]ip\)")
 _PREFIXES = T.PREFIXES
 _JCC8 = T.JCC8
 _REFUSED = T.REFUSED
+_BASED_SEGMENTS = T.BASED_SEGMENT_PREFIXES
 
 
 def _s8(x: int) -> int:
@@ -213,8 +217,11 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> Verdict:
     refusal = _REFUSED.get(base)
     if refusal is None and operands.endswith(", %ss") and base.startswith("mov"):
         refusal = T.SS_LOAD_REASON
-    if refusal is None and kind in (KIND_CALL_MEM, KIND_CALL_RIPREL) and 0x67 in b[:opcidx]:
-        refusal = T.ADDR32_CALL_REASON
+    if refusal is None and kind in (KIND_CALL_MEM, KIND_CALL_RIPREL):
+        if 0x67 in b[:opcidx]:
+            refusal = T.ADDR32_CALL_REASON
+        elif not _BASED_SEGMENTS.isdisjoint(b[:opcidx]):
+            refusal = T.SEGMENT_CALL_REASON
     if refusal is not None:
         status, reason, kind = STATUS_SKIP, f"{base}: {refusal}", KIND_SKIP
 
