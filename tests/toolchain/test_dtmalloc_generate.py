@@ -104,12 +104,12 @@ def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
     listing = (generated / "dtmalloc.list").read_text().splitlines()
     assert listing[-1].split() == ["-", "dtmalloc", "temp", "free"]
     abi = (generated / "dtmalloc_abi.h").read_text()
-    assert "CTASSERT(M_VERSION == 2024042901UL);" in abi
+    assert "CTASSERT(M_VERSION == 2020110501UL);" in abi
     assert "CTASSERT(__FreeBSD_version <= 1400097);" in abi
     assert "#define\tDTMALLOC_MTIP(mtp)\t(&mtp->ks_mti)" in abi
     target = (generated / "dtmalloc_target.h").read_text()
     assert f"#define\tDTMALLOC_NKNOWN\t\t\t{len(d.probed)}\n" in target
-    assert "#define\tDTMALLOC_TARGET_M_VERSION\t2024042901UL" in target
+    assert "#define\tDTMALLOC_TARGET_M_VERSION\t2020110501UL" in target
     assert "mtip = DTMALLOC_MTIP(mtp);" in (DTMALLOC.source_dir / "dtmalloc.c").read_text()
 
 
@@ -151,12 +151,12 @@ def _glue(module: Path, cc: List[str], version: str, m_version: str, out: Path) 
 @pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
 def test_glue_compiles_against_stand_in_headers(module: Path, cc: List[str], tmp_path: Path) -> None:
     require_tools(cc[0], why=COMPILERS_WHY)
-    res = _glue(module, cc, "1400097", "2024042901UL", tmp_path / "glue.o")
+    res = _glue(module, cc, "1400097", "2020110501UL", tmp_path / "glue.o")
     assert res.returncode == 0, res.stderr
 
 
-@pytest.mark.parametrize("version, m_version", [("1400097", "2020110501UL"), ("1400100", "2024042901UL"),
-                                                ("1302001", "2024042901UL")],
+@pytest.mark.parametrize("version, m_version", [("1400097", "2024073001UL"), ("1400100", "2020110501UL"),
+                                                ("1302001", "2020110501UL")],
                          ids=["other-M_VERSION", "newer-headers", "other-major"])
 def test_glue_refuses_a_tree_that_is_not_the_targets(module: Path, version: str, m_version: str,
                                                       tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def glue_world(module: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("world")
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
     res = _cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{STUBS}", "-I.",
-               "-DSTUB_FREEBSD_VERSION=1400097", "-DSTUB_M_VERSION=2024042901UL",
+               "-DSTUB_FREEBSD_VERSION=1400097", "-DSTUB_M_VERSION=2020110501UL",
                "-c", str(DTMALLOC_FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], module)
     assert res.returncode == 0, res.stderr
     exe = work / "glue_world"
