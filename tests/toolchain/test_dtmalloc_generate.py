@@ -6,11 +6,13 @@ glue (dtmalloc.c) and the portable core (dtmalloc_core.[ch]) are hand-written
 in sys/modules/dtmalloc/ and staged beside them, as ``invoke build --src``
 does.  The portable core is compiled with gcc and with clang for FreeBSD
 (-Wall -Wextra -Werror, freestanding, no headers) and run in user space
-against Python's probe-name rule.  The FreeBSD glue is compiled against the
-stand-in headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, run
-over stand-in kernel services (tests/fixtures/dtmalloc/glue_world.c: failed
-loads, a refused and a good unload), and built against a real FreeBSD sys/
-tree when SYSDIR names one (the test skips, naming SYSDIR, otherwise).
+against Python's probe-name rule.  The FreeBSD glue, built with the stand-in
+declarations of tests/fixtures/dtmalloc/stubsys/, runs over stand-in kernel
+services (tests/fixtures/dtmalloc/glue_world.c: failed loads, a refused and a
+good unload), and is built against a real FreeBSD sys/ tree when SYSDIR names
+one (the test skips, naming SYSDIR, otherwise).  Compiling the glue against
+FreeBSD 14.3's and 15's own headers, and its refusal of the other release's,
+is tests/toolchain/test_real_headers.py.
 """
 
 from __future__ import annotations
@@ -140,29 +142,6 @@ def test_core_runs_the_probe_name_rule(module: Path, inputs, tmp_path: Path) -> 
         assert name == probe_name(case.encode())
         assert int(index) == (known.index(name) if name in known else -1)
     assert lines[-1] == f"table {len(known)} ok"
-
-
-def _glue(module: Path, cc: List[str], version: str, m_version: str, out: Path) -> subprocess.CompletedProcess:
-    return _cc([*cc, "-std=c99", "-ffreestanding", "-nostdinc", "-D_KERNEL", "-Wall", "-Wextra", "-Werror",
-                f"-I{STUBS}", f"-DSTUB_FREEBSD_VERSION={version}", f"-DSTUB_M_VERSION={m_version}",
-                "-c", "dtmalloc.c", "-o", str(out)], module)
-
-
-@pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
-def test_glue_compiles_against_stand_in_headers(module: Path, cc: List[str], tmp_path: Path) -> None:
-    require_tools(cc[0], why=COMPILERS_WHY)
-    res = _glue(module, cc, "1400097", "2020110501UL", tmp_path / "glue.o")
-    assert res.returncode == 0, res.stderr
-
-
-@pytest.mark.parametrize("version, m_version", [("1400097", "2024073001UL"), ("1400100", "2020110501UL"),
-                                                ("1302001", "2020110501UL")],
-                         ids=["other-M_VERSION", "newer-headers", "other-major"])
-def test_glue_refuses_a_tree_that_is_not_the_targets(module: Path, version: str, m_version: str,
-                                                      tmp_path: Path) -> None:
-    require_tools("gcc", why=COMPILERS_WHY)
-    res = _glue(module, ["gcc"], version, m_version, tmp_path / "glue.o")
-    assert res.returncode != 0 and "static assertion failed" in res.stderr
 
 
 @pytest.fixture(scope="module")
