@@ -145,7 +145,10 @@ def test_cross_build_produces_a_checked_ko(world: StandinWorld, module: str, tmp
     # kmod.mk's part, kern.mk's part (evaluated from the stand-in), then the Makefile's after the include.
     assert cflags[:2] == ["-O2", "-pipe"] and "-D_SYS_VMEM_H_" in cflags  # OPENZFS_CFLAGS, before kmod.mk's
     assert cflags.index("-D_SYS_VMEM_H_") < cflags.index("-D_KERNEL") < cflags.index("-mcmodel=kernel")
-    assert "-std=iso9899:1999" in cflags and "-D__printf__=__freebsd_kprintf__" in cflags
+    assert "-std=gnu99" in cflags and "-D__printf__=__freebsd_kprintf__" in cflags
+    from helpers.kmod import KERN_MK
+
+    assert cflags[cflags.index("-mcmodel=kernel"):cflags.index("-std=gnu99") + 1] == KERN_MK  # 14.x's kern.mk
     assert "-mretpoline" not in cflags  # MK_KERNEL_RETPOLINE defaults to no
     assert cflags[-2:] == ["-include", f"{tree.resolve()}/cddl/compat/opensolaris/sys/debug_compat.h"]
     assert m["flags"]["ldflags"] == ["-m", "elf_x86_64_fbsd", "-warn-common", "--build-id=sha1", "-T",
@@ -176,7 +179,7 @@ def test_same_inputs_no_work_and_each_change_rebuilds(world: StandinWorld, tmp_p
     assert res.returncode == 0 and f"kinst: built {ko}" in res.stdout
     # The tree's kern.mk picks another C standard: rebuilt with it.
     kern = tree / "conf" / "kern.mk"
-    kern.write_text(kern.read_text().replace("CSTD?=\t\tc99", "CSTD?=\t\tgnu17"))
+    kern.write_text(kern.read_text().replace("CSTD?=\t\tgnu99", "CSTD?=\t\tgnu17"))
     res = run_build(*args)
     assert res.returncode == 0 and f"kinst: built {ko}" in res.stdout
     assert "-std=gnu17" in manifest(out, world.build_id, "kinst")["flags"]["cflags"]
@@ -248,7 +251,7 @@ def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorl
     makefile = ModuleMakefile.read(SYS_MODULES / "dtmalloc" / "Makefile")
     flags = profile.cflags(tmp_path / "obj", makefile)
     assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
-    assert "-mcmodel=kernel" in flags and "-std=iso9899:1999" in flags  # the FreeBSD 14 amd64/clang flags
+    assert "-mcmodel=kernel" in flags and "-std=gnu99" in flags  # the FreeBSD 14 amd64/clang flags
     assert "-Da" not in flags
 
 

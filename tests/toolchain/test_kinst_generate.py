@@ -58,7 +58,8 @@ STRICT = ["-std=c99", "-ffreestanding", "-mcmodel=kernel", "-mno-red-zone", "-fn
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0"]
 COMPILERS = {"gcc": ["gcc"], "clang-freebsd": FREEBSD_CLANG}
 COMPILERS_WHY = "the portable core, the table and the glue are compiled with gcc and with clang"
-# sys/conf/kern.mk CWARNFLAGS: what a kmod build adds to -Wall.
+# sys/conf/kern.mk's CWARNFLAGS, with -Wredundant-decls and -Wnested-externs
+# that older releases had: the portable core passes the stricter set.
 KERNEL_WARNINGS = ["-Wredundant-decls", "-Wnested-externs", "-Wstrict-prototypes", "-Wmissing-prototypes",
                    "-Wpointer-arith", "-Wcast-qual", "-Wundef", "-Wno-pointer-sign"]
 
@@ -190,30 +191,8 @@ def test_core_header_encodings_match_python(trees: Dict[str, Path]) -> None:
 # --- (e) the glue against a FreeBSD sys/ tree ------------------------------
 
 
-def kmod_flags(sysdir: Path, work: Path) -> List[str]:
-    """FreeBSD's amd64 kmod compile line: sys/conf/kmod.mk, kern.mk and OPENZFS_CFLAGS, plus the Makefile's."""
-    zinc = sysdir / "contrib" / "openzfs" / "include"
-    return [
-        *FREEBSD_CLANG, "-O2", "-pipe", "-fno-strict-aliasing", "-std=iso9899:1999",
-        # kmod.mk
-        "-D_KERNEL", "-DKLD_MODULE", "-nostdinc", f"-I{work}", f"-I{sysdir}", f"-I{sysdir}/contrib/ck/include",
-        "-fno-common", "-include", str(work / "opt_global.h"),
-        # kern.mk, amd64 and clang
-        "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-mcmodel=kernel", "-mno-red-zone",
-        "-mno-mmx", "-mno-sse", "-msoft-float", "-fno-asynchronous-unwind-tables", "-mno-aes", "-mno-avx",
-        "-ffreestanding", "-fwrapv", "-fstack-protector",
-        "-Wall", *KERNEL_WARNINGS, "-D__printf__=__freebsd_kprintf__", "-Wno-unknown-pragmas", "-Werror",
-        # OPENZFS_CFLAGS, as the Makefile adds them
-        "-D_SYS_VMEM_H_", "-D__KERNEL__", "-DSMP", f"-I{zinc}", f"-I{zinc}/os/freebsd", f"-I{zinc}/os/freebsd/spl",
-        f"-I{zinc}/os/freebsd/zfs", f"-I{sysdir}/cddl/compat/opensolaris",
-        f"-I{sysdir}/cddl/contrib/opensolaris/uts/common", "-include", f"{zinc}/os/freebsd/spl/sys/ccompile.h",
-        # the Makefile, after bsd.kmod.mk
-        "-include", f"{sysdir}/cddl/compat/opensolaris/sys/debug_compat.h",
-    ]
-
-
 def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
-    """On FreeBSD, `make` with bsd.kmod.mk; elsewhere clang with kmod.mk's flags against $SYSDIR."""
+    """On FreeBSD, `make` with bsd.kmod.mk; elsewhere clang with the kmod line (helpers.kmod) against $SYSDIR."""
     sysdir = require_sysdir("sys/dtrace_bsd.h", "the kinst glue build against it is skipped")
     work = module_dir(trees["all"], tmp_path / "kinst")
     share_mk = sysdir.parent / "share" / "mk"
@@ -226,15 +205,14 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
         assert (work / "kinst.ko").is_file()
         return
     require_tools("clang", "awk", why="the glue is compiled with clang against $SYSDIR, vnode_if.h made with awk")
-    for link, target in (("machine", "amd64"), ("x86", "x86"), ("i386", "i386")):
-        (work / link).symlink_to(sysdir / target / "include")
-    (work / "opt_global.h").write_text("")
-    for flag, name in (("-h", "vnode_if.h"), ("-p", "vnode_if_newproto.h"), ("-q", "vnode_if_typedef.h")):
-        res = subprocess.run(["awk", "-f", str(sysdir / "tools" / "vnode_if.awk"),
-                              str(sysdir / "kern" / "vnode_if.src"), flag], cwd=work, capture_output=True, text=True)
-        assert res.returncode == 0 and (work / name).is_file(), res.stderr
+    from generator.build.kmodflags import KmodProfile
+    from helpers.kmod import kmod_cflags, prepare_objdir
+
+    obj = tmp_path / "obj"
+    prepare_objdir(sysdir, obj)
+    argv = kmod_cflags(sysdir, obj, [work, work / "amd64"], KmodProfile.for_tree(sysdir).triple)
     for src in (*GLUE_SOURCES, *CORE_SOURCES):
-        res = cc([*kmod_flags(sysdir, work), f"-I{work / 'amd64'}", "-c", src, "-o", Path(src).stem + ".o"], work)
+        res = cc([*argv, "-c", str(work / src), "-o", str(obj / (Path(src).stem + ".o"))], obj)
         assert res.returncode == 0, f"{src}:\n{res.stderr}"
 
 
