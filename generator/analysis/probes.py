@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 from generator.analysis import records as R
 from generator.analysis.exclusions import excluded
 from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage, Section
+from generator.image.elf import Function, KernelImage, Section, corrupt_function
 from generator.isa.contract import Insn, Isa
 
 # Bytes read past a symbol's end so an instruction straddling it decodes whole.
@@ -30,7 +30,7 @@ def function_code(img: KernelImage, func: Function, sec: Optional[Section] = Non
     if sec is not None:
         avail = min(func.size + MAX_INSN, sec.addr + sec.size - func.address)
     if sec is None or avail < func.size:
-        raise UserError(f"{img.path}: function {func.qualified} lies outside its section; the symbol table is corrupt")
+        raise corrupt_function(img.path, func)
     return img.read(func.address, avail)
 
 

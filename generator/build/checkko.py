@@ -385,22 +385,27 @@ def check_ko(
     want_machine, arch = TARGETS[target].e_machine, TARGETS[target].arch
     report = KoReport(path=path, kernel=kernel.path, kernel_table=kernel.table)
     hdr = read_ident(path)
-    report.machine = hdr.machine_name
+    report.machine = EM_NAMES.get(hdr.e_machine, f"machine {hdr.e_machine}")
     if kernel.machine != want_machine:
         raise UserError(
             f"{kernel.path}: the kernel is {EM_NAMES.get(kernel.machine, kernel.machine)}, "
             f"not a --target {target} kernel"
         )
+    if (hdr.elf_class, hdr.data) == (2, 1) or hdr.elf_class not in (1, 2) or hdr.data not in (1, 2):
+        # The same validation as every other command: a corrupt file is bad input (one line, exit 2),
+        # never a verdict.  Any architecture: a module built for another is a check that fails, below.
+        KernelImage.open(path, any_machine=True)
     if hdr.elf_class != 2:
-        report.fail("ELF32 file; a FreeBSD amd64 module is ELF64")
+        report.fail("ELF32 file; a FreeBSD amd64 module is ELF64: build it for amd64")
     if hdr.data != 1:
-        report.fail("big-endian ELF; an amd64 module is little-endian")
+        report.fail("big-endian ELF; an amd64 module is little-endian: build it for amd64")
     if hdr.e_type != 1:
-        report.fail(f"ELF type {hdr.type_name}; an {arch} .ko is ET_REL (kmod.mk links it with ld -r)")
+        report.fail(f"ELF type {hdr.type_name}; an {arch} .ko is ET_REL (kmod.mk links it with ld -r): "
+                    "link it as kmod.mk does")
     if hdr.e_machine != want_machine:
         report.fail(
             f"machine {hdr.machine_name}, but the target kernel is {EM_NAMES[want_machine]} ({arch}): "
-            "built for the wrong architecture"
+            f"built for the wrong architecture; build it for {arch}"
         )
     if report.failures:
         return report  # the rest would be read with the wrong layout

@@ -45,17 +45,18 @@ def read_osreldate(sysdir: Path) -> int:
 
 
 # kern.mk as FreeBSD 14 evaluates it for amd64 with clang: the fallback when a
-# tree's kern.mk cannot be read (recorded in the manifest when used).
+# tree's kern.mk cannot be read (recorded in the manifest when used).  14.x's
+# CWARNFLAGS no longer has -Wredundant-decls and -Wnested-externs, and its
+# CSTD is gnu99.
 BUILTIN_KERN_FLAGS: Tuple[str, ...] = (
     "-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float", "-fno-asynchronous-unwind-tables",
     "-ffreestanding", "-fwrapv", "-fstack-protector",
-    "-Wall", "-Wredundant-decls", "-Wnested-externs", "-Wstrict-prototypes", "-Wmissing-prototypes",
-    "-Wpointer-arith", "-Wcast-qual", "-Wundef", "-Wno-pointer-sign", "-D__printf__=__freebsd_kprintf__",
-    "-Wmissing-include-dirs", "-fdiagnostics-show-option", "-Wno-unknown-pragmas",
-    "-Wno-error=tautological-compare", "-Wno-error=empty-body", "-Wno-error=parentheses-equality",
-    "-Wno-error=unused-function", "-Wno-error=pointer-sign", "-Wno-error=shift-negative-value",
-    "-Wno-address-of-packed-member", "-Wno-format-zero-length",
-    "-mno-aes", "-mno-avx", "-std=iso9899:1999",
+    "-Wall", "-Wstrict-prototypes", "-Wmissing-prototypes", "-Wpointer-arith", "-Wcast-qual", "-Wundef",
+    "-Wno-pointer-sign", "-D__printf__=__freebsd_kprintf__", "-Wmissing-include-dirs", "-fdiagnostics-show-option",
+    "-Wno-unknown-pragmas", "-Wno-error=tautological-compare", "-Wno-error=empty-body",
+    "-Wno-error=parentheses-equality", "-Wno-error=unused-function", "-Wno-error=pointer-sign",
+    "-Wno-error=shift-negative-value", "-Wno-address-of-packed-member", "-Wno-format-zero-length",
+    "-mno-aes", "-mno-avx", "-std=gnu99",
 )
 
 

@@ -87,9 +87,48 @@ def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
     return wrapper
 
 
+class _Malformed(ValueError):
+    """A contradiction in the file found by this module, said in plain words (no Python internals)."""
+
+
+# What a parse error from pyelftools or ``struct`` means, in plain words: their
+# own texts ("unpack_from requires a buffer of at least 64 bytes", "Python int
+# too large to convert to C ssize_t") talk about Python, not about the file.
+_MEANINGS = (
+    (struct.error, "a header or table runs past the end of the file"),
+    (ConstructError, "a header runs past the end of the file"),
+    (OverflowError, "an offset or size is larger than any file"),
+    (IndexError, "an index points past the end of its table"),
+    (KeyError, "a header field holds a value no ELF file has"),
+)
+
+
 def _corrupt(path: str, e: BaseException) -> UserError:
-    detail = " ".join(str(e).split()) or type(e).__name__
-    return UserError(f"{path}: corrupt or truncated ELF ({detail}); re-copy the file")
+    """One line for a file whose bytes contradict its own headers: the file, what is wrong, what to do."""
+    if isinstance(e, _Malformed):
+        what = str(e)
+    elif isinstance(e, ELFError) and str(e).strip():
+        what = " ".join(str(e).split())
+    else:
+        what = next((m for kind, m in _MEANINGS if isinstance(e, kind)), "a header field holds an impossible value")
+    return UserError(f"{path}: corrupt ELF file: {what}; re-copy the file or rebuild it")
+
+
+def corrupt_function(path: str, f: "Function") -> UserError:
+    """The one line for a function symbol that does not lie inside its section (``open`` and ``probes``)."""
+    name = f.qualified or f"at {f.address:#x} (no name)"
+    return UserError(f"{path}: corrupt symbol table: function {name} lies outside its section; "
+                     "re-copy the file or rebuild it")
+
+
+def type_description(e_type: int) -> str:
+    """An ELF file type for a message: its name, or the number and that no ELF type has it."""
+    return ET_NAMES.get(e_type, f"{e_type} (no ELF file type has that number: a corrupt header?)")
+
+
+def machine_description(e_machine: int) -> str:
+    """An ELF machine for a message: its name, or the number and that kinstkit does not know it."""
+    return EM_NAMES.get(e_machine, f"{e_machine} (an architecture kinstkit does not know)")
 
 
 class ElfIdent(NamedTuple):
@@ -102,11 +141,11 @@ class ElfIdent(NamedTuple):
 
     @property
     def type_name(self) -> str:
-        return ET_NAMES.get(self.e_type, f"{self.e_type} (unknown)")
+        return type_description(self.e_type)
 
     @property
     def machine_name(self) -> str:
-        return EM_NAMES.get(self.e_machine, f"{self.e_machine} (unknown)")
+        return machine_description(self.e_machine)
 
 
 ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"}
@@ -173,18 +212,21 @@ def _section_headers(data: Sequence[int], elf: ELFFile) -> List[_Shdr]:
     if shoff == 0:
         return []
     if shentsize != 64:
-        raise ValueError(f"section header size {shentsize}, expected 64")
+        raise _Malformed(f"the section header size is {shentsize} bytes; ELF64 section headers are 64")
     fmt = struct.Struct("<IIQQQQIIQQ")
+    if shoff + 64 > len(data):
+        raise _Malformed(f"the section headers start at byte {shoff}, past the file's end ({len(data)} bytes)")
     first = fmt.unpack_from(data, shoff)
     if shnum == 0:
         shnum = first[5]  # sh_size of section 0
     if shstrndx == 0xFFFF:
         shstrndx = first[6]  # sh_link of section 0
-    if shoff + shnum * 64 > len(data):
-        raise ValueError(f"section headers end at byte {shoff + shnum * 64}, past the file's end")
+    if shoff + 64 > len(data) or shoff + shnum * 64 > len(data):
+        raise _Malformed(f"the section headers end at byte {shoff + shnum * 64}, past the file's end "
+                         f"({len(data)} bytes)")
     raw = [fmt.unpack_from(data, shoff + i * 64) for i in range(shnum)]
     if shstrndx >= shnum:
-        raise ValueError(f"section name table index {shstrndx} is past the {shnum} sections")
+        raise _Malformed(f"the section name table is section {shstrndx}, but there are {shnum} sections")
     strtab = b""
     if 0 < shstrndx < shnum:
         st = raw[shstrndx]
@@ -208,6 +250,11 @@ class Section:
     size: int  # sh_size
     executable: bool  # SHF_EXECINSTR
     nobits: bool  # SHT_NOBITS: no bytes in the file
+
+    @property
+    def label(self) -> str:
+        """The name for messages; a section whose name is empty (a corrupt name offset) by its index."""
+        return self.name or f"#{self.index} (no name)"
 
 
 class Function(NamedTuple):
@@ -268,7 +315,7 @@ class KernelImage:
         self._elf = elf
         self.e_type: str = elf["e_type"]
         self.machine: str = elf["e_machine"]
-        self.isa: Isa  # set by _check_shape: the image's ISA (stage 2)
+        self.isa: Isa  # set by _check_shape: the image's ISA (stage 2); None only with open(any_machine=True)
         self._shdrs: List[_Shdr] = _section_headers(data, elf)
         self.sections: List[Section] = self._layout_sections()
         self._starts = [s.addr for s in self.sections]
@@ -284,8 +331,16 @@ class KernelImage:
     # -- opening ----------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str) -> "KernelImage":
-        """Open and validate ``path``; every problem is a one-line UserError."""
+    def open(cls, path: str, *, any_machine: bool = False) -> "KernelImage":
+        """Open and validate ``path``; every problem is a one-line UserError.
+
+        Every command opens files through here, so a corrupt file is found,
+        and reported with the same line, by each of them (``validate``).
+        ``any_machine`` accepts an ELF64 file of any architecture, whose ISA
+        is then None and whose relocations are not read: check-ko judges a
+        module's architecture itself, as a check that fails rather than as
+        bad input.
+        """
         try:
             with open(path, "rb") as f:
                 try:
@@ -302,23 +357,47 @@ class KernelImage:
         try:
             elf = ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
             img = cls(path, data, elf)
-            img._check_shape()
+            img._check_shape(any_machine)
         except _PARSE_ERRORS as e:
             raise _corrupt(path, e) from None
+        img._validate()
         return img
 
-    def _check_shape(self) -> None:
+    def _validate(self) -> None:
+        """Parse what is otherwise parsed lazily -- the build-id note, the symbol table and the functions
+        folded from it, each inside its section, and an ET_REL file's relocations -- so that corruption
+        anywhere in them is found at open, whichever command opened the file."""
+        self.build_id
+        lo = hi = 0  # the section of the function before: functions are in address order
+        for f in self.functions():
+            if not lo <= f.address < hi:
+                sec = self.section_at(f.address)
+                if sec is None:
+                    raise corrupt_function(self.path, f)
+                lo, hi = sec.addr, sec.addr + sec.size
+            if f.address + f.size > hi:
+                raise corrupt_function(self.path, f)
+        if self.e_type == "ET_REL" and self.isa is not None:
+            self.relocations()
+
+    def _check_shape(self, any_machine: bool = False) -> None:
         try:
             self.isa = isa.for_machine(self.machine)
         except UserError as e:
-            raise UserError(f"{self.path}: {e}") from None
+            if not any_machine:
+                raise UserError(f"{self.path}: {e}") from None
+            self.isa = None
         if self.e_type not in ("ET_EXEC", "ET_REL", "ET_DYN"):
-            raise UserError(f"{self.path}: ELF type {self.e_type} is not a kernel, module or shared object")
+            raw = struct.unpack_from("<H", self._data, 16)[0]
+            raise UserError(
+                f"{self.path}: ELF type {type_description(raw)} is not a kernel (ET_EXEC), a module (ET_REL) or a "
+                "shared object (ET_DYN); pass one of those"
+            )
         size = len(self._data)
         for s in self.sections:
             if not s.nobits and s.offset + s.size > size:
                 raise UserError(
-                    f"{self.path}: truncated: section {s.name} ends at byte "
+                    f"{self.path}: truncated: section {s.label} ends at byte "
                     f"{s.offset + s.size} but the file has {size}; re-copy the file"
                 )
 
@@ -501,7 +580,7 @@ class KernelImage:
                 if r_offset + width > s.size:
                     raise UserError(
                         f"{self.path}: corrupt relocation: {name} at offset {r_offset:#x} lies outside "
-                        f"section {s.name} ({s.size} bytes); re-copy the file"
+                        f"section {s.label} ({s.size} bytes); re-copy the file or rebuild it"
                     )
                 addend = ent[2] if is_rela else _implicit_addend(raw, r_offset, width)
                 sym = syms[symidx]
@@ -701,6 +780,9 @@ def _check_ident(path: str, data: Sequence[int]) -> None:
         raise UserError(f"{path}: empty file; pass a kernel, .ko or shared object")
     if len(data) < 16 or bytes(data[:4]) != b"\x7fELF":
         raise UserError(f"{path}: not an ELF file; pass a kernel, .ko or shared object")
+    if data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise UserError(f"{path}: corrupt ELF file: its class byte is {data[4]} and its byte-order byte {data[5]}, "
+                        "and ELF has only 1 and 2 for each; re-copy the file or rebuild it")
     if data[4] != 2:
         raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 (amd64) images")
     if data[5] != 1:
@@ -733,7 +815,8 @@ def _without_gc(fn: Callable[..., _T]) -> Callable[..., _T]:
 @_without_gc
 def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
     if not 0 <= sec.sh_link < len(shdrs):
-        raise ValueError(f"symbol table {sec.name} links to missing string table {sec.sh_link}")
+        raise _Malformed(f"symbol table {sec.name or '(unnamed)'} names string table section {sec.sh_link}, "
+                         f"but there are {len(shdrs)} sections")
     st = shdrs[sec.sh_link]
     strtab = bytes(raw[st.sh_offset : st.sh_offset + st.sh_size])
     data = bytes(raw[sec.sh_offset : sec.sh_offset + sec.sh_size])

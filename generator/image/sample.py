@@ -23,6 +23,14 @@ Toolchains, in order of preference:
 The environment variable ``KINSTKIT_SAMPLE_CC=clang`` or ``=gcc`` forces one of
 them (it is part of the key through the command lines).  That is how the gcc
 path is exercised on machines that also have clang.
+
+The image carries the constants a real release compiles into its kernel --
+``osreldate`` (``__FreeBSD_version``), the ``version`` string and the
+``ks_version`` of its malloc types (``M_VERSION``) -- so that modules built
+against that release's ``sys/`` tree compile (dtmalloc's CTASSERTs) and pass
+check-ko's kernel version check against it.  FreeBSD 14.3 by default;
+``KINSTKIT_SAMPLE_RELEASE=15.0`` (or ``sample --release``) selects 15.0.  The
+values reach the C as ``-D`` flags, so the release is part of the key.
 """
 
 from __future__ import annotations
@@ -52,6 +60,38 @@ LINKER_SCRIPT = "kernel.ld"
 TEXT_BASE = 0xFFFFFFFF80200000
 
 ENV_TOOLCHAIN = "KINSTKIT_SAMPLE_CC"
+ENV_RELEASE = "KINSTKIT_SAMPLE_RELEASE"
+
+
+@dataclass(frozen=True)
+class SampleRelease:
+    """The constants a FreeBSD release compiles into its kernel, as the sample carries them."""
+
+    name: str  # "14.3"
+    osreldate: int  # __FreeBSD_version of the release (sys/sys/param.h)
+    m_version: int  # M_VERSION of the release (sys/sys/malloc.h): every MALLOC_DEFINE's ks_version
+
+    def cflags(self) -> List[str]:
+        """The -D flags kern_malloc_types.c reads them from."""
+        return [f"-DSAMPLE_OSRELDATE={self.osreldate}", f"-DSAMPLE_M_VERSION={self.m_version}UL",
+                f'-DSAMPLE_RELEASE="{self.name}"']
+
+
+# M_VERSION is 2020110501 on every 14.x branch and 2024073001 on 15.x.
+SAMPLE_RELEASES: Dict[str, SampleRelease] = {
+    "14.3": SampleRelease("14.3", 1403000, 2020110501),
+    "15.0": SampleRelease("15.0", 1500068, 2024073001),
+}
+DEFAULT_RELEASE = "14.3"
+
+
+def sample_release(name: Optional[str] = None) -> SampleRelease:
+    """The release the sample is built for: ``name``, else ``$KINSTKIT_SAMPLE_RELEASE``, else 14.3."""
+    chosen = name or os.environ.get(ENV_RELEASE) or DEFAULT_RELEASE
+    if chosen not in SAMPLE_RELEASES:
+        where = f"{ENV_RELEASE}={chosen!r}" if not name else f"--release {chosen}"
+        raise UserError(f"{where}: the sample kernel is built for FreeBSD {' or '.join(SAMPLE_RELEASES)}")
+    return SAMPLE_RELEASES[chosen]
 
 # Bumped when the build recipe changes in a way the command lines do not show.
 _RECIPE_VERSION = "1"
@@ -154,7 +194,7 @@ def _sources() -> List[Path]:
     return sorted(files, key=lambda p: (p.suffix != ".S", p.name))
 
 
-def _commands(tc: Toolchain, srcdir: str, objdir: str) -> List[List[str]]:
+def _commands(tc: Toolchain, rel: SampleRelease, srcdir: str, objdir: str) -> List[List[str]]:
     """Every command of the build, in order: one compile per .c/.S, then the link.
 
     The compiles run in ``srcdir`` with relative source names, so the debug
@@ -169,7 +209,7 @@ def _commands(tc: Toolchain, srcdir: str, objdir: str) -> List[List[str]]:
             continue
         obj = f"{objdir}/{src.stem}.o"
         objects.append(obj)
-        commands.append([tc.cc, *tc.cflags(), "-c", src.name, "-o", obj])
+        commands.append([tc.cc, *tc.cflags(), *rel.cflags(), "-c", src.name, "-o", obj])
     commands.append(
         [tc.ld, *tc.ldflags(), "-T", f"{srcdir}/{LINKER_SCRIPT}", "-o", f"{objdir}/kernel", *objects]
     )
@@ -186,14 +226,14 @@ def _tool_version(path: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def _cache_key(tc: Toolchain) -> str:
-    """Short sha256 over recipe, tool versions, command lines and source contents."""
+def _cache_key(tc: Toolchain, rel: SampleRelease) -> str:
+    """Short sha256 over recipe, tool versions, command lines (the release's among them) and source contents."""
     h = hashlib.sha256()
     material = {
         "recipe": _RECIPE_VERSION,
         "toolchain": tc.name,
         "versions": [_tool_version(tc.cc), _tool_version(tc.ld)],
-        "commands": _commands(tc, "$SRC", "$OBJ"),
+        "commands": _commands(tc, rel, "$SRC", "$OBJ"),
         "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _sources()},
     }
     h.update(json.dumps(material, sort_keys=True).encode())
@@ -214,17 +254,17 @@ def _run(argv: List[str], cwd: Path) -> None:
         )
 
 
-def _build(tc: Toolchain, objdir: Path, final: Path) -> None:
+def _build(tc: Toolchain, rel: SampleRelease, objdir: Path, final: Path) -> None:
     """Compile and link into ``objdir``.
 
     Also leaves ``commands.sh`` next to the kernel: the same commands as they
     would run against ``final``, so that a person debugging the sample can
     rerun them by hand.
     """
-    for argv in _commands(tc, str(SOURCE_DIR), str(objdir)):
+    for argv in _commands(tc, rel, str(SOURCE_DIR), str(objdir)):
         _run(argv, SOURCE_DIR)
     script = [f"cd {shlex.quote(str(SOURCE_DIR))}"]
-    script += [shlex.join(c) for c in _commands(tc, str(SOURCE_DIR), str(final))]
+    script += [shlex.join(c) for c in _commands(tc, rel, str(SOURCE_DIR), str(final))]
     (objdir / "commands.sh").write_text("".join(line + "\n" for line in script))
 
 
@@ -249,16 +289,18 @@ def _install(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def sample_kernel(*, rebuild: bool = False) -> Path:
+def sample_kernel(*, rebuild: bool = False, release: Optional[str] = None) -> Path:
     """Path of the sample kernel image, building it first if it is not cached.
 
-    ``rebuild`` forces a fresh build even on a cache hit.  The build happens in
+    ``release`` picks the FreeBSD release whose constants it carries
+    (``sample_release``).  ``rebuild`` forces a fresh build even on a cache hit.  The build happens in
     a temporary directory next to the cache and is renamed into place only
     once complete, so an interrupted build leaves nothing half-written.
     Raises UserError when no toolchain is found or a tool fails.
     """
     tc = find_toolchain()
-    key = _cache_key(tc)
+    rel = sample_release(release)
+    key = _cache_key(tc, rel)
     final = BUILD_DIR / key
     kernel = final / "kernel"
     if kernel.is_file() and not rebuild:
@@ -267,7 +309,7 @@ def sample_kernel(*, rebuild: bool = False) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp.", dir=BUILD_DIR))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp's 0700 would make the cache private
-        _build(tc, tmp, final)
+        _build(tc, rel, tmp, final)
         _install(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -31,5 +31,6 @@ def by_name(name: str) -> Isa:
 def for_machine(e_machine: str) -> Isa:
     """The ISA of an ELF ``e_machine``; UserError when kinstkit has none for it."""
     if e_machine not in MACHINES:
-        raise UserError(f"unsupported architecture {e_machine}; kinstkit reads {', '.join(sorted(MACHINES))} images")
+        known = ", ".join(f"{m} ({name})" for m, name in sorted(MACHINES.items()))
+        raise UserError(f"machine {e_machine}: kinstkit reads {known} images only")
     return by_name(MACHINES[e_machine])

@@ -102,6 +102,9 @@ class OracleQuirks:
     lone_prefix_note: str  # what that tolerance is called in the verify-decoder report
     repeats_in_place: Callable[[bytes], bool]  # valgrind counts each iteration; the CPU traps once
     conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
+    # objdump prints as one instruction what the CPU runs as two: the length of the first, else 0
+    fused: Callable[[bytes], int]
+    fused_note: str  # what that tolerance is called in the verify-decoder report
 
 
 @dataclass(frozen=True)

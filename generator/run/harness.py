@@ -356,9 +356,17 @@ def run_harness(
         dumps = [d for d in read_dumps(prefix) if d.mode == "probe"]
         hits, problems = read_hits(prefix, len(b.probes))
         res = _result(b, elf, command, plain, probed, dumps, hits, problems)
-        if verify:
+        if verify and not res.processes:
+            res.verify = _not_compared(len(b.plan.entries), f"{elf} was never mapped, so there is nothing to count")
+        elif verify:
             res.verify = callgrind.compare(b, command, res.hits, Path(tmp), timeout)
     return res
+
+
+def _not_compared(entries: int, why: str) -> dict:
+    """The callgrind verdict when there is nothing to compare: not a comparison whose every count is 0."""
+    return {"equal": False, "not_run": why, "compared": 0, "executed": 0, "instructions": 0, "mismatches": [],
+            "function_names_differ": [], "errors": [why], "per_entry": [0] * entries, "jcc": {}}
 
 
 def _result(
@@ -385,7 +393,8 @@ def _result(
     if not dumps and probed.status is not None and probed.status < 0:
         errors.append(f"the probed process died of signal {-probed.status} before it mapped {elf}")
     elif not dumps:
-        errors.append(f"{elf} was never mapped by the command (no process loaded it), so no probe was placed")
+        errors.append(f"{elf} was never mapped by the command: no process loaded it (a statically linked program "
+                      "never does), so nothing was probed")
     return Result(
         elf=elf,
         command=list(command),
@@ -437,13 +446,22 @@ def text_report(res: Result) -> str:
         lines += [f"  {d}" for d in res.differences]
     if res.verify is not None:
         v = res.verify
-        if v["equal"]:
+        if v.get("not_run"):
+            lines.append(f"callgrind: not run: {v['not_run']}")
+        elif v["equal"]:
             lines.append(f"callgrind: all {v['compared']} probes equal ({v['executed']} executed, {v['instructions']} executions)")
-        else:
+        elif v["mismatches"]:
             lines.append(f"callgrind: {len(v['mismatches'])} of {v['compared']} probes DIFFER, e.g.:")
             for m in v["mismatches"][:10]:
                 lines.append(f"  {m['probe']}: harness {m['harness']}, callgrind {m['callgrind']}")
-    lines.append("PASS" if res.ok else "FAIL")
+        else:
+            lines += [f"callgrind: {e}" for e in v["errors"]]
+    if res.ok:
+        lines.append("PASS")
+    elif not res.processes:
+        lines.append(f"FAIL: {res.elf} was never mapped by the command; run a program that loads it")
+    else:
+        lines.append("FAIL")
     return "\n".join(lines) + "\n"
 
 

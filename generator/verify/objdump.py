@@ -46,6 +46,24 @@ ISA-specific ones are the ISA's ``OracleQuirks``; amd64's are described here):
   each ignored REX as a pseudo-instruction ``rex.WRXB``.  Tolerated only when
   our walk has exactly one instruction in the stretch and every objdump start
   in it but the last is such a lone REX.
+- A prefixed ``(bad)`` (``repz (bad)``): objdump prints the prefixes it took
+  before the opcode it could not decode; that is still its ``(bad)``, and
+  the stretch is tolerated as above.  When our instruction there is refused
+  too, the note says whose length we used (e.g. iced-x86's), not that
+  capstone decoded it.
+- Symbols inside a function: objdump restarts decoding at every symbol, so an
+  inner label placed in the middle of an instruction (deliberately
+  overlapping code: Linux's ``retbleed_untrain_ret`` runs ``test $0xcc,%bl``
+  over the ``ret; int3`` of ``retbleed_return_thunk`` one byte in, and
+  ``srso_untrain_ret`` a ``movabs`` whose immediate is ``srso_safe_ret``'s
+  ``lea 8(%rsp),%rsp; ret``) cuts that instruction into pieces (``.byte
+  0xf6``; ``rex.W``, ``.byte 0xb8``).  Tolerated when the symbol lies inside
+  one of our instructions, objdump agreed with our starts before it, and its
+  extra starts before the symbol are pieces of that instruction.
+- Instructions objdump prints as one that the CPU runs as two
+  (``OracleQuirks.fused``: amd64's ``fwait`` before an x87 instruction,
+  ``9b db e3`` = fwait + fninit, printed ``finit``): tolerated when objdump
+  has the first start alone and we have both.
 - Functions whose bytes objdump does not disassemble (STT_FUNC in a section
   without SHF_EXECINSTR, which ``objdump -d`` skips) are skipped and counted.
 
@@ -73,6 +91,7 @@ from generator.analysis.probes import analyse
 from generator.analysis.records import Probe
 from generator.isa.contract import BAD, OracleQuirks
 
+_STT_SECTION, _STT_FILE = 3, 4  # symbols that name no code address
 _INSN = re.compile(r"^ *([0-9a-f]+):\t([^\t]*)(?:\t(.*))?$")
 _RELOC_CONT = re.compile(r"^\t([0-9a-f]+): (R_\w+)\t(.*)$")
 _RELOC_INLINE = re.compile(r"([0-9a-f]+): (R_\w+)\t([^\t]*)")
@@ -258,11 +277,19 @@ def _objdump_stream(lines: Iterable[str], quirks: OracleQuirks) -> Iterator[Unio
         yield sec
 
 
+def _is_bad(text: str, quirks: OracleQuirks) -> bool:
+    """objdump's ``(bad)``, also behind the prefixes it took first (``repz (bad)``)."""
+    words = text.split()
+    while words and words[0] in quirks.prefix_words:
+        words = words[1:]
+    return bool(words) and words[0].startswith(BAD)
+
+
 def _add_insn(sec: _ObjSection, m: "re.Match[str]", quirks: OracleQuirks) -> int:
     addr = int(m.group(1), 16)
     text = m.group(2)
     sec.starts.append(addr)
-    if text.startswith(BAD):
+    if _is_bad(text, quirks):
         sec.bad.add(addr)
     elif quirks.lone_prefix is not None and quirks.lone_prefix.match(text):
         sec.lone_prefix.add(addr)
@@ -355,6 +382,18 @@ class _Checker:
         self.done = 0
         self.total = len(img.functions())
         self._sec_addrs = self._section_addresses()
+        self._labels = self._symbol_addresses_in_code()
+
+    def _symbol_addresses_in_code(self) -> Set[int]:
+        """Every address a symbol names in an executable section: where objdump restarts decoding."""
+        out: Set[int] = set()
+        for sym in self.img.symbols():
+            if sym.type in (_STT_SECTION, _STT_FILE):
+                continue
+            sec = self.img.section_by_index(sym.shndx)
+            if sec is not None and sec.executable:
+                out.add(sym.value + (sec.addr if self.rel else 0))
+        return out
 
     def _section_addresses(self) -> Dict[str, List[int]]:
         """Section name -> synthetic addresses (a name may repeat in ET_REL)."""
@@ -444,16 +483,48 @@ class _Checker:
         self, f: Function, lo: int, hi: int, o: List[int], t: List[int], probes: Dict[int, Probe], view: "_MappedSection"
     ) -> str:
         """The known difference that explains a divergent stretch, or ""."""
+        where = f"{f.qualified}+{lo - f.address:#x}"
         if any(a in view.bad for a in t):
-            if any(probes[a].mnemonic != BAD for a in o):
-                self.note(f"{f.qualified}+{lo - f.address:#x}: objdump cannot decode {self._hex(lo, hi - lo)}; capstone can")
+            first = probes.get(t[0] if t[0] in probes else lo)
+            if first is not None and first.mnemonic == BAD:
+                how = f" ({first.operands})" if first.operands else ""
+                self.note(f"{where}: objdump cannot decode {self._hex(lo, hi - lo)}; capstone cannot either, "
+                          f"so it is refused{how}")
+            elif any(probes[a].mnemonic != BAD for a in o):
+                self.note(f"{where}: objdump cannot decode {self._hex(lo, hi - lo)}; capstone can")
             return "objdump (bad)"
         if o and all(probes[a].mnemonic == BAD for a in o):
-            self.note(f"{f.qualified}+{lo - f.address:#x}: capstone cannot decode {self._hex(lo, hi - lo)}; objdump can")
+            self.note(f"{where}: capstone cannot decode {self._hex(lo, hi - lo)}; objdump can")
             return "capstone (bad)"
         if o == [lo] and len(t) > 1 and all(a in view.lone_prefix for a in t[:-1]):
             return self.quirks.lone_prefix_note
+        if self._restarted_at_inner_symbol(f, o, t, probes):
+            return "objdump restarts at a symbol inside an instruction"
+        n = self.quirks.fused(self._bytes(lo, hi - lo))
+        if n and t == [lo] and o == [lo, lo + n]:
+            return self.quirks.fused_note
         return ""
+
+    def _restarted_at_inner_symbol(self, f: Function, o: List[int], t: List[int], probes: Dict[int, Probe]) -> bool:
+        """objdump restarted at a symbol that lies inside one of our instructions: it agreed with our
+        starts before that instruction, printed the instruction's bytes before the symbol as pieces
+        (``rex.W``, ``.byte 0xb8``) and decoded on from the symbol."""
+        inner = [a for a in t if a in self._labels and a not in probes and a > f.address]
+        if not inner:
+            return False
+        label = inner[0]
+        ours = [a for a in o if a < label]
+        theirs = [a for a in t if a < label]
+        if not ours or not set(ours) <= set(theirs):
+            return False
+        cut = ours[-1]
+        return cut + probes[cut].length > label and all(a > cut for a in set(theirs) - set(ours))
+
+    def _bytes(self, addr: int, length: int) -> bytes:
+        try:
+            return self.img.read(addr, length)
+        except UserError:
+            return b""
 
     def _branch(self, f: Function, p: Probe, raw_addr: int, theirs: _ObjSection, base: int) -> None:
         ours = _our_branch(p, self.quirks)

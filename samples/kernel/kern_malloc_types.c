@@ -21,11 +21,21 @@ typedef	unsigned long		u_long;
 #define	SI_ORDER_THIRD	0x0000002
 #define	SI_ORDER_ANY	0xfffffff
 
-/* ks_version of this sample's types: what its malloc_init accepts. */
-#define	M_VERSION	2024042901UL
+/*
+ * The release constants a FreeBSD kernel carries, those of the release the
+ * sample stands for: generator/image/sample.py passes them (FreeBSD 14.3 by
+ * default).  M_VERSION is the ks_version of this sample's types, what its
+ * malloc_init accepts.
+ */
+#if !defined(SAMPLE_OSRELDATE) || !defined(SAMPLE_M_VERSION) || \
+    !defined(SAMPLE_RELEASE)
+#error "SAMPLE_OSRELDATE, SAMPLE_M_VERSION and SAMPLE_RELEASE come from the build"
+#endif
+#define	M_VERSION	SAMPLE_M_VERSION
 
-int osreldate = 1400097;
-char version[] = "FreeBSD 14.0-SAMPLE kinstkit sample kernel (not FreeBSD code)\n";
+int osreldate = SAMPLE_OSRELDATE;
+char version[] = "FreeBSD " SAMPLE_RELEASE
+    "-SAMPLE kinstkit sample kernel (not FreeBSD code)\n";
 
 typedef	void (*sysinit_cfunc_t)(const void *);
 

@@ -2,8 +2,8 @@
 
 Tests built only on binaries we compiled ourselves prove only that we agree
 with ourselves.  These helpers hand tests third-party images instead: the
-Debian kernel's modules (ET_REL, ~4000 of them) and system shared libraries
-(ET_DYN).  Downloads are cached under ``.cache/corpus/`` (gitignored).
+Debian kernel's modules (ET_REL, ~4000 of them), its ``vmlinux`` with symbols
+(ET_EXEC, from the ``-dbg`` package) and system shared libraries (ET_DYN).  Downloads are cached under ``.cache/corpus/`` (gitignored).
 
 When an input cannot be had (no apt, no network) the helper skips the test
 (``helpers.skips.missing``) with a reason that names the missing input, so a
@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import lzma
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -130,6 +131,34 @@ def kernel_tree() -> Path:
                 _extract(deb, dest)
             (dest / ".complete").touch()
     return dest
+
+
+def debian_vmlinux() -> Path:
+    """The Debian kernel's ``vmlinux`` with its symbols, from the ``-dbg`` package (downloaded on first use).
+
+    The package is large (about 860 MB); only the one file is kept, under
+    ``.cache/corpus/<package>/``, and the ``.deb`` is deleted once it is out.
+    """
+    package = kernel_package() + "-dbg"
+    dest = CORPUS_CACHE / package
+    with _locked(package):
+        found = sorted(dest.glob("vmlinux-*"))
+        if not (dest / ".complete").exists() or not found:
+            if shutil.which("dpkg") is None or shutil.which("tar") is None:
+                missing(f"{package} not extractable: dpkg or tar is not installed")
+            with tempfile.TemporaryDirectory(dir=CORPUS_CACHE, prefix=".download-") as tmp:
+                deb = _download(package, Path(tmp))
+                pipe = f"dpkg --fsys-tarfile {shlex.quote(str(deb))} | tar -x -C {shlex.quote(tmp)} --wildcards " \
+                       "'./usr/lib/debug/boot/vmlinux-*'"
+                proc = _run(["sh", "-c", pipe])
+                got = sorted(Path(tmp).glob("usr/lib/debug/boot/vmlinux-*"))
+                if proc.returncode != 0 or not got:
+                    missing(f"{package} has no usr/lib/debug/boot/vmlinux-*: {_first_line(proc)}")
+                dest.mkdir(parents=True, exist_ok=True)
+                os.replace(got[0], dest / got[0].name)
+            (dest / ".complete").touch()
+            found = sorted(dest.glob("vmlinux-*"))
+    return found[0]
 
 
 def debian_kernel_modules(limit: Optional[int] = None) -> List[Path]:

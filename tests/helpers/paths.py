@@ -21,6 +21,7 @@ KINST_FIXTURES = FIXTURES / "kinst"  # stand-in kernel headers and services for 
 KO_FIXTURES = FIXTURES / "ko"  # .ko-shaped module, kernel and dependency sources
 KO_STANDIN = KO_FIXTURES / "standin"  # the files of the stand-in FreeBSD sys/ tree
 CORPUS_CACHE = CACHE / "corpus"  # downloaded real inputs (gitignored)
+HEADER_CACHE = CACHE / "freebsd-headers"  # the ziglang wheels and the FreeBSD header trees made of them
 
 
 def hand_written_c() -> List[Path]:

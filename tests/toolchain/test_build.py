@@ -5,8 +5,9 @@ What runs here, in order of strength:
 * without a tree: generation, the portable cores with gcc and clang, their
   link and symbol check, the table's build-id -- then exactly one error line,
   exit 2, and no .ko anywhere;
-* the whole cross-build path against stand-in sys/ trees
-  (tests/helpers/standin.py): kern.mk evaluated, include links,
+* the whole cross-build path against FreeBSD 14.3's installed headers laid
+  out as a sys/ tree, with stand-ins only for what FreeBSD does not install
+  (tests/helpers/standin.py, freebsd_headers.py): kern.mk evaluated, include links,
   opt_global.h, vnode_if.h, clang, ld.lld -r with the link script, symbol
   localisation, strip, manifest, check-ko against a stand-in kernel with
   stand-in dtrace.ko/opensolaris.ko -- and the stamp: same inputs, no work;
@@ -86,11 +87,12 @@ def test_without_a_tree_the_portable_work_is_not_redone(sample_kernel: Path, tmp
     assert "kinst: sources unchanged" in res.stdout and "portable core unchanged" in res.stdout
 
 
-# -- against stand-in trees ------------------------------------------------------------
+# -- against FreeBSD's installed headers ------------------------------------------------------
 
 
 class StandinWorld:
-    """The stand-in kernel (with dtrace.ko and opensolaris.ko beside it) and sys/ trees, built once."""
+    """The stand-in kernel (with dtrace.ko and opensolaris.ko beside it), built once, and copies of the
+    FreeBSD 14.3 header tree."""
 
     def __init__(self, root: Path):
         self.root = root
@@ -99,13 +101,9 @@ class StandinWorld:
         self.build_id = KernelImage.open(str(self.kernel)).build_id
 
     @staticmethod
-    def glue(module: str) -> List[Path]:
-        """The module's hand-written C, to learn which headers the tree must have."""
-        provider = PROVIDERS[module]
-        return [provider.source_dir / rel for rel in provider.plain if rel.endswith(".c")]
-
-    def tree(self, module: str, where: Path) -> Path:
-        return standin.make_tree(where, module, self.glue(module))
+    def tree(module: str, where: Path) -> Path:
+        """A private copy of the tree ``module`` is built against (the same for both modules)."""
+        return standin.make_tree(where)
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +145,15 @@ def test_cross_build_produces_a_checked_ko(world: StandinWorld, module: str, tmp
     # kmod.mk's part, kern.mk's part (evaluated from the stand-in), then the Makefile's after the include.
     assert cflags[:2] == ["-O2", "-pipe"] and "-D_SYS_VMEM_H_" in cflags  # OPENZFS_CFLAGS, before kmod.mk's
     assert cflags.index("-D_SYS_VMEM_H_") < cflags.index("-D_KERNEL") < cflags.index("-mcmodel=kernel")
-    assert "-std=iso9899:1999" in cflags and "-D__printf__=__freebsd_kprintf__" in cflags
+    assert "-std=gnu99" in cflags and "-D__printf__=__freebsd_kprintf__" in cflags
+    from helpers.kmod import KERN_MK
+
+    assert cflags[cflags.index("-mcmodel=kernel"):cflags.index("-std=gnu99") + 1] == KERN_MK  # 14.x's kern.mk
     assert "-mretpoline" not in cflags  # MK_KERNEL_RETPOLINE defaults to no
     assert cflags[-2:] == ["-include", f"{tree.resolve()}/cddl/compat/opensolaris/sys/debug_compat.h"]
     assert m["flags"]["ldflags"] == ["-m", "elf_x86_64_fbsd", "-warn-common", "--build-id=sha1", "-T",
                                      f"{tree.resolve()}/conf/ldscript.kmod.amd64"]
-    assert m["profile"]["kern.mk"] == "evaluated from the tree" and m["profile"]["clang_target"].endswith("14.0")
+    assert m["profile"]["kern.mk"] == "evaluated from the tree" and m["profile"]["clang_target"].endswith("14.3")
     assert "clang" in m["tools"] and "ld.lld" in m["tools"]
     roles = {i["role"] for i in m["inputs"]}
     assert roles >= {"source", "header", "kernel", "dependency module", "sys/ build file"}
@@ -178,7 +179,7 @@ def test_same_inputs_no_work_and_each_change_rebuilds(world: StandinWorld, tmp_p
     assert res.returncode == 0 and f"kinst: built {ko}" in res.stdout
     # The tree's kern.mk picks another C standard: rebuilt with it.
     kern = tree / "conf" / "kern.mk"
-    kern.write_text(kern.read_text().replace("CSTD?=\t\tc99", "CSTD?=\t\tgnu17"))
+    kern.write_text(kern.read_text().replace("CSTD?=\t\tgnu99", "CSTD?=\t\tgnu17"))
     res = run_build(*args)
     assert res.returncode == 0 and f"kinst: built {ko}" in res.stdout
     assert "-std=gnu17" in manifest(out, world.build_id, "kinst")["flags"]["cflags"]
@@ -251,7 +252,7 @@ def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorl
     makefile = ModuleMakefile.read(SYS_MODULES / "dtmalloc" / "Makefile")
     flags = profile.cflags(tmp_path / "obj", makefile)
     assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
-    assert "-mcmodel=kernel" in flags and "-std=iso9899:1999" in flags  # the FreeBSD 14 amd64/clang flags
+    assert "-mcmodel=kernel" in flags and "-std=gnu99" in flags  # the FreeBSD 14 amd64/clang flags
     assert "-Da" not in flags
 
 
@@ -325,7 +326,7 @@ def test_fetch_release_then_build_release(world: StandinWorld, tmp_path: Path) -
     import threading
     from functools import partial
 
-    name = "14.0-RELEASE"
+    name = "14.3-RELEASE"
     pub = tmp_path / "mirror" / "releases" / "amd64" / name
     pub.mkdir(parents=True)
     tree = world.tree("kinst", tmp_path / "sys")

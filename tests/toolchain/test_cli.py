@@ -147,7 +147,7 @@ def test_foreign_architecture(tmp_path, libz):
     data[18:20] = (183).to_bytes(2, "little")  # EM_AARCH64
     p = tmp_path / "arm.so"
     p.write_bytes(bytes(data))
-    assert_one_line_error(run("probes", "--kernel", str(p)), "unsupported architecture", "EM_AARCH64")
+    assert_one_line_error(run("probes", "--kernel", str(p)), "machine EM_AARCH64", "kinstkit reads EM_X86_64 (amd64) images only")
 
 
 def _on_a_terminal(tmp_path, cmd: str, ci: bool) -> str:

@@ -50,7 +50,7 @@ def test_lists_the_fixture_types_exactly(kernel: str, module: str) -> None:
     assert d.version.release == "14.0-RELEASE" and d.version.osreldate == 1400097
     assert d.version.source == "osreldate"
     assert d.layout.sysinit.name == "stailq" and d.layout.malloc_type.name == "ks_version"
-    assert d.layout.ident == 2024042901
+    assert d.layout.ident == 2020110501
 
 
 def test_static_types_are_local_with_their_source_file(kernel: str) -> None:
@@ -108,17 +108,17 @@ def test_module_pointers_exist_only_in_relocations(kernel: str, module: str) -> 
 
 
 def test_wrong_ks_version_is_reported(kernel: str, fx: Fixtures) -> None:
-    bad = str(fx.module("-DFIXTURE_BAD_VERSION=2020110501UL"))
+    bad = str(fx.module("-DFIXTURE_BAD_VERSION=2024073001UL"))  # 15.x's M_VERSION, the kernel is 14
     d = discover(kernel, [bad])
     stale = next(t for t in d.types if t.symbol == "M_STALE")
-    assert stale.version_mismatch and (stale.ident, stale.expected_ident) == (2020110501, 2024042901)
+    assert stale.version_mismatch and (stale.ident, stale.expected_ident) == (2024073001, 2020110501)
     assert stale not in d.probed
-    assert any("M_STALE" in w and "2020110501" in w and "panics" in w for w in d.warnings)
+    assert any("M_STALE" in w and "2024073001" in w and "panics" in w for w in d.warnings)
     res = run_cli("malloc-types", "--kernel", kernel, "--module", bad, "--json")
     assert res.returncode == 0, res.stderr
     objs = [json.loads(line) for line in res.stdout.splitlines()]
     assert next(o for o in objs if o["symbol"] == "M_STALE")["version_mismatch"] == {
-        "found": 2020110501, "expected": 2024042901}
+        "found": 2024073001, "expected": 2020110501}
     assert all("version_mismatch" not in o for o in objs if o["symbol"] != "M_STALE")
     assert "warning:" in res.stderr and "M_STALE" in res.stderr
 
@@ -132,9 +132,9 @@ def test_unregistered_lookalike_is_flagged(kernel: str) -> None:
 @pytest.mark.parametrize(
     "flags, release, sysinit, malloc_type, ident",
     [
-        (RELEASE_13 + LAYOUT_13, "13.2-RELEASE", "array", "ks_version", 2024042901),
+        (RELEASE_13 + LAYOUT_13, "13.2-RELEASE", "array", "ks_version", 2020110501),
         (RELEASE_12 + LAYOUT_12, "12.4-RELEASE", "array", "ks_magic", L.M_MAGIC),
-        (RELEASE_14 + ("-DTSLOG",), "14.0-RELEASE", "stailq", "ks_version", 2024042901),
+        (RELEASE_14 + ("-DTSLOG",), "14.0-RELEASE", "stailq", "ks_version", 2020110501),
     ],
     ids=["13-array", "12-magic", "14-tslog"],
 )

@@ -6,15 +6,19 @@ glue (dtmalloc.c) and the portable core (dtmalloc_core.[ch]) are hand-written
 in sys/modules/dtmalloc/ and staged beside them, as ``invoke build --src``
 does.  The portable core is compiled with gcc and with clang for FreeBSD
 (-Wall -Wextra -Werror, freestanding, no headers) and run in user space
-against Python's probe-name rule.  The FreeBSD glue is compiled against the
-stand-in headers in tests/fixtures/dtmalloc/stubsys/ with both compilers, and
-against a real FreeBSD sys/ tree when SYSDIR names one (the test skips,
-naming SYSDIR, otherwise: no FreeBSD headers exist here).
+against Python's probe-name rule.  The FreeBSD glue, built with the stand-in
+declarations of tests/fixtures/dtmalloc/stubsys/, runs over stand-in kernel
+services (tests/fixtures/dtmalloc/glue_world.c: failed loads, a refused and a
+good unload), and is built against a real FreeBSD sys/ tree when SYSDIR names
+one (the test skips, naming SYSDIR, otherwise).  Compiling the glue against
+FreeBSD 14.3's and 15's own headers, and its refusal of the other release's,
+is tests/toolchain/test_real_headers.py.
 """
 
 from __future__ import annotations
 
 import filecmp
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -102,12 +106,12 @@ def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
     listing = (generated / "dtmalloc.list").read_text().splitlines()
     assert listing[-1].split() == ["-", "dtmalloc", "temp", "free"]
     abi = (generated / "dtmalloc_abi.h").read_text()
-    assert "CTASSERT(M_VERSION == 2024042901UL);" in abi
+    assert "CTASSERT(M_VERSION == 2020110501UL);" in abi
     assert "CTASSERT(__FreeBSD_version <= 1400097);" in abi
     assert "#define\tDTMALLOC_MTIP(mtp)\t(&mtp->ks_mti)" in abi
     target = (generated / "dtmalloc_target.h").read_text()
     assert f"#define\tDTMALLOC_NKNOWN\t\t\t{len(d.probed)}\n" in target
-    assert "#define\tDTMALLOC_TARGET_M_VERSION\t2024042901UL" in target
+    assert "#define\tDTMALLOC_TARGET_M_VERSION\t2020110501UL" in target
     assert "mtip = DTMALLOC_MTIP(mtp);" in (DTMALLOC.source_dir / "dtmalloc.c").read_text()
 
 
@@ -140,27 +144,30 @@ def test_core_runs_the_probe_name_rule(module: Path, inputs, tmp_path: Path) -> 
     assert lines[-1] == f"table {len(known)} ok"
 
 
-def _glue(module: Path, cc: List[str], version: str, m_version: str, out: Path) -> subprocess.CompletedProcess:
-    return _cc([*cc, "-std=c99", "-ffreestanding", "-nostdinc", "-D_KERNEL", "-Wall", "-Wextra", "-Werror",
-                f"-I{STUBS}", f"-DSTUB_FREEBSD_VERSION={version}", f"-DSTUB_M_VERSION={m_version}",
-                "-c", "dtmalloc.c", "-o", str(out)], module)
-
-
-@pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
-def test_glue_compiles_against_stand_in_headers(module: Path, cc: List[str], tmp_path: Path) -> None:
-    require_tools(cc[0], why=COMPILERS_WHY)
-    res = _glue(module, cc, "1400097", "2024042901UL", tmp_path / "glue.o")
+@pytest.fixture(scope="module")
+def glue_world(module: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The glue (dtmalloc.c) built with the stand-in headers into a program that runs it over stand-in
+    kernel services (tests/fixtures/dtmalloc/glue_world.c), with the module's portable core linked in."""
+    require_tools("gcc", why="the glue is run over stand-in kernel services built with gcc")
+    work = tmp_path_factory.mktemp("world")
+    flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    res = _cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{STUBS}", "-I.",
+               "-DSTUB_FREEBSD_VERSION=1400097", "-DSTUB_M_VERSION=2020110501UL",
+               "-c", str(DTMALLOC_FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], module)
     assert res.returncode == 0, res.stderr
+    exe = work / "glue_world"
+    res = _cc(["gcc", *flags, "-I.", str(work / "world.o"), *PORTABLE, "-o", str(exe)], module)
+    assert res.returncode == 0, res.stderr
+    return exe
 
 
-@pytest.mark.parametrize("version, m_version", [("1400097", "2020110501UL"), ("1400100", "2024042901UL"),
-                                                ("1302001", "2024042901UL")],
-                         ids=["other-M_VERSION", "newer-headers", "other-major"])
-def test_glue_refuses_a_tree_that_is_not_the_targets(module: Path, version: str, m_version: str,
-                                                      tmp_path: Path) -> None:
-    require_tools("gcc", why=COMPILERS_WHY)
-    res = _glue(module, ["gcc"], version, m_version, tmp_path / "glue.o")
-    assert res.returncode != 0 and "static assertion failed" in res.stderr
+@pytest.mark.parametrize("scenario", ["hook-taken", "register-fails", "load-unload"])
+def test_glue_runs_over_standin_kernel_services(glue_world: Path, scenario: str) -> None:
+    """A failed load never unregisters provider 0 nor clears a malloc(9) hook it did not set; a refused
+    unload keeps the hook, a good one clears it."""
+    run = subprocess.run([str(glue_world), scenario], capture_output=True, text=True, timeout=60)
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0 and re.fullmatch(rf"{scenario}: \d+ checks, 0 failed", lines[-1]), run.stdout
 
 
 def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:

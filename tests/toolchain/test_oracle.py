@@ -117,6 +117,41 @@ def test_every_debian_module_agrees_with_objdump():
     assert instructions > 10_000_000
 
 
+@pytest.mark.slow
+def test_debian_kernel_image_agrees_with_objdump():
+    """The Debian 6.1 kernel with its symbols (the -dbg package: about 4 minutes to fetch once, 2 to verify):
+    only objdump's known quirks differ -- the deliberately overlapping retbleed_untrain_ret and
+    srso_untrain_ret, and fpu__init_check_bugs' `9b db e3` (fwait; fninit)."""
+    from helpers.corpus import debian_vmlinux
+
+    res = verify_decoder(str(debian_vmlinux()))
+    assert res.ok, _explain(res)
+    assert res.functions > 45_000 and res.instructions > 2_500_000
+    assert dict(res.tolerated) == {"objdump fuses fwait into the x87 instruction after it": 1,
+                                   "objdump restarts at a symbol inside an instruction": 2}
+
+
+# Programs that carry OpenSSL inside them, with symbols: its padlock_sha512_blocks holds `rep xsha512`
+# (f3 0f a6 e0), which objdump 2.40 cannot decode.
+OPENSSL_PROGRAMS = {
+    "cargo": "~/.rustup/toolchains/stable-x86_64-unknown-linux-gnu/bin/cargo",
+    "node": "/usr/bin/node",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(OPENSSL_PROGRAMS))
+def test_programs_that_embed_openssl_agree_with_objdump(name):
+    """cargo (rustup) and node link OpenSSL in; several minutes each."""
+    path = Path(os.path.expanduser(OPENSSL_PROGRAMS[name]))
+    if not path.is_file():
+        missing(f"{path} not installed ({name}): a program with OpenSSL linked in is verified here")
+    res = verify_decoder(str(path))
+    assert res.ok, _explain(res)
+    assert res.tolerated and dict(res.tolerated).get("objdump (bad)", 0) >= 1
+    assert any(n.startswith("padlock_sha512_blocks+") and "(length from iced-x86)" in n for n in res.notes)
+
+
 # -- encodings where decoders are known to differ -----------------------------
 
 ODD_BODY = r"""
@@ -225,6 +260,57 @@ def test_capstone_gap_agrees(name, tmp_path):
     gap = rep.probes[2]
     assert gap.status == "skip" and "cannot decode" in gap.reason
     assert [p.status for p in rep.probes[3:]] == ["ok"] * (len(rep.probes) - 3)
+
+
+# -- objdump's own quirks, each with hand-assembled bytes ------------------------
+
+
+def _quirk_result(tmp_path: Path, name: str, body: str, extra: str = ""):
+    res = verify_decoder(str(_assemble(tmp_path, name, body, extra)))
+    assert res.ok, _explain(res)
+    return res
+
+
+def test_objdump_restarting_at_an_inner_symbol_is_tolerated(tmp_path):
+    """Linux 6.1's deliberately overlapping code.  retbleed_untrain_ret: `test $0xcc,%bl` (f6 c3 cc) whose last
+    two bytes are the `ret; int3` of retbleed_return_thunk, a label one byte in.  srso_untrain_ret: `movabs
+    $imm64,%rax` (48 b8 ...) whose immediate is srso_safe_ret's `lea 8(%rsp),%rsp; ret; int3; int3`, a label
+    two bytes in.  objdump restarts at each label (`.byte 0xf6`; `rex.W`, `.byte 0xb8`); the CPU entering at
+    the function's start runs the long instruction."""
+    body = ("\tpush %rbp\n\tmov %rsp, %rbp\n\tpop %rbp\n\t.byte 0xf6\n\t.globl inner_thunk\ninner_thunk:\n"
+            "\tret\n\tint3\n\tlfence\n\tjmp inner_thunk\n"
+            "\t.byte 0x48, 0xb8\n\t.globl inner_safe_ret\ninner_safe_ret:\n"
+            "\tlea 8(%rsp), %rsp\n\tret\n\tint3\n\tint3\n\tlfence\n\tjmp inner_safe_ret\n\tint3")
+    res = _quirk_result(tmp_path, "untrain", body)
+    assert dict(res.tolerated) == {"objdump restarts at a symbol inside an instruction": 2}
+
+
+def test_objdump_fusing_fwait_into_the_x87_instruction_is_tolerated(tmp_path):
+    """`9b db e3` is objdump's one `finit`; the CPU runs fwait, then fninit (and capstone decodes both)."""
+    body = "\tpush %rbp\n\tmov %rsp, %rbp\n\t.byte 0x9b, 0xdb, 0xe3\n\t.byte 0x9b, 0xd9, 0x38\n\tpop %rbp\n\tret"
+    res = _quirk_result(tmp_path, "fpu_init", body)
+    assert dict(res.tolerated) == {"objdump fuses fwait into the x87 instruction after it": 2}
+    from generator.image.elf import KernelImage
+    from generator.analysis.probes import analyse
+
+    img = KernelImage.open(str(_assemble(tmp_path, "fpu_init", body)))
+    assert [p.mnemonic for p in analyse(img, img.lookup("fpu_init")).probes][2:6] == ["wait", "fninit", "wait",
+                                                                                      "fnstcw"]
+
+
+def test_objdump_prefixed_bad_is_its_bad_and_the_note_names_the_length_source(tmp_path):
+    """OpenSSL's padlock_sha512_blocks: `f3 0f a6 e0` (rep xsha512) is a 3-byte `repz (bad)` to objdump 2.40,
+    which then decodes `e0 0f` as loopne; capstone cannot decode it either, iced-x86 gives its 4 bytes."""
+    body = "\tpush %rbp\n\tmov %rsp, %rbp\n\t.byte 0xf3, 0x0f, 0xa6, 0xe0\n\tmovaps (%rsp), %xmm0\n\tpop %rbp\n\tret"
+    path = _assemble(tmp_path, "padlock_sha512", body)
+    listing = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True).stdout
+    if "repz (bad)" not in listing:
+        pytest.skip("this objdump decodes rep xsha512 (binutils newer than 2.40): the quirk is not there to see")
+    res = verify_decoder(str(path))
+    assert res.ok, _explain(res)
+    assert dict(res.tolerated) == {"objdump (bad)": 1}
+    assert res.notes == ("padlock_sha512+0x4: objdump cannot decode f3 0f a6 e0 0f 28 04 24; capstone cannot "
+                         "either, so it is refused (length from iced-x86)",)
 
 
 # -- the oracle can fail ------------------------------------------------------

@@ -262,3 +262,45 @@ def test_bad_toolchain_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ENV_TOOLCHAIN, "tcc")
     with pytest.raises(UserError, match=ENV_TOOLCHAIN):
         find_toolchain()
+
+
+def _release_constants(path: Path) -> Tuple[int, int, str]:
+    """osreldate, the ks_version of M_DEVBUF and the version string, read from the image with pyelftools."""
+    import struct
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        syms = {s.name: s for s in elf.get_section_by_name(".symtab").iter_symbols()}
+
+        def read(name: str, offset: int, size: int) -> bytes:
+            addr = syms[name]["st_value"] + offset
+            sec = next(s for s in elf.iter_sections() if s["sh_addr"] <= addr < s["sh_addr"] + s["sh_size"])
+            return sec.data()[addr - sec["sh_addr"]:addr - sec["sh_addr"] + size]
+
+        osreldate = struct.unpack("<i", read("osreldate", 0, 4))[0]
+        ks_version = struct.unpack("<Q", read("M_DEVBUF", 8, 8))[0]  # struct malloc_type: ks_next, ks_version
+        version = read("version", 0, syms["version"]["st_size"]).split(b"\0")[0].decode()
+    return osreldate, ks_version, version
+
+
+@pytest.mark.parametrize("release, osreldate, m_version", [("14.3", 1403000, 2020110501),
+                                                            ("15.0", 1500068, 2024073001)])
+def test_carries_a_real_releases_constants(toolchain: str, release: str, osreldate: int, m_version: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module built against the release's sys/ tree checks these: dtmalloc's CTASSERT(M_VERSION == ...) and
+    check-ko's kernel dependency range.  14.3 is the default; KINSTKIT_SAMPLE_RELEASE picks the other."""
+    if release == sample.DEFAULT_RELEASE:
+        monkeypatch.delenv(sample.ENV_RELEASE, raising=False)
+    else:
+        monkeypatch.setenv(sample.ENV_RELEASE, release)
+    path = sample_kernel()
+    assert _release_constants(path) == (osreldate, m_version,
+                                        f"FreeBSD {release}-SAMPLE kinstkit sample kernel (not FreeBSD code)\n")
+    assert path == sample_kernel(release=release)  # the option and the variable are one key
+
+
+def test_unknown_release_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sample.ENV_RELEASE, "14.0")
+    with pytest.raises(UserError, match=r"KINSTKIT_SAMPLE_RELEASE='14.0': the sample kernel is built for FreeBSD "
+                                        r"14.3 or 15.0"):
+        sample_kernel()

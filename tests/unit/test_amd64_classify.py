@@ -538,3 +538,43 @@ def test_addr32_call_through_memory_is_refused():
     assert s.skipped == 1 and s.kinds.get("call-mem", 0) == 0
     # A register call ignores the address-size prefix: still emulated.
     assert amd64.classify(bytes.fromhex("67ffd0"), 0x1000, "callq", "*%rax")[0] == "ok"
+
+
+# Emulated calls through %fs:/%gs:-based memory: the emulation reads the
+# target at the offset alone, so they are refused; a segment prefix on a
+# register call, or es/cs/ss/ds (ignored in 64-bit mode), changes nothing.
+SEGMENT_CALLS = {
+    "64 ff 10": "call *%fs:(%rax)",
+    "65 ff 14 25 10 00 00 00": "call *%gs:0x10",
+    "65 ff 15 00 01 00 00": "call *%gs:0x100(%rip)",
+    "64 41 ff 52 08": "call *%fs:0x8(%r10)",
+    "65 48 ff 10": "rex.w call *%gs:(%rax)",
+}
+UNAFFECTED_CALLS = {
+    "65 ff d0": ("call *%rax, %gs prefix", "call-reg"),
+    "3e ff 10": ("notrack call *(%rax)", "call-mem"),
+    "2e ff 15 00 01 00 00": ("cs call *0x100(%rip)", "call-riprel"),
+}
+
+
+@pytest.mark.parametrize("hexbytes", sorted(SEGMENT_CALLS), ids=sorted(SEGMENT_CALLS.values()))
+def test_fs_gs_call_through_memory_is_refused(hexbytes):
+    from generator.isa.amd64 import fast as amd64_fast
+
+    got = k(hexbytes)
+    assert (got.status, got.kind) == (R.STATUS_SKIP, R.KIND_SKIP)
+    assert got.reason.endswith(T.SEGMENT_CALL_REASON) and got.flags & CALL
+    code = bytes.fromhex("55 48 89 e5" + hexbytes + "5d c3")
+    s = amd64_fast.summarise(code, ADDR, len(code))
+    assert s.skipped == 1 and not {"call-mem", "call-riprel"} & set(s.kinds)
+
+
+@pytest.mark.parametrize("hexbytes", sorted(UNAFFECTED_CALLS), ids=[v[0] for _, v in sorted(UNAFFECTED_CALLS.items())])
+def test_other_segment_prefixes_keep_the_call_emulated(hexbytes):
+    from generator.isa.amd64 import fast as amd64_fast
+
+    got = k(hexbytes)
+    assert (got.status, got.kind) == (R.STATUS_OK, UNAFFECTED_CALLS[hexbytes][1])
+    code = bytes.fromhex("55 48 89 e5" + hexbytes + "5d c3")
+    s = amd64_fast.summarise(code, ADDR, len(code))
+    assert s.skipped == 0 and s.kinds.get(UNAFFECTED_CALLS[hexbytes][1]) == 1

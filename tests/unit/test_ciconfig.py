@@ -173,3 +173,9 @@ def test_cli_writes_both_files(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == [str(tmp_path / "kinstkit-modules.yml"), str(tmp_path / ".cirrus.yml")]
     assert "freebsd-14-2" in (tmp_path / ".cirrus.yml").read_text()
+
+
+def test_each_file_starts_with_the_license_line(rendered) -> None:
+    _, paths = rendered
+    for p in paths:
+        assert p.read_text().splitlines()[0] == "# SPDX-License-Identifier: BSD-2-Clause", p

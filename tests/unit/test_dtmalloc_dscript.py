@@ -56,7 +56,7 @@ def test_checker_rejects_broken_d(name: str) -> None:
 def test_dtmalloc_count_all_types() -> None:
     text = dscript("dtmalloc-count")
     assert check(text) == 3
-    assert text.startswith("#!/usr/sbin/dtrace -s\n")
+    assert text.startswith("#!/usr/sbin/dtrace -s\n/*-\n * SPDX-License-Identifier: BSD-2-Clause\n")
     assert "\ndtmalloc:::malloc\n" in text and "\ndtmalloc:::free\n" in text
     assert "@mallocs[probefunc] = count();" in text
 

@@ -63,3 +63,13 @@ def test_mk_reader_records_path() -> None:
     assert mk.search_path(".h") == ["/m/amd64", "/x", "/y"]
     mk.read(".PATH:")
     assert mk.search_path(".c") == ["/c1"]
+
+
+def test_builtin_kern_flags_are_freebsd_14s() -> None:
+    """The cross build's fallback when a tree's kern.mk cannot be read is kern.mk as FreeBSD 14 evaluates it
+    for amd64 and clang -- the same flags, in the same order, as the tests' own spelling of the kmod line:
+    no -Wredundant-decls/-Wnested-externs (gone from CWARNFLAGS), CSTD gnu99."""
+    from generator.build.kmodflags import BUILTIN_KERN_FLAGS
+    from helpers.kmod import KERN_MK
+
+    assert list(BUILTIN_KERN_FLAGS) == KERN_MK

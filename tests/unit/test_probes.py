@@ -115,6 +115,30 @@ def test_allowed_names(name):
     assert excluded(name) == ""
 
 
+# amd64 functions that run in NMI context (the trap path for T_NMI, the stop
+# and stack-sampling NMIs, hwpmc's counter-overflow interrupt): a #BP there
+# returns with iretq, which unblocks NMIs on the NMI stack.
+NMI_PATH = [
+    "trap", "nmi_handle_intr", "nmi_call_kdb", "nmi_call_kdb_smp", "isa_nmi", "ipi_nmi_handler",
+    "cpustop_handler", "cpustop_handler_post", "savectx", "stack_nmi_handler", "stack_capture",
+    "pmc_process_interrupt", "pmc_add_sample", "pmc_save_kernel_callchain", "core_intr", "core2_intr", "amd_intr",
+    "lapic_reenable_pmc",
+]
+
+
+@pytest.mark.parametrize("name", NMI_PATH)
+def test_nmi_path_is_excluded_with_its_reason(name):
+    reason = excluded(name)
+    assert reason.startswith("excluded by name (amd64): ")
+    assert "NMI context" in reason and "iretq" in reason
+
+
+def test_nmi_path_function_through_analyse():
+    rep = analyse_one(FRAME, name="nmi_handle_intr")
+    assert not rep.eligible and "NMI" in rep.reason
+    assert {p.status for p in rep.probes} == {R.STATUS_SKIP}
+
+
 def test_excluded_function_refuses_every_probe_with_its_reason():
     # push %rbp; popfq (refused on its own); mov %rsp,%rbp; pop %rbp; ret
     rep = analyse_one("55 9d 48 89 e5 5d c3", name="dtrace_foo")

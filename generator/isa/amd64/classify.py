@@ -17,7 +17,10 @@ Where kinst is wrong we are right, and docs/refusals.md lists each case:
 - ud0/ud1 take a ModR/M byte (capstone 5 decodes them as two bytes);
 - loop/loope/loopne, far transfers, traps and the rest of ``REFUSED`` are
   refused instead of being copied verbatim, and so is the region after a load
-  of the %gs selector (``context_refusals``).
+  of the %gs selector (``context_refusals``);
+- an emulated call through memory with an address-size (0x67) or an %fs/%gs
+  segment prefix is refused: the emulation computes neither a 32-bit address
+  nor a segment base.
 """
 
 from __future__ import annotations
@@ -34,9 +37,28 @@ from generator.isa.amd64.probe_md import (KIND_CALL_DIRECT, KIND_CALL_MEM, KIND_
 from generator.isa.contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
 
 # Functions refused by name on amd64, with the reason.  kinst_md_excluded() is
-# empty on amd64; these are kinstkit's additions (docs/refusals.md).  Both are
-# bhyve (vmm.ko) world-switch routines that begin with push %rbp, so kinst's
+# empty on amd64; these are kinstkit's additions (docs/refusals.md).
+#
+# The bhyve (vmm.ko) world-switch routines begin with push %rbp, so kinst's
 # prologue rule accepts them.
+#
+# The rest run in NMI context.  An NMI blocks further NMIs until the next
+# iretq; a #BP taken inside the handler ends with iretq too, which unblocks
+# NMIs while the CPU is still on the NMI's IST stack, so a second NMI reuses
+# that stack and overwrites the frame the first one will return through.
+# The NMI path on amd64 (sys/amd64/amd64/trap.c, sys/x86/x86/cpu_machdep.c,
+# mp_x86.c, stack_machdep.c, x86/isa/nmi.c, sys/dev/hwpmc/): IDTVEC(nmi)
+# calls trap(), which hands a T_NMI to ipi_nmi_handler() (IPI_STOP_HARD is
+# sent as an NMI; it runs cpustop_handler()), to the hwpmc interrupt hook
+# pmc_intr (performance-counter interrupts are delivered as NMIs: the local
+# APIC's PMC LVT entry uses NMI delivery), to stack_nmi_handler() (the stack
+# of a thread running on another CPU is sampled with an NMI), then to
+# nmi_handle_intr() and nmi_call_kdb[_smp]() (isa_nmi() decodes a chipset
+# NMI; kdb_trap() follows, already refused by its kdb_ prefix).
+_NMI = (
+    "runs in NMI context, where a #BP ends with iretq, which unblocks NMIs while still on the NMI stack: "
+    "a second NMI would overwrite the frame in use"
+)
 MD_EXCLUDED: Dict[str, str] = {
     "vmx_enter_guest": (
         "bhyve VMX world switch: from the guest-state restore to VM entry, and from VM exit to the host-state "
@@ -47,6 +69,24 @@ MD_EXCLUDED: Dict[str, str] = {
         "bhyve SVM world switch: vmload loads the guest's GS base before vmrun and the host's comes back only "
         "afterwards; a #BP in between runs the trap handler with the guest GS base"
     ),
+    "trap": f"the trap handler; for a T_NMI it {_NMI}",
+    "nmi_handle_intr": f"NMI dispatch from trap(); it {_NMI}",
+    "nmi_call_kdb": f"NMI to the debugger, from nmi_handle_intr(); it {_NMI}",
+    "nmi_call_kdb_smp": f"broadcast NMI to the debugger, from nmi_handle_intr(); it {_NMI}",
+    "isa_nmi": f"decodes a chipset NMI for nmi_call_kdb(); it {_NMI}",
+    "ipi_nmi_handler": f"IPI_STOP_HARD is delivered as an NMI and handled here, from trap(); it {_NMI}",
+    "cpustop_handler": f"stops this CPU for ipi_nmi_handler(); it {_NMI}",
+    "cpustop_handler_post": f"restarts a CPU stopped by an NMI (cpustop_handler(), nmi_call_kdb_smp()); it {_NMI}",
+    "savectx": f"saves the stopped CPU's context in cpustop_handler() and nmi_call_kdb_smp(); it {_NMI}",
+    "stack_nmi_handler": f"samples a running thread's stack for another CPU, from trap(); it {_NMI}",
+    "stack_capture": f"walks the stack for stack_nmi_handler(); it {_NMI}",
+    "pmc_process_interrupt": f"hwpmc's sample path, from the counter-overflow interrupt (an NMI on x86); it {_NMI}",
+    "pmc_add_sample": f"hwpmc: records a sample for pmc_process_interrupt(); it {_NMI}",
+    "pmc_save_kernel_callchain": f"hwpmc: walks the kernel stack for a sample; it {_NMI}",
+    "core_intr": f"hwpmc's Intel counter-overflow handler (pmc_intr); it {_NMI}",
+    "core2_intr": f"hwpmc's Intel counter-overflow handler (pmc_intr); it {_NMI}",
+    "amd_intr": f"hwpmc's AMD counter-overflow handler (pmc_intr); it {_NMI}",
+    "lapic_reenable_pmc": f"unmasks the PMC interrupt at the end of hwpmc's handlers; it {_NMI}",
 }
 
 # kinst's frame-pointer prologue rules, and why a function fails each.
@@ -67,6 +107,7 @@ _RIP_DISP = re.compile(r"(-?0x[0-9a-f]+|-?\d+)?\(%[re]ip\)")
 _PREFIXES = T.PREFIXES
 _JCC8 = T.JCC8
 _REFUSED = T.REFUSED
+_BASED_SEGMENTS = T.BASED_SEGMENT_PREFIXES
 
 
 def _s8(x: int) -> int:
@@ -213,8 +254,11 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> Verdict:
     refusal = _REFUSED.get(base)
     if refusal is None and operands.endswith(", %ss") and base.startswith("mov"):
         refusal = T.SS_LOAD_REASON
-    if refusal is None and kind in (KIND_CALL_MEM, KIND_CALL_RIPREL) and 0x67 in b[:opcidx]:
-        refusal = T.ADDR32_CALL_REASON
+    if refusal is None and kind in (KIND_CALL_MEM, KIND_CALL_RIPREL):
+        if 0x67 in b[:opcidx]:
+            refusal = T.ADDR32_CALL_REASON
+        elif not _BASED_SEGMENTS.isdisjoint(b[:opcidx]):
+            refusal = T.SEGMENT_CALL_REASON
     if refusal is not None:
         status, reason, kind = STATUS_SKIP, f"{base}: {refusal}", KIND_SKIP
 

@@ -225,6 +225,8 @@ def _kind(code: bytes, off: int, ln: int, ins: Instruction, mn: int) -> Optional
                 return M.KIND_CALL_REG
             if 0x67 in code[off:i]:
                 return None  # addr32 call through memory (tables.ADDR32_CALL_REASON)
+            if not T.BASED_SEGMENT_PREFIXES.isdisjoint(code[off:i]):
+                return None  # %fs:/%gs: call through memory (tables.SEGMENT_CALL_REASON)
             if modrm & 0xC7 == 0x05:
                 return M.KIND_CALL_RIPREL
             return M.KIND_CALL_MEM

@@ -8,6 +8,18 @@
 - valgrind runs each iteration of a ``rep``-prefixed string instruction as a
   re-execution of the instruction (a jump to itself), while the CPU runs the
   whole loop from one fetch and the int3 fires once.
+- objdump takes ``fwait`` (``9b``) for a prefix of the x87 instruction after
+  it (escape opcodes ``d8``-``df``) and prints the pair as one instruction:
+  ``9b db e3`` is its ``finit``, ``9b d9 38`` its ``fstcw``, even ``9b d9
+  c0`` an ``fld``.  The CPU executes ``fwait`` on its own, then the ``fn``
+  form (``fninit``); capstone decodes them so, and a probe may sit on
+  either.
+- objdump 2.40 does not know the Zhaoxin ``rep xsha512`` (``f3 0f a6 e0``,
+  in OpenSSL's ``padlock_sha512_blocks``): it prints a 3-byte ``repz
+  (bad)`` and then decodes from the wrong byte until it falls back in step.
+  That is its ``(bad)`` behind a prefix (``generator/verify/objdump.py``
+  strips ``prefix_words`` before looking for ``(bad)``); capstone cannot
+  decode it either, and iced-x86 gives its length.
 """
 
 from __future__ import annotations
@@ -33,6 +45,11 @@ def rep_string(orig: bytes) -> bool:
     return rep and i < len(orig) and orig[i] in _STRING_OPS
 
 
+def fused_wait(code: bytes) -> int:
+    """1 when ``code`` starts with fwait followed by an x87 instruction, which objdump prints as one; else 0."""
+    return 1 if len(code) >= 2 and code[0] == 0x9B and 0xD8 <= code[1] <= 0xDF else 0
+
+
 def is_branch_mnemonic(mnem: str) -> bool:
     """jmp, jcc, jrcxz, call, loop*, xbegin (the operand decides direct or not)."""
     return mnem.startswith(("j", "call", "loop")) or mnem == "xbegin"
@@ -53,4 +70,6 @@ QUIRKS = OracleQuirks(
     lone_prefix_note="redundant REX",
     repeats_in_place=rep_string,
     conditional_kinds=(KIND_JCC_WIDEN, KIND_JCC32),
+    fused=fused_wait,
+    fused_note="objdump fuses fwait into the x87 instruction after it",
 )

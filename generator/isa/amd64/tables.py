@@ -162,5 +162,17 @@ GS_REGION_REASON = (
 # the same gap; compilers never emit it, but the harness found it in hand code.
 ADDR32_CALL_REASON = "addr32 call through memory: its 32-bit effective address would be computed in 64 bits by the emulation"
 
+# The segment-override prefixes that matter in 64-bit mode: %fs and %gs keep
+# a base (the kernel's %gs base is its per-CPU area); es/cs/ss/ds are ignored.
+BASED_SEGMENT_PREFIXES = frozenset((0x64, 0x65))
+
+# An indirect call through %fs:/%gs:-based memory reads its target at the
+# segment base plus the offset; the emulation (kinst's and ours) reads the
+# offset alone, from the wrong address.
+SEGMENT_CALL_REASON = (
+    "call through %fs:/%gs:-based memory: the emulation would read the target from the offset alone, without "
+    "the segment base (the kernel's %gs base is its per-CPU area)"
+)
+
 # capstone's mnemonic for a byte sequence it cannot decode.
 UNDECODABLE_REASON = "capstone cannot decode these bytes"

@@ -70,6 +70,7 @@ static const char *dtmalloc_argtypes[] = {
 };
 
 static dtrace_provider_id_t dtmalloc_id;
+static bool dtmalloc_registered;	/* dtmalloc_id is ours to unregister */
 static dtmalloc_uint32_t dtmalloc_nenabled;
 static dtmalloc_uint8_t dtmalloc_seen[DTMALLOC_NKNOWN];
 
@@ -196,6 +197,7 @@ dtmalloc_load(void)
 	    DTRACE_PRIV_USER, NULL, &dtmalloc_pops, NULL, &dtmalloc_id);
 	if (error != 0)
 		return (error);
+	dtmalloc_registered = true;
 	dtrace_malloc_probe = dtrace_probe;
 	dtmalloc_report();
 	return (0);
@@ -205,13 +207,21 @@ dtmalloc_load(void)
  * Unregister first: it fails while any probe is enabled, and then the
  * module must stay, hooked, rather than leave the provider registered with
  * malloc(9) no longer calling it.
+ *
+ * A MOD_LOAD that failed is followed by MOD_UNLOAD (module_register_init()
+ * in kern_module.c).  Then nothing was registered -- dtrace_unregister()
+ * would dereference provider id 0 -- and the hook, if set, is another
+ * provider's: both are left alone.
  */
 static int
 dtmalloc_unload(void)
 {
 
+	if (!dtmalloc_registered)
+		return (0);
 	if (dtrace_unregister(dtmalloc_id) != 0)
 		return (EBUSY);
+	dtmalloc_registered = false;
 	dtrace_malloc_probe = NULL;
 	return (0);
 }

