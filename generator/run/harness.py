@@ -357,7 +357,7 @@ def run_harness(
         hits, problems = read_hits(prefix, len(b.probes))
         res = _result(b, elf, command, plain, probed, dumps, hits, problems)
         if verify and not res.processes:
-            res.verify = _not_compared(len(b.plan.entries), f"{elf} was never mapped, so there is nothing to count")
+            res.verify = _not_compared(len(b.probes), f"{elf} was never mapped, so there is nothing to count")
         elif verify:
             res.verify = callgrind.compare(b, command, res.hits, Path(tmp), timeout)
     return res
