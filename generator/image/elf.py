@@ -532,6 +532,16 @@ class KernelImage:
             return self._section_bytes(s)[start : start + size]
         return bytes(self._data[s.offset + start : s.offset + start + size])
 
+    def read_in(self, sec: Section, address: int, size: int) -> bytes:
+        """``read`` for a caller that holds the section and has checked that ``[address, address + size)``
+        lies in it: whole-image work reads 50,000 functions this way without a lookup each."""
+        start = address - sec.addr
+        if sec.nobits:
+            return bytes(size)
+        if self.e_type == "ET_REL":
+            return self._section_bytes(sec)[start : start + size]
+        return self._data[sec.offset + start : sec.offset + start + size]
+
     def _section_bytes(self, s: Section) -> bytes:
         """A section's bytes with the relocations we can resolve applied."""
         cached = self._relocated.get(s.index)

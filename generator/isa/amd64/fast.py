@@ -56,6 +56,8 @@ _INVALID = Code.INVALID
 KIND_CODES = {kind: i + 1 for i, (kind, _, _) in enumerate(M.TABLE_KINDS)}
 KIND_NAMES = {i: kind for kind, i in KIND_CODES.items()}
 _RIPREL = KIND_CODES[M.KIND_RIPREL]
+_TRAMPOLINE = KIND_CODES[M.KIND_TRAMPOLINE]
+_KINDS_BY_NAME = sorted(KIND_CODES.items())  # a summary lists its kinds in name order
 DETAIL = 253
 REFUSE = 254
 DECLINE = 255
@@ -141,7 +143,7 @@ class Summary(NamedTuple):
     """What ``probes --summary`` prints for one function."""
 
     instructions: int
-    kinds: Dict[str, int]  # probes with status ok, by kind
+    kinds: Dict[str, int]  # probes with status ok, by kind, in kind-name order
     skipped: int  # instructions refused on their own account
     frame_rules: Tuple[str, ...]  # the prologue rules the function passes ('any', 'first')
     walk_error: str
@@ -187,10 +189,8 @@ def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
             kind = _kind(code, ins.ip - address, ins.len, ins, mn)
             counts[REFUSE if kind is None else KIND_CODES[kind]] += 1
     skipped = counts[REFUSE]
-    kinds = {KIND_NAMES[i]: counts[i] for i in KIND_NAMES if counts[i]}
-    plain = n - skipped - sum(kinds.values())
-    if plain:
-        kinds[M.KIND_TRAMPOLINE] = kinds.get(M.KIND_TRAMPOLINE, 0) + plain
+    counts[_TRAMPOLINE] += n - skipped - sum(counts[1 : len(KIND_NAMES) + 1])
+    kinds = {name: counts[i] for name, i in _KINDS_BY_NAME if counts[i]}
     first = code[:1] == b"\x55"
     rules = ("any", "first") if first else ("any",) if frame else ()
     return Summary(n, kinds, skipped, rules, "")
