@@ -60,6 +60,11 @@ class ProbeMd(NamedTuple):
     size: int  # ldr literal: bytes loaded (4 or 8; 0 for prfm)
     signed: bool  # ldrsw
 
+    @property
+    def dispoff(self) -> int:
+        """What the plan hands ``stream_record`` (amd64's rel32 position): no such field here."""
+        return 0
+
     def to_json(self) -> Dict[str, Any]:
         d = self._asdict()
         d["insn"] = f"{self.insn:#010x}"

@@ -48,6 +48,11 @@ class ProbeMd(NamedTuple):
     imm: int  # sign-extended offset from the instruction (auipc: imm20 << 12; jalr: from rs1)
     funct3: int  # branch: the condition (beq 0, bne 1, blt 4, bge 5, bltu 6, bgeu 7); -1 otherwise
 
+    @property
+    def dispoff(self) -> int:
+        """What the plan hands ``stream_record`` (amd64's rel32 position): no such field here."""
+        return 0
+
     def to_json(self) -> Dict[str, Any]:
         d = self._asdict()
         d["insn"] = f"{self.insn:#0{2 + 2 * self.instlen}x}"
