@@ -351,10 +351,12 @@ def run_harness(
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
         raise UserError("no command to run: give it after --, e.g. harness --elf LIB --all -- python3 -c '...'")
+    target = KernelImage.open(elf).isa if elf and os.path.exists(elf) else None
+    if target is not None and target.oracle.qemu:  # checked before anything is built
+        qemu.check_program(target.oracle, target.name, target.e_machine, command[0])
     b = build(elf, functions, all_functions, plan, table_from)
     quirks = isa_registry.by_name(b.plan.arch).oracle
     if quirks.qemu:  # a foreign program: both runs under the ISA's qemu-user, QEMU counts
-        qemu.check_program(quirks, b.plan.arch, isa_registry.by_name(b.plan.arch).e_machine, command[0])
         emulator = qemu.wrap(quirks, command)
     else:
         emulator = list(command)

@@ -366,6 +366,7 @@ kh_install_handler(void)
 		kh_handler_set = 1;
 }
 
+#ifdef KH_HAVE_BUILD_ID
 static void
 kh_hexbytes(char *out, size_t outlen, const volatile uint8_t *p, unsigned n)
 {
@@ -378,6 +379,7 @@ kh_hexbytes(char *out, size_t outlen, const volatile uint8_t *p, unsigned n)
 		o += (size_t)snprintf(out + o, outlen - o, i ? " %02x" : "%02x",
 		    p[i]);
 }
+#endif
 
 /* Where table function 'f' is in the target at link time (0: not there). */
 static uintptr_t
