@@ -17,6 +17,8 @@ def add_parsers(sub) -> None:
                     help="results directory (default: bench/results)")
     be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
     be.add_argument("--skip-vm", action="store_true", help="skip the stand-in VM cycle benchmark")
+    be.add_argument("--skip-arch", action="store_true",
+                    help="skip arm64/riscv64 (analysis against the cross objdump, harness hits under qemu-user)")
     be.set_defaults(run=cmd_bench)
 
 
@@ -36,4 +38,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         bench_vm(out)
         sys.stdout.write((out / "vm.md").read_text())
+    if not args.skip_arch:
+        from generator.bench.arch import bench_arch
+
+        bench_arch(out)
+        sys.stdout.write((out / "arch.md").read_text())
     return 0 if res["runs"]["ours"]["instructions"] else 1
