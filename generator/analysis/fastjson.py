@@ -66,7 +66,7 @@ class ImageJson:
         code = function_code(img, func)
         insns, walk_error = isa.decode(code, func.address, func.size)
         reason = function_reason(func, isa, insns, code, self.rule)
-        regions = isa.context_refusals(insns) if not reason else {}
+        regions = isa.context_refusals(insns, code) if not reason else {}
         refused = _dumps(f"function refused: {reason}") if reason else ""
         rel = img.e_type == "ET_REL"
         seen_get = self.seen.get
@@ -95,7 +95,7 @@ class ImageJson:
                 text = f'"bytes":"{b.hex()}","mnemonic":{_q(mnem)},"operands":{_q(ops)}'
                 t: Optional[int] = (addr + s.delta) & 0xFFFFFFFFFFFFFFFF
                 sym: Optional[str] = None
-                if rel and ln >= 5:
+                if rel:
                     t, sym = reloc_target(img, addr, ln, t)
                 target = "null" if t is None else str(t)
                 symbol = "null" if sym is None else _q(sym)

@@ -45,7 +45,7 @@ def analyse(img: KernelImage, func: Function, rule: str = "any", isa: Optional[I
     code = function_code(img, func)
     insns, walk_error = isa.decode(code, func.address, func.size)
     reason = function_reason(func, isa, insns, code, rule)
-    regions = isa.context_refusals(insns) if not reason else {}
+    regions = isa.context_refusals(insns, code) if not reason else {}
     probes = [_probe(img, isa, func, code, insn, reason, regions) for insn in insns]
     return R.FunctionReport(
         name=func.name,
@@ -65,7 +65,7 @@ def _probe(img: KernelImage, isa: Isa, func: Function, code: bytes, insn: Insn, 
     addr = func.address + off
     v = isa.classify(raw, addr, mnem, ops)
     status, reason, kind, target, target_symbol = v.status, v.reason, v.kind, v.target, None
-    if target is not None and length >= 5 and img.e_type == "ET_REL":
+    if target is not None and img.e_type == "ET_REL":
         target, target_symbol = reloc_target(img, addr, length, target)
     # The function's verdict comes first (kinst never looks at the instructions
     # of a refused function), then the walk, then regions, then the instruction.
@@ -79,12 +79,15 @@ def _probe(img: KernelImage, isa: Isa, func: Function, code: bytes, insn: Insn, 
 
 
 def reloc_target(img: KernelImage, addr: int, length: int, target: int) -> Tuple[Optional[int], Optional[str]]:
-    """For ET_REL, name a rel32 target that only a relocation knows."""
-    field = addr + length - 4
-    for r in img.relocs_in(field, 1):
+    """For ET_REL, name a branch target that only a relocation knows (where the ISA's ``branch_reloc`` says)."""
+    where = img.isa.branch_reloc(length) if img.isa.branch_reloc is not None else None
+    if where is None:
+        return target, None
+    field, bias = where
+    for r in img.relocs_in(addr + field, 1):
         if r.resolved:
             return target, None
-        off = r.addend + (addr + length - field)
+        off = r.addend + bias
         return None, r.symbol + (f"{off:+#x}" if off else "")
     return target, None
 

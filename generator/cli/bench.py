@@ -23,6 +23,8 @@ def add_parsers(sub) -> None:
     be.add_argument("--skip-dwarf", action="store_true", help="skip the source-line and inline index benchmark")
     be.add_argument("--dwarf-image", help="image with DWARF for that benchmark (default: the largest the tests "
                     "build, Lua 5.4 from its Debian source package)")
+    be.add_argument("--skip-arch", action="store_true",
+                    help="skip arm64/riscv64 (analysis against the cross objdump, harness hits under qemu-user)")
     be.set_defaults(run=cmd_bench)
 
 
@@ -46,5 +48,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from generator.bench.dwarf import bench_dwarf
 
         bench_dwarf(out, args.dwarf_image)
-        sys.stdout.write((out / "dwarf.md").read_text())
+        sys.stdout.write((out / "dwarf.md").read_text() + "\n")
+    if not args.skip_arch:
+        from generator.bench.arch import bench_arch
+
+        bench_arch(out)
+        sys.stdout.write((out / "arch.md").read_text())
     return 0 if all(im["runs"]["ours"]["instructions"] for im in res["images"]) else 1

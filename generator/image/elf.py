@@ -548,11 +548,17 @@ class KernelImage:
         if cached is not None:
             return cached
         buf = bytearray(self._data[s.offset : s.offset + s.size])
+        insert = self.isa.reloc_insert
         for r, width, pcrel, value in self._raw_relocs_for(s):
             if not r.resolved:
                 continue
             if pcrel:
                 value -= r.address
+            at = r.address - s.addr
+            field = insert(r.type, bytes(buf[at : at + width]), value) if insert is not None else None
+            if field is not None:  # a bit field of an instruction word (arm64, riscv)
+                buf[at : at + width] = field
+                continue
             fmt, mask = ("<Q", 0xFFFFFFFFFFFFFFFF) if width == 8 else ("<I", 0xFFFFFFFF)
             struct.pack_into(fmt, buf, r.address - s.addr, value & mask)
         self._relocated[s.index] = bytes(buf)
@@ -794,9 +800,9 @@ def _check_ident(path: str, data: Sequence[int]) -> None:
         raise UserError(f"{path}: corrupt ELF file: its class byte is {data[4]} and its byte-order byte {data[5]}, "
                         "and ELF has only 1 and 2 for each; re-copy the file or rebuild it")
     if data[4] != 2:
-        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 (amd64) images")
+        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 images (amd64, arm64, riscv64)")
     if data[5] != 1:
-        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian amd64 images")
+        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian images (amd64, arm64, riscv64)")
     if len(data) < 64:
         raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
 

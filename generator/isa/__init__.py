@@ -17,12 +17,14 @@ from generator.isa.contract import Isa
 # ELF e_machine (pyelftools' name) -> the ISA package that reads it.
 MACHINES: Dict[str, str] = {
     "EM_X86_64": "amd64",
+    "EM_AARCH64": "arm64",
+    "EM_RISCV": "riscv",
 }
 SUPPORTED = tuple(MACHINES.values())
 
 
 def by_name(name: str) -> Isa:
-    """The ISA called ``name`` (FreeBSD's MACHINE_CPUARCH: amd64)."""
+    """The ISA called ``name`` (FreeBSD's MACHINE_CPUARCH: amd64, arm64, riscv)."""
     if name not in SUPPORTED:
         raise UserError(f"no decoder for architecture {name}; supported: {', '.join(SUPPORTED)}")
     return importlib.import_module(f"{__name__}.{name}").ISA

@@ -14,7 +14,8 @@ An ISA provides:
   ``md`` is the ISA's own probe-metadata record (its ``struct
   kinst_probe_md``);
 - ``context_refusals`` and ``frame_verdict``: the refusals that need more than
-  one instruction, and kinst's function-prologue rule;
+  one instruction (given the walk and the function's bytes), and kinst's
+  function-prologue rule;
 - its patch value, trampoline size, per-ISA exclusion list, table kinds and
   flag bits (what the generated C header mirrors);
 - its relocation types (what the image reader applies to an ET_REL file);
@@ -105,6 +106,14 @@ class OracleQuirks:
     # objdump prints as one instruction what the CPU runs as two: the length of the first, else 0
     fused: Callable[[bytes], int]
     fused_note: str  # what that tolerance is called in the verify-decoder report
+    # objdump's text after "ADDR:\t" -> ("mnemonic operands", inline relocations); None: split at the first tab
+    insn_text: Optional[Callable[[str], Tuple[str, str]]] = None
+    # objdump's "mnemonic operands" -> a direct branch's target; None: the first operand, in hex
+    branch_target: Optional[Callable[[str], Optional[int]]] = None
+    reloc_target_bias: int = 4  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
+    qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
+    sysroot: str = ""  # the cross C library's root, for qemu -L
+    cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,7 @@ class Isa:
     oracle: OracleQuirks
     decode: Callable[[bytes, int, Optional[int]], Tuple[List[Insn], str]]
     classify: Callable[[bytes, int, str, str], Verdict]
-    context_refusals: Callable[[Sequence[Insn]], Dict[int, str]]
+    context_refusals: Callable[[Sequence[Insn], bytes], Dict[int, str]]  # the function's insns and code
     frame_verdict: Callable[[Sequence[Insn], bytes, str], str]
     skip_md: Callable[[int], Any]  # the probe metadata of an instruction of this length that is refused
     table_row: Callable[[Any], Dict[str, object]]  # probe metadata -> the generated table's fields
@@ -133,6 +142,14 @@ class Isa:
     stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
     stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
     accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
+    # Relocation name, field bytes, S + A (- P) -> the field with the value inserted; None: a plain store.
+    # For ISAs whose relocations fill bit fields of an instruction word.
+    reloc_insert: Optional[Callable[[str, bytes, int], Optional[bytes]]] = None
+    # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
+    # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
+    branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
+    # The user-space harness's glue: directories of generator/run/harness_c/, in include order; () is (name,).
+    harness_glue: Tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

@@ -44,7 +44,7 @@ from generator.common.paths import BUILD, SYS_MODULES, TEMPLATE_DIR
 from generator.image.elf import KernelImage
 from generator.providers import kinst
 from generator.render import Input, render_tree
-from generator.run import callgrind
+from generator.run import callgrind, qemu
 from generator.run.audit import LIB_NAME, Dump, audit_env, read_dumps, read_hits
 from generator.run.process import DEFAULT_TIMEOUT, Run, run_command
 
@@ -68,10 +68,14 @@ GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # <arch>/kinst_harness
 _PROT = {1: 4, 2: 2, 4: 1}
 
 
-def gcc() -> str:
-    path = shutil.which("gcc")
+def gcc(arch: str = "") -> str:
+    """The C compiler that builds the library for ``arch``'s programs: the host's gcc, or the ISA's cross gcc."""
+    prefix = isa_registry.by_name(arch).oracle.cross_prefix if arch else ""
+    path = shutil.which(prefix + "gcc")
     if path is None:
-        raise UserError("gcc not found: the harness compiles its preload library with gcc (apt-get install gcc)")
+        package = f"gcc-{prefix[:-1]}" if prefix else "gcc"
+        raise UserError(f"{prefix}gcc not found: the harness compiles its preload library with it "
+                        f"(apt-get install {package})")
     return path
 
 
@@ -178,13 +182,14 @@ def glue_context(elf: str, lay: Layout, target_addr: Sequence[int]) -> Dict[str,
 
 def plain_sources(arch: str) -> List[Path]:
     """The hand-written C the library is built from: the module's portable core and the harness glue."""
-    core_dir, glue_dir = CORE_DIR / arch, GLUE_DIR / arch
-    for d, what in ((core_dir, "kinst core"), (glue_dir, "harness glue")):
+    core_dir = CORE_DIR / arch
+    glue_dirs = [GLUE_DIR / d for d in (isa_registry.by_name(arch).harness_glue or (arch,))]
+    for d, what in [(core_dir, "kinst core")] + [(g, "harness glue") for g in glue_dirs]:
         if not d.is_dir():
-            raise UserError(f"{d}: no hand-written {what} for {arch}; the harness runs amd64 code")
+            raise UserError(f"{d}: no hand-written {what} for {arch}")
     core = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
     core += [core_dir / n for n in ("kinst_core.c", "kinst_core.h")]
-    return core + sorted(p for p in glue_dir.iterdir() if p.suffix in (".c", ".h"))
+    return core + [p for g in glue_dirs for p in sorted(g.iterdir()) if p.suffix in (".c", ".h")]
 
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
@@ -201,11 +206,11 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
         raise UserError(f"{elf}: no such file; pass --elf PATH of a program or shared library")
     if not functions and not all_functions and plan is None:
         raise UserError("name the probes: --function F (repeatable) or --all")
-    cc = gcc()
     lay = layout(elf)
     given = plan
     if plan is None:
         plan = kinst.build_plan(table_from or elf, functions, all_functions)
+    cc = gcc(plan.arch)
     target_addr, notes = resolve_functions(plan, elf)
     command = command_line(elf, functions, all_functions, table_from)
     command += "" if given is None else " (table supplied by the caller)"
@@ -309,7 +314,7 @@ class Result:
         if self.verify is not None:
             v = {k: x for k, x in self.verify.items() if k not in ("per_entry", "jcc")}
             v["jcc_both_ways"] = sum(1 for j in self.verify["jcc"].values() if 0 < j["taken"] < j["executed"])
-            obj["callgrind"] = v
+            obj[self.verify.get("counter", "callgrind")] = v
         obj["ok"] = self.ok
         return obj
 
@@ -346,18 +351,28 @@ def run_harness(
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
         raise UserError("no command to run: give it after --, e.g. harness --elf LIB --all -- python3 -c '...'")
-    if verify:
-        callgrind.require_valgrind()
+    target = KernelImage.open(elf).isa if elf and os.path.exists(elf) else None
+    if target is not None and target.oracle.qemu:  # checked before anything is built
+        qemu.check_program(target.oracle, target.name, target.e_machine, command[0])
     b = build(elf, functions, all_functions, plan, table_from)
+    quirks = isa_registry.by_name(b.plan.arch).oracle
+    if quirks.qemu:  # a foreign program: both runs under the ISA's qemu-user, QEMU counts
+        emulator = qemu.wrap(quirks, command)
+    else:
+        emulator = list(command)
+        if verify:
+            callgrind.require_valgrind()
     with tempfile.TemporaryDirectory(prefix="kinst-harness-") as tmp:
         prefix = Path(tmp) / "hits"
-        plain = run_command(command, dict(os.environ), timeout)
-        probed = run_command(command, audit_env(b.lib, prefix, "probe"), timeout)
+        plain = run_command(emulator, dict(os.environ), timeout)
+        probed = run_command(emulator, audit_env(b.lib, prefix, "probe"), timeout)
         dumps = [d for d in read_dumps(prefix) if d.mode == "probe"]
         hits, problems = read_hits(prefix, len(b.probes))
         res = _result(b, elf, command, plain, probed, dumps, hits, problems)
         if verify and not res.processes:
             res.verify = _not_compared(len(b.probes), f"{elf} was never mapped, so there is nothing to count")
+        elif verify and quirks.qemu:
+            res.verify = qemu.compare(b, command, res.hits, Path(tmp), timeout)
         elif verify:
             res.verify = callgrind.compare(b, command, res.hits, Path(tmp), timeout)
     return res
@@ -446,16 +461,19 @@ def text_report(res: Result) -> str:
         lines += [f"  {d}" for d in res.differences]
     if res.verify is not None:
         v = res.verify
+        counter = v.get("counter", "callgrind")
         if v.get("not_run"):
-            lines.append(f"callgrind: not run: {v['not_run']}")
+            lines.append(f"{counter}: not run: {v['not_run']}")
         elif v["equal"]:
-            lines.append(f"callgrind: all {v['compared']} probes equal ({v['executed']} executed, {v['instructions']} executions)")
+            lines.append(f"{counter}: all {v['compared']} probes equal ({v['executed']} executed, {v['instructions']} executions)")
         elif v["mismatches"]:
-            lines.append(f"callgrind: {len(v['mismatches'])} of {v['compared']} probes DIFFER, e.g.:")
+            lines.append(f"{counter}: {len(v['mismatches'])} of {v['compared']} probes DIFFER, e.g.:")
             for m in v["mismatches"][:10]:
-                lines.append(f"  {m['probe']}: harness {m['harness']}, callgrind {m['callgrind']}")
+                lines.append(f"  {m['probe']}: harness {m['harness']}, {counter} {m[counter]}")
+            for e in v.get("errors", [])[:5]:
+                lines.append(f"  {counter}: {e}")
         else:
-            lines += [f"callgrind: {e}" for e in v["errors"]]
+            lines += [f"{counter}: {e}" for e in v["errors"]]
     if res.ok:
         lines.append("PASS")
     elif not res.processes:

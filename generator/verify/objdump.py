@@ -22,7 +22,8 @@ mapped by adding the section's synthetic address (sections matched by name and
 order of appearance).  objdump does not apply relocations, so for a branch
 whose displacement field carries one (``-r`` prints e.g.
 ``R_X86_64_PLT32 __fentry__-0x4``) the expected target is computed from the
-relocation: ``S + A + 4`` for a rel32 field that ends the instruction.  When
+relocation: ``S + A + 4`` for a rel32 field that ends the instruction (the
+ISA's ``reloc_target_bias``: arm64's and riscv's branch fields give ``S + A``).  When
 ``S`` is undefined in the file we expect our ``target_symbol`` to read
 ``S+off`` with ``off = A + 4`` (so ``__fentry__-0x4`` is our ``__fentry__``);
 when ``S`` is defined (objdump's own symbol table, ``-t``) we expect our
@@ -213,7 +214,8 @@ def _objdump_command(objdump: str, path: str, relocatable: bool) -> List[str]:
         raise UserError(f"{objdump} not found; install binutils to verify the decoder")
     cmd = [exe, "-d", "-w", "-z", "--no-show-raw-insn"]
     if relocatable:
-        cmd += ["-r", "-t"]
+        # --special-syms: riscv's relocations name local labels (.L6) that -t alone leaves out.
+        cmd += ["-r", "-t", "--special-syms"]
     return cmd + ["--", path]
 
 
@@ -287,7 +289,9 @@ def _is_bad(text: str, quirks: OracleQuirks) -> bool:
 
 def _add_insn(sec: _ObjSection, m: "re.Match[str]", quirks: OracleQuirks) -> int:
     addr = int(m.group(1), 16)
-    text = m.group(2)
+    text, relocs = m.group(2), m.group(3)
+    if quirks.insn_text is not None:  # tabs between mnemonic, operands, comments and relocations
+        text, relocs = quirks.insn_text(m.group(2) + ("\t" + m.group(3) if m.group(3) else ""))
     sec.starts.append(addr)
     if _is_bad(text, quirks):
         sec.bad.add(addr)
@@ -297,8 +301,8 @@ def _add_insn(sec: _ObjSection, m: "re.Match[str]", quirks: OracleQuirks) -> int
         target = _branch_operand(text, quirks)
         if target is not None:
             sec.branches[addr] = target
-    if m.group(3):
-        for rm in _RELOC_INLINE.finditer(m.group(3)):
+    if relocs:
+        for rm in _RELOC_INLINE.finditer(relocs):
             sec.relocs.setdefault(addr, []).append((int(rm.group(1), 16), rm.group(2), rm.group(3)))
     return addr
 
@@ -306,6 +310,8 @@ def _add_insn(sec: _ObjSection, m: "re.Match[str]", quirks: OracleQuirks) -> int
 def _branch_operand(text: str, quirks: OracleQuirks) -> Optional[int]:
     """objdump's direct branch target; None for any other instruction,
     indirect branches included."""
+    if quirks.branch_target is not None:
+        return quirks.branch_target(text)
     words = text.split()
     while words and words[0] in quirks.prefix_words:
         words = words[1:]
@@ -541,13 +547,13 @@ class _Checker:
     def _expected(self, raw_addr: int, raw_target: int, relocs, base: int):
         """objdump's target, mapped to our addresses, or from the relocation."""
         for fld, rtype, text in relocs:
-            if fld <= raw_addr:
+            if fld < raw_addr:
                 continue
             m = _SYM_ADDEND.match(text)
             sym, addend = m.group(1), int(m.group(2) or "0", 16)
             if rtype not in self.quirks.pcrel32_relocs:
                 return ("reloc", f"{rtype} {text}")
-            off = addend + 4
+            off = addend + self.quirks.reloc_target_bias
             addrs = self._symbol_addresses(sym)
             if addrs:
                 return ("addrs", {a + off for a in addrs})

@@ -18,7 +18,7 @@ from generator.isa.amd64 import decode as _decode
 from generator.isa.amd64 import probe_md as _md
 from generator.isa.amd64 import table as _table
 from generator.isa.amd64.oracle import QUIRKS
-from generator.isa.amd64.relocs import reloc_type
+from generator.isa.amd64.relocs import branch_field, reloc_type
 from generator.isa.contract import Isa
 
 ISA = Isa(
@@ -44,4 +44,5 @@ ISA = Isa(
     stream_decode=_table.decode,
     stream_masks=_table.with_masks,
     accelerator="generator.isa.amd64.fast",
+    branch_reloc=branch_field,
 )

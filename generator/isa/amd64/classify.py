@@ -292,7 +292,7 @@ def _cross_check(b, address, ours, dispoff, disp, mnemonic, operands) -> None:
             )
 
 
-def context_refusals(insns: Sequence[Insn]) -> Dict[int, str]:
+def context_refusals(insns: Sequence[Insn], code: bytes = b"") -> Dict[int, str]:
     """Offsets refused because of an instruction before them, with the reason.
 
     kinst looks at one instruction at a time; some hazards are regions.  The

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from generator.isa.contract import RelocType
 
@@ -30,6 +30,12 @@ RELOCATIONS: Dict[int, RelocType] = {
     **{t: RelocType(name, width, False, False) for t, (name, width) in _UNAPPLIED.items()},
     **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in _APPLIED.items()},
 }
+
+
+def branch_field(length: int) -> Optional[Tuple[int, int]]:
+    """A direct branch's rel32 is its last four bytes, and its target is S + A + 4 (the rel32 counts from
+    the end of the instruction); instructions shorter than 5 bytes hold no rel32."""
+    return (length - 4, 4) if length >= 5 else None
 
 
 def reloc_type(rtype: int) -> Optional[RelocType]:

@@ -1,0 +1,167 @@
+"""``invoke bench`` on arm64 and riscv64: analysis against the cross objdump, harness hits against a bare trap.
+
+For each foreign ISA, in one run:
+
+- analysis: the largest shared object of the ISA's cross C library root
+  (the largest image of the ISA at hand here), cold, as separate processes:
+  ``probes --all --summary --json`` (there is no accelerator for these ISAs:
+  every instruction goes through capstone), ``probes --all --json`` and
+  the ISA's cross objdump (``aarch64-linux-gnu-objdump -d``), instructions
+  per second each;
+- harness: under the ISA's qemu-user, the cost of a probe hit against the
+  bare breakpoint round trips of ``bench/harness/trap_floor_dbp.c`` measured
+  in the same run: one trap (the shape of an emulated hit) and two (a
+  trampolined hit), with every instruction of the functions of
+  ``bench/harness/hot_dbp.c`` probed through the real audit library.
+
+Results go to ``bench/results/arch.json`` and ``arch.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Dict, List
+
+from generator import isa as isa_registry
+from generator.bench.analysis import Run, _count_objdump, _count_ours, _timed, text_bytes
+from generator.common.errors import UserError
+from generator.common.files import write_all
+from generator.common.paths import BENCH_RESULTS, REPO
+from generator.image.elf import KernelImage
+from generator.run import qemu
+from generator.run.audit import audit_env, read_hits
+from generator.run.harness import BUILD_DIR, build, gcc
+from generator.run.process import run_command
+
+ARCHES = ("arm64", "riscv")
+BENCH_SRC = REPO / "bench" / "harness"
+
+
+def largest_image(arch: str) -> str:
+    """The largest ELF shared object under the ISA's cross C library root."""
+    quirks = isa_registry.by_name(arch).oracle
+    cands = [p for p in Path(quirks.sysroot, "lib").glob("*.so*") if p.is_file() and not p.is_symlink()]
+    cands = [p for p in cands if p.read_bytes()[:4] == b"\x7fELF"]
+    if not cands:
+        raise UserError(f"no {arch} shared objects under {quirks.sysroot}/lib (apt-get install "
+                        f"libc6-dev-{'arm64' if arch == 'arm64' else 'riscv64'}-cross)")
+    return str(max(cands, key=lambda p: p.stat().st_size))
+
+
+def bench_analysis_arch(arch: str) -> dict:
+    path = largest_image(arch)
+    img = KernelImage.open(path)
+    objdump = isa_registry.by_name(arch).oracle.objdump
+    runs: Dict[str, Run] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
+        for name, cmd in (("ours", base + ["--summary"]), ("ours_full", base)):
+            secs, rss = _timed(cmd, Path(tmp, f"{name}.jsonl"))
+            n = _count_ours(Path(tmp, f"{name}.jsonl"))
+            runs[name] = Run("python " + " ".join(cmd[1:]), secs, n, n / secs, rss)
+        od = [objdump, "-d", "--no-show-raw-insn", path]
+        secs, rss = _timed(od, Path(tmp, "objdump.txt"))
+        n = _count_objdump(Path(tmp, "objdump.txt"))
+        runs["objdump"] = Run(" ".join(od), secs, n, n / secs, rss)
+    return {
+        "image": path, "image_sha256": img.sha256(), "text_mib": round(text_bytes(img) / 2**20, 2),
+        "functions": len(img.functions()), "runs": {k: asdict(v) for k, v in runs.items()},
+        "ratio_ours_over_objdump": round(runs["ours"].insns_per_second / runs["objdump"].insns_per_second, 3),
+        "ratio_full_over_objdump": round(runs["ours_full"].insns_per_second / runs["objdump"].insns_per_second, 3),
+    }
+
+
+def _out(run, what: str) -> dict:
+    if run.status != 0:
+        raise UserError(f"bench: {what} failed with status {run.status}: "
+                        f"{run.stderr.decode(errors='replace').strip()[:200]}")
+    return {k: float(v) if v.replace(".", "", 1).isdigit() else v
+            for k, _, v in (w.partition("=") for w in run.stdout.decode().split()) if v}
+
+
+def bench_harness_arch(arch: str, calls: int = 20_000, repeat: int = 3) -> dict:
+    quirks = isa_registry.by_name(arch).oracle
+    cc = gcc(arch)
+    work = BUILD_DIR / f"bench-{arch}"
+    work.mkdir(parents=True, exist_ok=True)
+    flags = ["-O2", "-fno-omit-frame-pointer", "-Wall", "-Werror"]
+    for cmd in ([cc, *flags, "-o", str(work / "trap_floor_dbp"), str(BENCH_SRC / "trap_floor_dbp.c")],
+                [cc, *flags, "-fPIC", "-shared", "-o", str(work / "libhot.so"), str(BENCH_SRC / "hot_dbp.c")],
+                [cc, *flags, "-o", str(work / "hot_main"), str(BENCH_SRC / "hot_main.c"), f"-L{work}", "-lhot",
+                 f"-Wl,-rpath,{work}"]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(f"bench build failed: {Path(cmd[-1]).name}: {proc.stderr.strip()[:200]}")
+    lib = str(work / "libhot.so")
+    fns = {"hot_lea": "trampolined instructions, an emulated ret", "hot_call": "with an emulated call"}
+    builds = {fn: build(lib, [fn]) for fn in fns}
+    floors: Dict[str, List[float]] = {"single": [], "double": []}
+    samples: Dict[str, List[dict]] = {fn: [] for fn in fns}
+    for _ in range(repeat):
+        for shape in floors:
+            r = run_command(qemu.wrap(quirks, [str(work / "trap_floor_dbp"), shape, str(calls)]), dict(os.environ))
+            floors[shape].append(_out(r, f"trap_floor_dbp {shape}")["ns_per_hit"])
+        for fn in fns:
+            cmd = qemu.wrap(quirks, [str(work / "hot_main"), fn, str(calls)])
+            plain = _out(run_command(cmd, dict(os.environ)), "hot_main")
+            with tempfile.TemporaryDirectory(prefix="kinst-bench-") as tmp:
+                prefix = Path(tmp) / "hits"
+                probed = _out(run_command(cmd, audit_env(builds[fn].lib, prefix, "probe")), f"hot_main {fn}")
+                hits = sum(read_hits(prefix, len(builds[fn].probes))[0])
+            if probed.get("sum") != plain.get("sum") or hits == 0:
+                raise UserError(f"bench: {fn} computed a different result under the harness, or was not hit")
+            samples[fn].append({"hits": hits, "ns_per_hit": (probed["ns_per_call"] - plain["ns_per_call"])
+                                * calls / hits})
+    floor = {k: statistics.median(v) for k, v in floors.items()}
+    harness = {}
+    for fn, what in fns.items():
+        ns = statistics.median(s["ns_per_hit"] for s in samples[fn])
+        harness[fn] = {"what": what, "probes": len(builds[fn].probes), "hits_per_call": samples[fn][0]["hits"] / calls,
+                       "us_per_hit": round(ns / 1000, 3), "x_single_trap": round(ns / floor["single"], 2),
+                       "x_double_trap": round(ns / floor["double"], 2),
+                       "runs_us_per_hit": [round(s["ns_per_hit"] / 1000, 3) for s in samples[fn]]}
+    return {"emulator": qemu.emulator(quirks), "calls": calls, "repeat": repeat,
+            "floor_us_per_hit": {k: round(v / 1000, 3) for k, v in floor.items()},
+            "floor_runs_us": {k: [round(x / 1000, 3) for x in v] for k, v in floors.items()}, "harness": harness}
+
+
+def bench_arch(out_dir: Path = BENCH_RESULTS) -> dict:
+    result = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpus": os.cpu_count(), "arches": {}}
+    for arch in ARCHES:
+        result["arches"][arch] = {"analysis": bench_analysis_arch(arch), "harness": bench_harness_arch(arch)}
+    _write(Path(out_dir), result)
+    return result
+
+
+def _write(out_dir: Path, result: dict) -> None:
+    md = ["# arm64 and riscv64: analysis against the cross objdump, harness hits against a bare trap", "",
+          f"Made by `python3 -m invoke bench` (`generator.bench.arch`) on {result['date']}, {result['cpus']} CPUs.", ""]
+    for arch, r in result["arches"].items():
+        a, h = r["analysis"], r["harness"]
+        md += [f"## {arch}", "",
+               f"Analysis of `{a['image']}` ({a['text_mib']} MiB of text, {a['functions']} functions); "
+               "no accelerator on this ISA, every instruction goes through capstone:", "",
+               "| run | seconds | instructions | insns/s | peak RSS (MiB) |", "|---|---|---|---|---|"]
+        for k in ("ours", "ours_full", "objdump"):
+            x = a["runs"][k]
+            md.append(f"| `{x['command']}` | {x['seconds']:.2f} | {x['instructions']} | "
+                      f"{x['insns_per_second']:,.0f} | {x['peak_rss_mib']:.0f} |")
+        md += ["", f"Ours over objdump (instructions per second): summary {a['ratio_ours_over_objdump']}, "
+               f"full JSON {a['ratio_full_over_objdump']}.", "",
+               f"Harness under `{h['emulator']}`, median of {h['repeat']} runs of {h['calls']} calls: the floor is "
+               f"{h['floor_us_per_hit']['single']} us for one bare trap round trip and "
+               f"{h['floor_us_per_hit']['double']} us for two (`bench/harness/trap_floor_dbp.c`).", "",
+               "| function | probes | hits/call | us per hit | x one trap | x two traps |", "|---|---|---|---|---|---|"]
+        for fn, v in h["harness"].items():
+            md.append(f"| `{fn}` ({v['what']}) | {v['probes']} | {v['hits_per_call']:.0f} | {v['us_per_hit']} | "
+                      f"{v['x_single_trap']} | {v['x_double_trap']} |")
+        md.append("")
+    write_all([(out_dir / "arch.json", json.dumps(result, indent=2) + "\n"), (out_dir / "arch.md", "\n".join(md))])

@@ -1,0 +1,48 @@
+"""arm64: FreeBSD's ``sys/cddl/dev/kinst/aarch64/kinst_isa.c``, ahead of time.
+
+- ``decode``: the capstone walk, one 4-byte word at a time;
+- ``classify``: kinst's class and fields per word, kinstkit's verdict, the
+  LDX/STX blocks and exception-register regions, the prologue rule;
+- ``probe_md``: the metadata record and the table kinds;
+- ``table``: the compact table's per-word records;
+- ``tables``: encodings as data;
+- ``relocs``: AArch64 relocation types;
+- ``oracle``: how objdump and QEMU see arm64 code.
+"""
+
+from __future__ import annotations
+
+from generator.isa.arm64 import classify as _classify
+from generator.isa.arm64 import decode as _decode
+from generator.isa.arm64 import probe_md as _md
+from generator.isa.arm64 import relocs as _relocs
+from generator.isa.arm64 import table as _table
+from generator.isa.arm64.oracle import QUIRKS
+from generator.isa.contract import Isa
+
+ISA = Isa(
+    name="arm64",
+    e_machine="EM_AARCH64",
+    patchval=0xD42081A0,  # brk #0x40d: DTRACE_PATCHVAL, the immediate do_el1h_sync() hands to DTrace
+    patchval_size=4,
+    tramp_size=8,  # the word, then the trampoline's own brk
+    md_excluded=_classify.MD_EXCLUDED,
+    table_kinds=_md.TABLE_KINDS,
+    flag_bits=(),
+    record_codes=_table.RECORD_CODES,
+    prologue_reasons=_classify.PROLOGUE_REASONS,
+    reloc_type=_relocs.reloc_type,
+    oracle=QUIRKS,
+    decode=_decode.decode,
+    classify=_classify.classify,
+    context_refusals=_classify.context_refusals,
+    frame_verdict=_classify.frame_verdict,
+    skip_md=_md.skip_md,
+    table_row=_md.table_row,
+    stream_record=_table.record,
+    stream_decode=_table.decode,
+    stream_masks=_table.with_masks,
+    reloc_insert=_relocs.insert,
+    branch_reloc=_relocs.branch_field,
+    harness_glue=("dbp", "arm64"),
+)

@@ -1,0 +1,49 @@
+"""riscv: FreeBSD's ``sys/cddl/dev/kinst/riscv/kinst_isa.c``, ahead of time.
+
+- ``decode``: the capstone walk over 2- and 4-byte instructions;
+- ``classify``: kinst's instlen, emulation and fields per instruction,
+  kinstkit's verdict, the LR/SC blocks and trap-CSR regions, the prologue
+  rule over the function's words;
+- ``probe_md``: the metadata record and the table kinds;
+- ``table``: the compact table's per-instruction records;
+- ``tables``: encodings as data;
+- ``relocs``: RISC-V relocation types;
+- ``oracle``: how objdump and QEMU see riscv code.
+"""
+
+from __future__ import annotations
+
+from generator.isa.contract import Isa
+from generator.isa.riscv import classify as _classify
+from generator.isa.riscv import decode as _decode
+from generator.isa.riscv import probe_md as _md
+from generator.isa.riscv import relocs as _relocs
+from generator.isa.riscv import table as _table
+from generator.isa.riscv.oracle import QUIRKS
+
+ISA = Isa(
+    name="riscv",
+    e_machine="EM_RISCV",
+    patchval=0x00100073,  # ebreak; c.ebreak (KINST_C_PATCHVAL) over a 2-byte instruction
+    patchval_size=4,
+    tramp_size=8,  # the instruction (c.nop-padded to 4 bytes), then the trampoline's own ebreak
+    md_excluded=_classify.MD_EXCLUDED,
+    table_kinds=_md.TABLE_KINDS,
+    flag_bits=(),
+    record_codes=_table.RECORD_CODES,
+    prologue_reasons=_classify.PROLOGUE_REASONS,
+    reloc_type=_relocs.reloc_type,
+    oracle=QUIRKS,
+    decode=_decode.decode,
+    classify=_classify.classify,
+    context_refusals=_classify.context_refusals,
+    frame_verdict=_classify.frame_verdict,
+    skip_md=_md.skip_md,
+    table_row=_md.table_row,
+    stream_record=_table.record,
+    stream_decode=_table.decode,
+    stream_masks=_table.with_masks,
+    reloc_insert=_relocs.insert,
+    branch_reloc=_relocs.branch_field,
+    harness_glue=("dbp", "riscv"),
+)

@@ -1,0 +1,919 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kinst_harness.c: user-space glue that runs kinstkit's kinst core on real
+ * arm64 or riscv64 code, the double-breakpoint ISAs, under qemu-user.  The
+ * ISA's kinst_core.c (sys/modules/kinst/<arch>/) and the generated
+ * kinst_table.c that go into kinst.ko are compiled with this file and the
+ * ISA's kh_isa.h (generator/run/harness_c/<arch>/) into an rtld audit
+ * library (LD_AUDIT) by the cross compiler, by generator/run/harness.py:
+ *
+ * - la_objopen() sees every object as soon as rtld maps it, before its
+ *   relocations and constructors run.  When it is the image the table is
+ *   placed in (kh_target, in the generated kinst_harness_target.h), every
+ *   table function's live bytes are checked against its digest
+ *   (kinst_core_digest_ok), each probe's emulation data derived from the
+ *   live instruction (kinst_core_derive), each trampolined probe given a
+ *   static trampoline [instruction][breakpoint] (kinst_core_tramp_fill,
+ *   filled once), and the breakpoint written over the instruction
+ *   (kinst_core_patch: brk #0x40d; ebreak or c.ebreak).
+ * - The SIGTRAP handler maps the ucontext onto struct kinst_regs (kh_isa.h)
+ *   and tells the two breakpoints apart by address: at a probe's patch
+ *   point it counts the hit and either emulates the instruction
+ *   (kinst_core_emulate) or sends the thread into the probe's trampoline; at
+ *   a trampoline's own breakpoint it sends the thread back to the
+ *   instruction after the patch point (kinst_core_resume).  There is no
+ *   per-thread state between the two, as in the module glue.  A trap that
+ *   is not ours is passed on to the previous disposition.  Like kinst in
+ *   probe context, the handler calls nothing but the core and raw system
+ *   calls: never libc, never anything that could itself be probed.
+ * - Hits are counted in a shared file mapping, "$KINST_HARNESS_OUT.<pid>.hits";
+ *   placements, refusals and load biases go to "$KINST_HARNESS_OUT.<pid>"
+ *   when the image is patched, and again at exit and when it is closed.
+ *
+ * KINST_HARNESS_MODE=locate only records where the image was mapped: no
+ * patching, no handler.  The runner uses it for the independent count,
+ * QEMU's own trace of the instructions it executes.
+ */
+
+#define	_GNU_SOURCE
+#include <sys/types.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "kinst_core.h"
+#include "kh_isa.h"
+
+#define	KH_EXPORT	__attribute__((visibility("default")))
+#define	KH_MAX_INST	8		/* live copies of the image (dlmopen) */
+
+/* Per-probe, per-copy state. */
+#define	KH_S_NONE	0	/* not (yet) placed */
+#define	KH_S_READY	1	/* checked, trampoline filled */
+#define	KH_S_PLACED	2	/* breakpoint written: traps here are ours */
+#define	KH_S_REFUSED	3	/* see the refusal lines */
+
+/* The image's loadable segments at link time (from its program headers). */
+struct kh_segment {
+	uintptr_t	ks_vaddr;
+	size_t		ks_memsz;
+	int		ks_prot;
+};
+
+/*
+ * The image: its path, its loadable segments at link time (kh_segments,
+ * KH_NSEGMENTS), their range (kh_image_lo, kh_image_hi) and, when it has
+ * one, where its GNU build-id lies and what it is (KH_HAVE_BUILD_ID).
+ */
+#include "kinst_harness_target.h"
+
+/* A placed probe, for the handler's binary search by live address. */
+struct kh_site {
+	uintptr_t	ks_addr;
+	uint32_t	ks_probe;	/* table index */
+};
+
+/* One mapped copy of the image. */
+struct kh_inst {
+	uintptr_t	ki_bias;	/* live address - link address */
+	uintptr_t	ki_lo;		/* live text range, for the handler */
+	uintptr_t	ki_hi;
+	uint8_t		*ki_tramp;	/* KINST_TRAMP_SIZE bytes per probe */
+	uint8_t		*ki_state;	/* KH_S_* per probe */
+	struct kinst_md	*ki_md;		/* per probe, derived from the live bytes */
+	uintptr_t	*ki_addr;	/* per probe, its live patch point */
+	struct kh_site	*ki_sites;	/* placed probes, by address */
+	uint32_t	ki_nsites;
+	uint32_t	ki_placed;
+	int		ki_closed;
+};
+
+static struct kh_inst kh_insts[KH_MAX_INST];
+static volatile int kh_ninst;		/* published with release order */
+static uint64_t *kh_hits;		/* per entry, all copies; shared */
+static int kh_locate;			/* KINST_HARNESS_MODE=locate */
+static int kh_audited;			/* loaded by LD_AUDIT */
+static int kh_handler_set;
+static struct sigaction kh_oldact;
+static dev_t kh_target_dev;
+static ino_t kh_target_ino;
+static int kh_target_known = -1;	/* -1: not looked up yet */
+static char *kh_refusals;		/* "refused ..." lines */
+static size_t kh_refusals_len, kh_refusals_cap;
+static char kh_out_path[4000];		/* $KINST_HARNESS_OUT */
+static char *kh_notes;			/* "note ..." lines */
+static size_t kh_notes_len, kh_notes_cap;
+
+/* The kernel's struct sigaction, for rt_sigaction(2) without libc. */
+struct kh_ksigaction {
+	void		(*ksa_handler)(int);
+	unsigned long	ksa_flags;
+	void		(*ksa_restorer)(void);
+	uint64_t	ksa_mask;
+};
+
+static void
+kh_append(char **buf, size_t *len, size_t *cap, const char *line)
+{
+	size_t n;
+	char *nb;
+
+	n = strlen(line);
+	if (*len + n + 1 > *cap) {
+		*cap = (*cap + n + 1) * 2;
+		nb = realloc(*buf, *cap);
+		if (nb == NULL)
+			return;
+		*buf = nb;
+	}
+	memcpy(*buf + *len, line, n + 1);
+	*len += n;
+}
+
+static void
+kh_refuse(struct kh_inst *ki, uint32_t idx, const char *why)
+{
+	char line[512];
+
+	ki->ki_state[idx] = KH_S_REFUSED;
+	snprintf(line, sizeof(line), "refused %u %d %s\n", idx,
+	    (int)(ki - kh_insts), why);
+	kh_append(&kh_refusals, &kh_refusals_len, &kh_refusals_cap, line);
+}
+
+static void
+kh_note(const char *fmt, const char *arg)
+{
+	char line[512];
+
+	snprintf(line, sizeof(line), fmt, arg);
+	kh_append(&kh_notes, &kh_notes_len, &kh_notes_cap, line);
+}
+
+static void	kh_dump(void);
+
+/*
+ * A trap that is not ours: hand it to whoever had SIGTRAP before us.  A
+ * handler is called as the kernel would have; an ignored signal stays
+ * ignored unless it came from a real breakpoint (which the kernel never lets
+ * a process ignore); the default action is restored and the signal raised
+ * again, to be delivered as soon as this handler returns.
+ */
+static void __attribute__((noinline))
+kh_pass_on(int sig, siginfo_t *si, void *uc)
+{
+	struct kh_ksigaction dfl;
+
+	if ((kh_oldact.sa_flags & SA_SIGINFO) != 0 &&
+	    kh_oldact.sa_sigaction != NULL) {
+		kh_oldact.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (kh_oldact.sa_handler != SIG_DFL && kh_oldact.sa_handler != SIG_IGN) {
+		kh_oldact.sa_handler(sig);
+		return;
+	}
+	if (kh_oldact.sa_handler == SIG_IGN && si->si_code != TRAP_BRKPT)
+		return;
+	/* The default action ends the process: report first. */
+	kh_dump();
+	dfl.ksa_handler = SIG_DFL;
+	dfl.ksa_flags = 0;
+	dfl.ksa_restorer = NULL;
+	dfl.ksa_mask = 0;
+	kh_syscall4(SYS_rt_sigaction, sig, (long)&dfl, 0, sizeof(dfl.ksa_mask));
+	kh_syscall4(SYS_tgkill, kh_syscall4(SYS_getpid, 0, 0, 0, 0),
+	    kh_syscall4(SYS_gettid, 0, 0, 0, 0), sig, 0);
+}
+
+/* The table index of the probe placed at live address 'pc', or -1. */
+static long
+kh_site_find(const struct kh_inst *ki, uintptr_t pc)
+{
+	uint32_t lo, hi, mid;
+
+	lo = 0;
+	hi = ki->ki_nsites;
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (ki->ki_sites[mid].ks_addr == pc)
+			return ((long)ki->ki_sites[mid].ks_probe);
+		if (ki->ki_sites[mid].ks_addr < pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (-1);
+}
+
+/*
+ * Whose breakpoint is at live address 'pc': *idx is the table index, and
+ * the return value 1 for a probe's patch point, 2 for its trampoline's own
+ * breakpoint, 0 for neither.  Newest copy first: a closed one may share its
+ * addresses.
+ */
+static int
+kh_whose(uintptr_t pc, struct kh_inst **kip, long *idx)
+{
+	struct kh_inst *ki;
+	uintptr_t slot;
+	int i, n;
+
+	n = __atomic_load_n(&kh_ninst, __ATOMIC_ACQUIRE);
+	for (i = n - 1; i >= 0; i--) {
+		ki = &kh_insts[i];
+		*kip = ki;
+		if (pc - ki->ki_lo < ki->ki_hi - ki->ki_lo) {
+			*idx = kh_site_find(ki, pc);
+			if (*idx >= 0 && ki->ki_state[*idx] == KH_S_PLACED)
+				return (1);
+			continue;
+		}
+		if (ki->ki_tramp == NULL || pc < (uintptr_t)ki->ki_tramp)
+			continue;
+		slot = pc - (uintptr_t)ki->ki_tramp;
+		if (slot % KINST_TRAMP_SIZE != KINST_INSN_SIZE ||
+		    slot / KINST_TRAMP_SIZE >= kinst_table.kt_nprobes)
+			continue;
+		*idx = (long)(slot / KINST_TRAMP_SIZE);
+		if (ki->ki_state[*idx] == KH_S_PLACED &&
+		    !kinst_core_is_emulated(&ki->ki_md[*idx]))
+			return (2);
+	}
+	return (0);
+}
+
+/*
+ * The SIGTRAP handler: probe context.  Only the core, direct memory accesses
+ * and raw system calls from here on.
+ */
+static void
+kh_trap(int sig, siginfo_t *si, void *arg)
+{
+	ucontext_t *uc;
+	const struct kinst_md *md;
+	struct kh_inst *ki;
+	struct kinst_regs kr;
+	uintptr_t pc;
+	long idx;
+	int whose;
+
+	uc = arg;
+	pc = kh_uc_pc(uc);
+	ki = NULL;
+	idx = -1;
+	whose = si->si_code == TRAP_BRKPT ? kh_whose(pc, &ki, &idx) : 0;
+	if (whose == 0) {
+		kh_pass_on(sig, si, arg);
+		return;
+	}
+	md = &ki->ki_md[idx];
+	if (whose == 2) {
+		/* The trampoline ran the instruction: on after the patch point. */
+		kh_uc_set_pc(uc, kinst_core_resume(md, ki->ki_addr[idx]));
+		return;
+	}
+	__atomic_fetch_add(&kh_hits[idx], 1, __ATOMIC_RELAXED);
+	if (!kinst_core_is_emulated(md)) {
+		kh_uc_set_pc(uc, (uintptr_t)(ki->ki_tramp +
+		    (uintptr_t)idx * KINST_TRAMP_SIZE));
+		return;
+	}
+	kh_regs_in(uc, &kr);
+	if (kinst_core_emulate(md, pc, &kr) != 0) {
+		/* Cannot happen for a table entry; do not run on blindly. */
+		kh_pass_on(sig, si, arg);
+		return;
+	}
+	kh_regs_out(&kr, uc);
+}
+
+static int
+kh_is_target(const char *name)
+{
+	struct stat st;
+
+	if (kh_target_known < 0) {
+		kh_target_known = stat(kh_target, &st) == 0;
+		if (kh_target_known) {
+			kh_target_dev = st.st_dev;
+			kh_target_ino = st.st_ino;
+		}
+	}
+	if (!kh_target_known)
+		return (0);
+	if (name == NULL || name[0] == '\0')
+		name = "/proc/self/exe";	/* the program itself */
+	if (stat(name, &st) != 0)
+		return (0);
+	return (st.st_dev == kh_target_dev && st.st_ino == kh_target_ino);
+}
+
+/*
+ * Trampoline memory: anywhere.  Unlike amd64's, these trampolines hold no
+ * PC-relative instruction (those are emulated) and end in a breakpoint,
+ * not a jump, so nothing has to be within reach of the image.
+ */
+static uint8_t *
+kh_tramp_alloc(size_t len)
+{
+	size_t pg;
+	void *m;
+
+	pg = (size_t)sysconf(_SC_PAGESIZE);
+	len = (len + pg - 1) & ~(pg - 1);
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+	    -1, 0);
+	return (m == MAP_FAILED ? NULL : m);
+}
+
+static const struct kh_segment *
+kh_segment_of(uintptr_t link)
+{
+	int i;
+
+	for (i = 0; i < KH_NSEGMENTS; i++) {
+		if (link - kh_segments[i].ks_vaddr < kh_segments[i].ks_memsz)
+			return (&kh_segments[i]);
+	}
+	return (NULL);
+}
+
+static void
+kh_install_handler(void)
+{
+	struct sigaction sa;
+
+	if (kh_handler_set)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = kh_trap;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigfillset(&sa.sa_mask);
+	if (sigaction(SIGTRAP, &sa, &kh_oldact) == 0)
+		kh_handler_set = 1;
+}
+
+#ifdef KH_HAVE_BUILD_ID
+static void
+kh_hexbytes(char *out, size_t outlen, const volatile uint8_t *p, unsigned n)
+{
+	size_t o;
+	unsigned i;
+
+	o = 0;
+	out[0] = '\0';
+	for (i = 0; i < n && o + 4 < outlen; i++)
+		o += (size_t)snprintf(out + o, outlen - o, i ? " %02x" : "%02x",
+		    p[i]);
+}
+#endif
+
+/* Where table function 'f' is in the target at link time (0: not there). */
+static uintptr_t
+kh_func_addr(uint32_t f)
+{
+	const uint8_t *p;
+	uint64_t v;
+	int i;
+
+	p = kh_func_addr_blob + (size_t)f * 8;
+	v = 0;
+	for (i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return ((uintptr_t)v);
+}
+
+/* Refuse every probe of function 'kf' in copy 'ki'. */
+static void
+kh_refuse_func(struct kh_inst *ki, const struct kinst_func *kf, const char *why)
+{
+	uint32_t i;
+
+	for (i = 0; i < kf->kf_nprobes; i++)
+		kh_refuse(ki, kf->kf_first + i, why);
+}
+
+/*
+ * Check one function of a freshly mapped copy and make its probes: its live
+ * bytes must have the table's digest, then each probe's metadata is derived
+ * from them and its trampoline filled.
+ */
+static void
+kh_prepare_func(struct kh_inst *ki, uint32_t f)
+{
+	struct kinst_func kf;
+	struct kinst_walk kw;
+	struct kinst_insn kin;
+	const struct kh_segment *seg;
+	char why[512];
+	uint8_t *copy;
+	uintptr_t link, base;
+	int err;
+
+	kinst_func_get(&kinst_table, f, &kf);
+	if (kf.kf_nprobes == 0)
+		return;
+	link = kh_func_addr(f);
+	if (link == 0) {
+		kh_refuse_func(ki, &kf, "function absent from the target");
+		return;
+	}
+	seg = kh_segment_of(link);
+	if (seg == NULL || (seg->ks_prot & PROT_EXEC) == 0 ||
+	    link + kf.kf_size > seg->ks_vaddr + seg->ks_memsz) {
+		kh_refuse_func(ki, &kf, "not in an executable segment");
+		return;
+	}
+	base = link + ki->ki_bias;
+	copy = malloc(kf.kf_size > 0 ? kf.kf_size : 1);
+	if (copy == NULL) {
+		kh_refuse_func(ki, &kf, "out of memory");
+		return;
+	}
+	memcpy(copy, (const void *)base, kf.kf_size);
+	err = kinst_core_digest_ok(&kinst_table, &kf, copy);
+	if (err != 0) {
+		snprintf(why, sizeof(why), err == KINST_E_BYTES ?
+		    "digest: the live bytes of %s differ from the table's" :
+		    "its table records are malformed (%s)", kf.kf_name);
+		kh_refuse_func(ki, &kf, why);
+		free(copy);
+		return;
+	}
+	/* Derive from the live bytes themselves: the digest masked the relocated fields in 'copy'. */
+	free(copy);
+	kinst_core_walk(&kinst_table, &kf, &kw);
+	while (kinst_core_next(&kw, &kin) > 0) {
+		if (kin.ki_kind == KINST_R_REFUSED)
+			continue;
+		err = kinst_core_derive(&kin,
+		    (const volatile kc_uint8_t *)(base + kin.ki_off),
+		    &ki->ki_md[kin.ki_probe]);
+		if (err != 0) {
+			snprintf(why, sizeof(why), "the record of %s:%u contradicts "
+			    "the live instruction", kf.kf_name, kin.ki_off);
+			kh_refuse(ki, kin.ki_probe, why);
+			continue;
+		}
+		ki->ki_addr[kin.ki_probe] = base + kin.ki_off;
+		if (kinst_core_is_emulated(&ki->ki_md[kin.ki_probe])) {
+			ki->ki_state[kin.ki_probe] = KH_S_READY; /* emulated */
+			continue;
+		}
+		if (ki->ki_tramp == NULL) {
+			kh_refuse(ki, kin.ki_probe, "no trampoline memory");
+			continue;
+		}
+		err = kinst_core_tramp_fill(&ki->ki_md[kin.ki_probe],
+		    ki->ki_tramp + (uintptr_t)kin.ki_probe * KINST_TRAMP_SIZE);
+		if (err != 0) {
+			snprintf(why, sizeof(why), "trampoline fill: error %d", err);
+			kh_refuse(ki, kin.ki_probe, why);
+			continue;
+		}
+		ki->ki_state[kin.ki_probe] = KH_S_READY;
+	}
+}
+
+static int
+kh_site_cmp(const void *a, const void *b)
+{
+	const struct kh_site *x, *y;
+
+	x = a;
+	y = b;
+	return (x->ks_addr < y->ks_addr ? -1 : x->ks_addr > y->ks_addr);
+}
+
+/* Write the probe's breakpoint (a whole instruction: 4 bytes, or c.ebreak's 2). */
+static void
+kh_write_patch(struct kh_inst *ki, uint32_t idx, uintptr_t addr)
+{
+	kc_uint8_t bp[4];
+	int i, n;
+
+	n = kinst_core_patch(&ki->ki_md[idx], bp);
+	for (i = 0; i < n; i++)
+		((volatile uint8_t *)addr)[i] = bp[i];
+}
+
+/* Every probe of one freshly mapped copy: check, fill, then patch. */
+static void
+kh_place(struct kh_inst *ki)
+{
+	const struct kinst_table *kt;
+	struct kinst_func kf;
+	struct kinst_walk kw;
+	struct kinst_insn kin;
+	char why[256];
+	uintptr_t start, end, pg, site;
+	size_t tlen;
+	uint32_t f, i;
+	int s;
+
+	kt = &kinst_table;
+	tlen = (size_t)kt->kt_nprobes * KINST_TRAMP_SIZE;
+	ki->ki_tramp = kh_tramp_alloc(tlen);
+	ki->ki_md = calloc(kt->kt_nprobes, sizeof(*ki->ki_md));
+	ki->ki_addr = calloc(kt->kt_nprobes, sizeof(*ki->ki_addr));
+	ki->ki_sites = calloc(kt->kt_nprobes, sizeof(*ki->ki_sites));
+	if (ki->ki_md == NULL || ki->ki_addr == NULL || ki->ki_sites == NULL) {
+		for (i = 0; i < kt->kt_nprobes; i++)
+			kh_refuse(ki, i, "out of memory");
+		return;
+	}
+	for (f = 0; f < kt->kt_nfuncs; f++)
+		kh_prepare_func(ki, f);
+	pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	if (ki->ki_tramp != NULL && mprotect(ki->ki_tramp,
+	    (tlen + pg - 1) & ~(pg - 1), PROT_READ | PROT_EXEC) != 0) {
+		for (i = 0; i < kt->kt_nprobes; i++) {
+			if (ki->ki_state[i] == KH_S_READY &&
+			    !kinst_core_is_emulated(&ki->ki_md[i]))
+				kh_refuse(ki, i, "mprotect of the trampolines failed");
+		}
+	}
+	kh_install_handler();
+	if (!kh_handler_set) {
+		for (i = 0; i < kt->kt_nprobes; i++) {
+			if (ki->ki_state[i] == KH_S_READY)
+				kh_refuse(ki, i, "sigaction(SIGTRAP) failed");
+		}
+		return;
+	}
+
+	/* The handler's index: every probe ready to be placed, by live address. */
+	for (f = 0; f < kt->kt_nfuncs; f++) {
+		kinst_func_get(kt, f, &kf);
+		kinst_core_walk(kt, &kf, &kw);
+		while (kinst_core_next(&kw, &kin) > 0) {
+			if (kin.ki_kind == KINST_R_REFUSED ||
+			    ki->ki_state[kin.ki_probe] != KH_S_READY)
+				continue;
+			ki->ki_sites[ki->ki_nsites].ks_addr = kh_func_addr(f) +
+			    ki->ki_bias + kin.ki_off;
+			ki->ki_sites[ki->ki_nsites++].ks_probe = kin.ki_probe;
+		}
+	}
+	qsort(ki->ki_sites, ki->ki_nsites, sizeof(*ki->ki_sites), kh_site_cmp);
+
+	/* Patch one executable segment at a time, writable only meanwhile. */
+	for (s = 0; s < KH_NSEGMENTS; s++) {
+		if ((kh_segments[s].ks_prot & PROT_EXEC) == 0)
+			continue;
+		start = (kh_segments[s].ks_vaddr + ki->ki_bias) & ~(pg - 1);
+		end = (kh_segments[s].ks_vaddr + kh_segments[s].ks_memsz +
+		    ki->ki_bias + pg - 1) & ~(pg - 1);
+		if (mprotect((void *)start, end - start, kh_segments[s].ks_prot |
+		    PROT_WRITE) != 0) {
+			snprintf(why, sizeof(why), "mprotect of the text: %s",
+			    strerror(errno));
+			for (i = 0; i < ki->ki_nsites; i++) {
+				site = ki->ki_sites[i].ks_addr - ki->ki_bias;
+				if (kh_segment_of(site) == &kh_segments[s])
+					kh_refuse(ki, ki->ki_sites[i].ks_probe, why);
+			}
+			continue;
+		}
+		for (i = 0; i < ki->ki_nsites; i++) {
+			site = ki->ki_sites[i].ks_addr - ki->ki_bias;
+			if (ki->ki_state[ki->ki_sites[i].ks_probe] != KH_S_READY ||
+			    kh_segment_of(site) != &kh_segments[s])
+				continue;
+			/* Ours before the breakpoint can fire. */
+			__atomic_store_n(&ki->ki_state[ki->ki_sites[i].ks_probe],
+			    KH_S_PLACED, __ATOMIC_RELEASE);
+			kh_write_patch(ki, ki->ki_sites[i].ks_probe,
+			    ki->ki_sites[i].ks_addr);
+			ki->ki_placed++;
+		}
+		mprotect((void *)start, end - start, kh_segments[s].ks_prot);
+	}
+	__builtin___clear_cache((char *)(kh_image_lo + ki->ki_bias),
+	    (char *)(kh_image_hi + ki->ki_bias));
+	if (ki->ki_tramp != NULL)
+		__builtin___clear_cache((char *)ki->ki_tramp,
+		    (char *)ki->ki_tramp + tlen);
+}
+
+static int
+kh_build_id_ok(uintptr_t bias)
+{
+#ifdef KH_HAVE_BUILD_ID
+	const uint8_t *p;
+	char live[128], want[128], why[400];
+	size_t i;
+
+	if (kh_segment_of(kh_build_id_vaddr) == NULL)
+		return (1);	/* not in a loaded segment: nothing to read */
+	p = (const uint8_t *)(kh_build_id_vaddr + bias);
+	for (i = 0; i < sizeof(kh_build_id); i++) {
+		if (p[i] != kh_build_id[i]) {
+			kh_hexbytes(live, sizeof(live), p, sizeof(kh_build_id));
+			kh_hexbytes(want, sizeof(want), kh_build_id,
+			    sizeof(kh_build_id));
+			snprintf(why, sizeof(why), "build-id %s, table %s", live, want);
+			kh_note("note build-id mismatch: %s\n", why);
+			return (0);
+		}
+	}
+#else
+	(void)bias;
+#endif
+	return (1);
+}
+
+/*
+ * The report, written with raw system calls and no libc: it also runs in
+ * probe context, just before a foreign trap's default action ends the
+ * process (kh_pass_on).
+ */
+struct kh_out {
+	char	ko_buf[4096];
+	size_t	ko_len;
+	int	ko_fd;
+};
+
+static void
+kh_flush(struct kh_out *o)
+{
+	size_t done;
+	long n;
+
+	for (done = 0; done < o->ko_len; done += (size_t)n) {
+		n = kh_syscall4(SYS_write, o->ko_fd, (long)(o->ko_buf + done),
+		    (long)(o->ko_len - done), 0);
+		if (n <= 0)
+			break;
+	}
+	o->ko_len = 0;
+}
+
+static void
+kh_puts(struct kh_out *o, const char *s, size_t n)
+{
+
+	while (n-- > 0) {
+		if (o->ko_len == sizeof(o->ko_buf))
+			kh_flush(o);
+		o->ko_buf[o->ko_len++] = *s++;
+	}
+}
+
+static void
+kh_putstr(struct kh_out *o, const char *s)
+{
+	size_t n;
+
+	for (n = 0; s[n] != '\0'; n++)
+		continue;
+	kh_puts(o, s, n);
+}
+
+static void
+kh_putnum(struct kh_out *o, uint64_t v, int hex)
+{
+	char d[24];
+	int i;
+
+	i = sizeof(d);
+	do {
+		d[--i] = "0123456789abcdef"[v % (hex ? 16 : 10)];
+		v /= hex ? 16 : 10;
+	} while (v != 0);
+	if (hex) {
+		d[--i] = 'x';
+		d[--i] = '0';
+	}
+	kh_puts(o, d + i, sizeof(d) - (size_t)i);
+}
+
+static void
+kh_dump(void)
+{
+	struct kh_out o;
+	char path[sizeof(kh_out_path) + 24];
+	uint64_t pid;
+	size_t n;
+	int k;
+
+	if (kh_out_path[0] == '\0' || kh_ninst == 0)
+		return;
+	pid = (uint64_t)kh_syscall4(SYS_getpid, 0, 0, 0, 0);
+	o.ko_len = 0;
+	o.ko_fd = -1;
+	kh_putstr(&o, kh_out_path);
+	kh_puts(&o, ".", 1);
+	kh_putnum(&o, pid, 0);
+	for (n = 0; n < o.ko_len; n++)
+		path[n] = o.ko_buf[n];
+	path[n] = '\0';
+	o.ko_len = 0;
+	o.ko_fd = (int)kh_syscall4(SYS_openat, AT_FDCWD, (long)path,
+	    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (o.ko_fd < 0)
+		return;
+	kh_putstr(&o, "kinst-harness 1\npid ");
+	kh_putnum(&o, pid, 0);
+	kh_putstr(&o, kh_locate ? "\nmode locate\nentries " :
+	    "\nmode probe\nentries ");
+	kh_putnum(&o, kinst_table.kt_nprobes, 0);
+	kh_putstr(&o, "\n");
+	for (k = 0; k < kh_ninst; k++) {
+		kh_putstr(&o, "instance ");
+		kh_putnum(&o, (uint64_t)k, 0);
+		kh_putstr(&o, " bias ");
+		kh_putnum(&o, kh_insts[k].ki_bias, 1);
+		kh_putstr(&o, " tramp ");
+		kh_putnum(&o, (uintptr_t)kh_insts[k].ki_tramp, 1);
+		kh_putstr(&o, " placed ");
+		kh_putnum(&o, kh_insts[k].ki_placed, 0);
+		kh_putstr(&o, " closed ");
+		kh_putnum(&o, (uint64_t)kh_insts[k].ki_closed, 0);
+		kh_putstr(&o, "\n");
+	}
+	if (kh_notes != NULL)
+		kh_puts(&o, kh_notes, kh_notes_len);
+	if (kh_refusals != NULL)
+		kh_puts(&o, kh_refusals, kh_refusals_len);
+	kh_putstr(&o, "end\n");
+	kh_flush(&o);
+	kh_syscall4(SYS_close, o.ko_fd, 0, 0, 0);
+}
+
+/*
+ * The hit counters live in a shared file mapping, "$KINST_HARNESS_OUT.<pid>.hits"
+ * (one little-endian uint64 per table entry): a forked child counts into
+ * its parent's file, and no count is lost when a process ends without
+ * running its destructors (_exit, a fatal signal).
+ */
+static uint64_t *
+kh_hits_map(size_t len)
+{
+	char path[sizeof(kh_out_path) + 32];
+	void *m;
+	int fd;
+
+	if (kh_out_path[0] == '\0') {
+		m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED |
+		    MAP_ANONYMOUS, -1, 0);
+		return (m == MAP_FAILED ? NULL : m);
+	}
+	snprintf(path, sizeof(path), "%s.%ld.hits", kh_out_path, (long)getpid());
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return (NULL);
+	if (ftruncate(fd, (off_t)len) != 0) {
+		close(fd);
+		return (NULL);
+	}
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return (m == MAP_FAILED ? NULL : m);
+}
+
+KH_EXPORT unsigned int
+la_version(unsigned int version)
+{
+	const char *mode, *out;
+
+	kh_audited = 1;
+	mode = getenv("KINST_HARNESS_MODE");
+	kh_locate = mode != NULL && strcmp(mode, "locate") == 0;
+	out = getenv("KINST_HARNESS_OUT");
+	if (out != NULL && strlen(out) < sizeof(kh_out_path))
+		strcpy(kh_out_path, out);
+	return (version < LAV_CURRENT ? version : LAV_CURRENT);
+}
+
+KH_EXPORT unsigned int
+la_objopen(struct link_map *map, Lmid_t lmid, uintptr_t *cookie)
+{
+	struct kh_inst *ki;
+	size_t n, pg;
+	uint32_t i;
+	int s;
+
+	(void)lmid;
+	*cookie = 0;
+	if (!kh_is_target(map->l_name))
+		return (0);
+	if (kh_ninst >= KH_MAX_INST) {
+		kh_note("note %s mapped again, past the copies the harness "
+		    "tracks; left unprobed\n", kh_target);
+		return (0);
+	}
+	pg = (size_t)sysconf(_SC_PAGESIZE);
+	n = kinst_table.kt_nprobes;
+	if (kh_hits == NULL && n > 0 && !kh_locate) {
+		kh_hits = kh_hits_map(n * sizeof(uint64_t));
+		if (kh_hits == NULL)
+			return (0);
+	}
+	ki = &kh_insts[kh_ninst];
+	ki->ki_bias = (uintptr_t)map->l_addr;
+	ki->ki_lo = ~(uintptr_t)0;
+	ki->ki_hi = 0;
+	for (s = 0; s < KH_NSEGMENTS; s++) {
+		if ((kh_segments[s].ks_prot & PROT_EXEC) == 0)
+			continue;
+		if (kh_segments[s].ks_vaddr + ki->ki_bias < ki->ki_lo)
+			ki->ki_lo = kh_segments[s].ks_vaddr + ki->ki_bias;
+		if (kh_segments[s].ks_vaddr + kh_segments[s].ks_memsz +
+		    ki->ki_bias > ki->ki_hi)
+			ki->ki_hi = kh_segments[s].ks_vaddr +
+			    kh_segments[s].ks_memsz + ki->ki_bias;
+	}
+	if (ki->ki_hi < ki->ki_lo)
+		ki->ki_lo = ki->ki_hi = 0;
+	ki->ki_state = n == 0 ? NULL : mmap(NULL, (n + pg - 1) & ~(pg - 1),
+	    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ki->ki_state == MAP_FAILED)
+		return (0);
+	*cookie = (uintptr_t)ki;
+	if (!kh_build_id_ok(ki->ki_bias)) {
+		for (i = 0; i < n; i++)
+			kh_refuse(ki, i, "build-id of the mapped image differs "
+			    "from the table's");
+		__atomic_store_n(&kh_ninst, kh_ninst + 1, __ATOMIC_RELEASE);
+		kh_dump();
+		return (0);
+	}
+	if (kh_locate || n == 0) {
+		__atomic_store_n(&kh_ninst, kh_ninst + 1, __ATOMIC_RELEASE);
+		kh_dump();
+		return (0);
+	}
+	/* Published before the first breakpoint, so the handler can find it. */
+	__atomic_store_n(&kh_ninst, kh_ninst + 1, __ATOMIC_RELEASE);
+	kh_place(ki);
+	kh_dump();	/* now, in case the process never exits normally */
+	return (0);
+}
+
+/*
+ * The image is going away (dlclose, or exit after its destructors ran).  Its
+ * probes stay as they are: a thread that already trapped on one still finds
+ * it, and an unmapped copy cannot trap again.  Record the counts so far.
+ */
+KH_EXPORT unsigned int
+la_objclose(uintptr_t *cookie)
+{
+	struct kh_inst *ki;
+
+	ki = (struct kh_inst *)*cookie;
+	if (ki == NULL)
+		return (0);
+	ki->ki_closed = 1;
+	kh_dump();
+	return (0);
+}
+
+/*
+ * Loaded with LD_PRELOAD instead (the runner does so under valgrind, where a
+ * second libc in an audit namespace would blur callgrind's symbols): locate
+ * mode only, and the load bias is looked up at exit.
+ */
+static int
+kh_locate_one(struct dl_phdr_info *info, size_t size, void *arg)
+{
+
+	(void)size;
+	(void)arg;
+	if (kh_ninst < KH_MAX_INST && kh_is_target(info->dlpi_name)) {
+		kh_insts[kh_ninst].ki_bias = (uintptr_t)info->dlpi_addr;
+		kh_ninst++;
+	}
+	return (0);
+}
+
+static void __attribute__((destructor))
+kh_fini(void)
+{
+	const char *mode, *out;
+
+	if (!kh_audited) {
+		mode = getenv("KINST_HARNESS_MODE");
+		out = getenv("KINST_HARNESS_OUT");
+		if (mode == NULL || strcmp(mode, "locate") != 0 || out == NULL ||
+		    strlen(out) >= sizeof(kh_out_path))
+			return;
+		strcpy(kh_out_path, out);
+		kh_locate = 1;
+		dl_iterate_phdr(kh_locate_one, NULL);
+	}
+	kh_dump();
+}

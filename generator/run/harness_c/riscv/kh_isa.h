@@ -1,0 +1,66 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kh_isa.h: what the double-breakpoint harness glue (../dbp/kinst_harness.c)
+ * needs of riscv64 Linux: raw system calls, and the signal frame's registers
+ * mapped onto the core's struct kinst_regs.
+ */
+
+#ifndef _KH_ISA_H_
+#define	_KH_ISA_H_
+
+#define	KH_ISA_NAME	"riscv"
+
+static long
+kh_syscall4(long nr, long a1, long a2, long a3, long a4)
+{
+	register long a7 __asm__("a7") = nr;
+	register long a0 __asm__("a0") = a1;
+	register long r1 __asm__("a1") = a2;
+	register long r2 __asm__("a2") = a3;
+	register long r3 __asm__("a3") = a4;
+
+	__asm__ volatile("ecall"
+	    : "+r" (a0)
+	    : "r" (a7), "r" (r1), "r" (r2), "r" (r3)
+	    : "memory");
+	return (a0);
+}
+
+static uintptr_t
+kh_uc_pc(const ucontext_t *uc)
+{
+
+	return ((uintptr_t)uc->uc_mcontext.__gregs[REG_PC]);
+}
+
+static void
+kh_uc_set_pc(ucontext_t *uc, uintptr_t pc)
+{
+
+	uc->uc_mcontext.__gregs[REG_PC] = pc;
+}
+
+/* x1-x31 and pc from the signal frame (__gregs[0] is pc, [n] is xn). */
+static void
+kh_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
+{
+	int i;
+
+	kr->kr_x[0] = 0;
+	for (i = 1; i < 32; i++)
+		kr->kr_x[i] = uc->uc_mcontext.__gregs[i];
+	kr->kr_pc = uc->uc_mcontext.__gregs[REG_PC];
+}
+
+static void
+kh_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
+{
+	int i;
+
+	for (i = 1; i < 32; i++)
+		uc->uc_mcontext.__gregs[i] = kr->kr_x[i];
+	uc->uc_mcontext.__gregs[REG_PC] = kr->kr_pc;
+}
+
+#endif /* !_KH_ISA_H_ */

@@ -1,0 +1,412 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kinst_core.c: the table's word records, the emulation data derived from
+ * the live word, the trampoline fill and the emulation of every PC-relative
+ * and register-branch class over a register file, for arm64.  Freestanding
+ * C99, no headers, no library calls: the kernel glue runs the trap-time
+ * part in probe context and the user-space harness in a SIGTRAP handler,
+ * and neither may call into code that could itself be probed (kinst's
+ * kinst_memcpy() rule).  Hence byte loops instead of memcpy().
+ *
+ * The classes are kinst's (sys/cddl/dev/kinst/aarch64/kinst_isa.c), with
+ * the corrections generator/isa/arm64/classify.py makes and
+ * docs/refusals.md lists: br, blr and ret are emulated; adr, adrp and ldr
+ * (literal) are emulated into the registers FreeBSD's EL1 exception return
+ * restores; cbz and cbnz on a W register compare 32 bits; tbz and tbnz test
+ * any of the 64 bits; x30 and xzr are registers of their own.
+ */
+
+#include "kinst_core.h"
+
+#define	KINST_NONE		0xff	/* km_reg, km_cond, km_bit: not used */
+#define	KINST_XZR		31
+#define	KINST_NOT_RESTORED(r)	((r) >= 18 && (r) <= 28)
+
+void
+kinst_core_walk(const struct kinst_table *kt, const struct kinst_func *kf,
+    struct kinst_walk *kw)
+{
+
+	kw->kw_p = kt->kt_records + kf->kf_records;
+	kw->kw_end = kt->kt_records + kf->kf_end;
+	kw->kw_off = 0;
+	kw->kw_size = kf->kf_size;
+	kw->kw_probe = kf->kf_first;
+}
+
+/*
+ * The next word of the walk: 1, or 0 at the function's end, or
+ * -KINST_E_TABLE for a record this core cannot read.
+ */
+int
+kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
+{
+	kc_uint8_t b, code;
+
+	if (kw->kw_off >= kw->kw_size || kw->kw_p >= kw->kw_end)
+		return (0);
+	b = *kw->kw_p++;
+	code = b & KINST_R_CODE;
+	if ((b & ~(KINST_R_CODE | KINST_R_MASKED)) != 0 ||
+	    (code >= KINST_NKINDS && code != KINST_R_REFUSED))
+		return (-KINST_E_TABLE);
+	ki->ki_len = KINST_INSN_SIZE;
+	ki->ki_kind = code;
+	ki->ki_masked = (b & KINST_R_MASKED) != 0;
+	ki->ki_off = kw->kw_off;
+	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
+	kw->kw_off += KINST_INSN_SIZE;
+	return (1);
+}
+
+/*
+ * Is 'copy', a writable copy of the live function's kf_size bytes, the
+ * function the table was made from?  The relocated words are zeroed first,
+ * as the generator zeroed them.  0, KINST_E_BYTES or KINST_E_TABLE.
+ */
+int
+kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
+    kc_uint8_t *copy)
+{
+	struct kinst_walk kw;
+	struct kinst_insn ki;
+	kc_uint32_t i;
+	int rv;
+
+	kinst_core_walk(kt, kf, &kw);
+	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
+		if (!ki.ki_masked)
+			continue;
+		if (ki.ki_off + KINST_INSN_SIZE > kf->kf_size)
+			return (KINST_E_TABLE);
+		for (i = 0; i < KINST_INSN_SIZE; i++)
+			copy[ki.ki_off + i] = 0;
+	}
+	if (rv < 0)
+		return (KINST_E_TABLE);
+	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
+	    KINST_E_BYTES);
+}
+
+static kc_uint32_t
+kinst_core_word(const volatile kc_uint8_t *p)
+{
+
+	return ((kc_uint32_t)p[0] | (kc_uint32_t)p[1] << 8 |
+	    (kc_uint32_t)p[2] << 16 | (kc_uint32_t)p[3] << 24);
+}
+
+static kc_int64_t
+kinst_core_sext(kc_uint64_t v, int bits)
+{
+
+	v &= ((kc_uint64_t)1 << bits) - 1;
+	if ((v >> (bits - 1)) & 1)
+		v |= ~(((kc_uint64_t)1 << bits) - 1);
+	return ((kc_int64_t)v);
+}
+
+/*
+ * The kind a word is emulated as, KINST_K_TRAMPOLINE for one that runs in
+ * a trampoline, or KINST_R_REFUSED for a register branch that can do
+ * neither.  Only the classes; the registers are checked by the caller.
+ */
+static int
+kinst_core_kind_of(kc_uint32_t w)
+{
+
+	if ((w & 0x1f000000) == 0x10000000)
+		return ((w >> 31) != 0 ? KINST_K_ADRP : KINST_K_ADR);
+	if ((w & 0xfc000000) == 0x14000000)
+		return (KINST_K_B);
+	if ((w & 0xff000000) == 0x54000000)
+		return (KINST_K_BCOND);
+	if ((w & 0xfc000000) == 0x94000000)
+		return (KINST_K_BL);
+	if ((w & 0x7e000000) == 0x34000000)
+		return (KINST_K_CBZ);
+	if ((w & 0x7e000000) == 0x36000000)
+		return (KINST_K_TBZ);
+	if ((w & 0x3b000000) == 0x18000000)
+		return (KINST_K_LDR_LITERAL);
+	if ((w & 0xfe000000) == 0xd6000000) {
+		if ((w & 0xfffffc1f) == 0xd61f0000 ||	/* br */
+		    (w & 0xfffffc1f) == 0xd63f0000 ||	/* blr */
+		    (w & 0xfffffc1f) == 0xd65f0000)	/* ret */
+			return (KINST_K_BR_REG);
+		return (KINST_R_REFUSED);
+	}
+	return (KINST_K_TRAMPOLINE);
+}
+
+/*
+ * The emulation data for the live word 'b' that record 'ki' describes.
+ * The word must be of the recorded kind, and an emulated write must go to
+ * a register the EL1 exception return restores.
+ */
+int
+kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
+    struct kinst_md *md)
+{
+	kc_uint32_t w, opc;
+
+	if (ki->ki_kind >= KINST_NKINDS || ki->ki_len != KINST_INSN_SIZE)
+		return (KINST_E_TABLE);
+	w = kinst_core_word(b);
+	if (kinst_core_kind_of(w) != ki->ki_kind)
+		return (KINST_E_TABLE);
+	md->km_insn = w;
+	md->km_kind = ki->ki_kind;
+	md->km_imm = 0;
+	md->km_reg = md->km_cond = md->km_bit = KINST_NONE;
+	md->km_size = 0;
+	md->km_flags = 0;
+	switch (ki->ki_kind) {
+	case KINST_K_TRAMPOLINE:
+		break;
+	case KINST_K_ADR:
+	case KINST_K_ADRP:
+		md->km_reg = w & 31;
+		md->km_imm = kinst_core_sext((((w >> 5) & 0x7ffff) << 2) |
+		    ((w >> 29) & 3), 21);
+		if (ki->ki_kind == KINST_K_ADRP)
+			md->km_imm *= 4096;
+		if (KINST_NOT_RESTORED(md->km_reg))
+			return (KINST_E_TABLE);
+		break;
+	case KINST_K_BL:
+		md->km_flags = KINST_MD_LINK;
+		/* FALLTHROUGH */
+	case KINST_K_B:
+		md->km_imm = kinst_core_sext(w & 0x3ffffff, 26) * 4;
+		break;
+	case KINST_K_BCOND:
+		md->km_cond = w & 15;
+		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
+		break;
+	case KINST_K_CBZ:
+		md->km_reg = w & 31;
+		md->km_size = (w >> 31) != 0 ? 8 : 4;
+		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
+		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
+		break;
+	case KINST_K_TBZ:
+		md->km_reg = w & 31;
+		md->km_bit = (kc_uint8_t)((w >> 31) << 5 | ((w >> 19) & 31));
+		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
+		md->km_imm = kinst_core_sext((w >> 5) & 0x3fff, 14) * 4;
+		break;
+	case KINST_K_LDR_LITERAL:
+		if (((w >> 26) & 1) != 0)
+			return (KINST_E_TABLE);	/* SIMD&FP: not emulated */
+		opc = w >> 30;
+		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
+		if (opc == 3)
+			break;			/* prfm: loads nothing */
+		md->km_reg = w & 31;
+		md->km_size = opc == 1 ? 8 : 4;
+		md->km_flags = opc == 2 ? KINST_MD_SIGNED : 0;
+		if (KINST_NOT_RESTORED(md->km_reg))
+			return (KINST_E_TABLE);
+		break;
+	case KINST_K_BR_REG:
+		md->km_reg = (w >> 5) & 31;
+		if ((w & 0xfffffc1f) == 0xd63f0000)
+			md->km_flags = KINST_MD_LINK;
+		break;
+	default:
+		return (KINST_E_TABLE);
+	}
+	return (0);
+}
+
+int
+kinst_core_is_emulated(const struct kinst_md *md)
+{
+
+	return (md->km_kind != KINST_K_TRAMPOLINE);
+}
+
+static void
+kinst_core_put32(volatile kc_uint8_t *p, kc_uint32_t v)
+{
+
+	p[0] = (kc_uint8_t)v;
+	p[1] = (kc_uint8_t)(v >> 8);
+	p[2] = (kc_uint8_t)(v >> 16);
+	p[3] = (kc_uint8_t)(v >> 24);
+}
+
+/*
+ * Fill a KINST_TRAMP_SIZE trampoline: the word, then the trampoline's own
+ * breakpoint, which the glue recognises by its address.  The caller syncs
+ * the instruction cache.
+ */
+int
+kinst_core_tramp_fill(const struct kinst_md *md, volatile kc_uint8_t *tramp)
+{
+
+	if (kinst_core_is_emulated(md))
+		return (KINST_E_KIND);
+	kinst_core_put32(tramp, md->km_insn);
+	kinst_core_put32(tramp + KINST_INSN_SIZE, KINST_PATCHVAL);
+	return (0);
+}
+
+/* The breakpoint for the probe, in 'buf' (4 bytes); its length. */
+int
+kinst_core_patch(const struct kinst_md *md, kc_uint8_t *buf)
+{
+
+	(void)md;
+	kinst_core_put32(buf, KINST_PATCHVAL);
+	return (KINST_INSN_SIZE);
+}
+
+/* Where a thread resumes after the trampoline of the word at 'patchpoint'. */
+kc_uintptr_t
+kinst_core_resume(const struct kinst_md *md, kc_uintptr_t patchpoint)
+{
+
+	(void)md;
+	return (patchpoint + KINST_INSN_SIZE);
+}
+
+static kc_uint64_t
+kinst_core_x(const struct kinst_regs *kr, int reg)
+{
+
+	return (reg == KINST_XZR ? 0 : kr->kr_x[reg]);
+}
+
+static void
+kinst_core_setx(struct kinst_regs *kr, int reg, kc_uint64_t v)
+{
+
+	if (reg != KINST_XZR)
+		kr->kr_x[reg] = v;
+}
+
+/* ConditionHolds() of the Arm ARM over N, Z, C, V in bits 31-28. */
+static int
+kinst_core_cond(kc_uint64_t nzcv, kc_uint8_t cond)
+{
+	int n, z, c, v, res;
+
+	n = (nzcv >> 31) & 1;
+	z = (nzcv >> 30) & 1;
+	c = (nzcv >> 29) & 1;
+	v = (nzcv >> 28) & 1;
+	switch (cond >> 1) {
+	case 0:
+		res = z;
+		break;
+	case 1:
+		res = c;
+		break;
+	case 2:
+		res = n;
+		break;
+	case 3:
+		res = v;
+		break;
+	case 4:
+		res = c && !z;
+		break;
+	case 5:
+		res = n == v;
+		break;
+	case 6:
+		res = n == v && !z;
+		break;
+	default:
+		res = 1;
+		break;
+	}
+	if ((cond & 1) != 0 && cond != 15)
+		res = !res;
+	return (res);
+}
+
+static kc_uint64_t
+kinst_core_load(kc_uint64_t addr, int size)
+{
+	const volatile kc_uint8_t *p;
+	kc_uint64_t v;
+	int i;
+
+	p = (const volatile kc_uint8_t *)(kc_uintptr_t)addr;
+	v = 0;
+	for (i = size - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return (v);
+}
+
+/*
+ * Emulate the word at 'patchpoint' over 'kr': the registers it writes and
+ * kr_pc, the address the thread goes on at.  Register operands have their
+ * values at the breakpoint, which is what the word itself would have used.
+ */
+int
+kinst_core_emulate(const struct kinst_md *md, kc_uintptr_t patchpoint,
+    struct kinst_regs *kr)
+{
+	kc_uint64_t pc, next, v, target;
+	int taken;
+
+	pc = patchpoint;
+	next = pc + KINST_INSN_SIZE;
+	target = pc + (kc_uint64_t)md->km_imm;
+	switch (md->km_kind) {
+	case KINST_K_B:
+		kr->kr_pc = target;
+		return (0);
+	case KINST_K_BL:
+		kinst_core_setx(kr, 30, next);
+		kr->kr_pc = target;
+		return (0);
+	case KINST_K_BCOND:
+		kr->kr_pc = kinst_core_cond(kr->kr_nzcv, md->km_cond) ?
+		    target : next;
+		return (0);
+	case KINST_K_CBZ:
+		v = kinst_core_x(kr, md->km_reg);
+		if (md->km_size == 4)
+			v &= 0xffffffffU;
+		taken = (md->km_flags & KINST_MD_NONZERO) != 0 ? v != 0 : v == 0;
+		kr->kr_pc = taken ? target : next;
+		return (0);
+	case KINST_K_TBZ:
+		v = (kinst_core_x(kr, md->km_reg) >> md->km_bit) & 1;
+		taken = (md->km_flags & KINST_MD_NONZERO) != 0 ? v != 0 : v == 0;
+		kr->kr_pc = taken ? target : next;
+		return (0);
+	case KINST_K_ADR:
+		kinst_core_setx(kr, md->km_reg, target);
+		kr->kr_pc = next;
+		return (0);
+	case KINST_K_ADRP:
+		kinst_core_setx(kr, md->km_reg, (pc & ~(kc_uint64_t)0xfff) +
+		    (kc_uint64_t)md->km_imm);
+		kr->kr_pc = next;
+		return (0);
+	case KINST_K_LDR_LITERAL:
+		if (md->km_size != 0) {
+			v = kinst_core_load(target, md->km_size);
+			if ((md->km_flags & KINST_MD_SIGNED) != 0)
+				v = (kc_uint64_t)kinst_core_sext(v, 32);
+			kinst_core_setx(kr, md->km_reg, v);
+		}
+		kr->kr_pc = next;
+		return (0);
+	case KINST_K_BR_REG:
+		v = kinst_core_x(kr, md->km_reg);
+		if ((md->km_flags & KINST_MD_LINK) != 0)
+			kinst_core_setx(kr, 30, next);
+		kr->kr_pc = v;
+		return (0);
+	default:
+		return (KINST_E_KIND);
+	}
+}

@@ -1,0 +1,259 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kinst_isa.c: the arm64 part of kinstkit's kinst provider: the breakpoint
+ * handler (trapframe to struct kinst_regs and back), writing the brk word,
+ * and the trampoline pages.  The machine-independent rest is in ../kinst.c;
+ * kinst_isa.h is the interface between the two.
+ *
+ * A hit on a probe (brk #0x40d, DTRACE_PATCHVAL, at its patch point) fires
+ * the DTrace probe and resumes one of two ways: kinst_core_emulate() runs
+ * the instruction over the register file (every PC-relative class, and br,
+ * blr and ret, which would leave a trampoline without reaching its brk), or
+ * the thread goes to the probe's trampoline [instruction][brk #0x40d] and
+ * the trampoline's brk brings it back to the instruction after the patch
+ * point.  The trampoline's brk is known by its address: each trampoline
+ * slot records where its thread resumes.  So nothing ties the two
+ * breakpoints to a CPU or a thread -- a thread may take an interrupt, be
+ * preempted, migrate or leave through an exception while in a trampoline --
+ * and SPSR's interrupt mask is never touched (stock kinst masks interrupts
+ * from the first brk to the second and keeps the probe in per-CPU state;
+ * a "msr daifclr" or "mrs daif" run in its trampoline sees or makes the
+ * wrong mask).
+ *
+ * Emulated writes go only to registers FreeBSD's return from an EL1
+ * exception restores (x0-x17, x29, lr; the generator refuses the others),
+ * and x30 lives in tf_lr, not tf_x[] (stock kinst indexes tf_x[30]).
+ *
+ * A slot is filled once, when its probe is prepared, for one instruction at
+ * one address, and is reused only for that pair; slot pages are freed only
+ * by kinst_isa_fini() at unload, after dtrace_invop_remove() and
+ * dtrace_sync(), so a thread inside a trampoline never finds it changed.
+ */
+
+#include <sys/param.h>
+#include <sys/systm.h>
+#include <sys/malloc.h>
+#include <sys/queue.h>
+
+#include <vm/vm.h>
+#include <vm/vm_extern.h>
+
+#include <machine/atomic.h>
+#include <machine/cpufunc.h>
+#include <machine/frame.h>
+
+#include "kinst_core.h"
+#include "kinst_isa.h"
+
+#if !defined(__aarch64__)
+#error "this is the arm64 part of the kinstkit kinst glue"
+#endif
+
+MALLOC_DECLARE(M_KINST);
+
+#define	KINST_SLOTS	(PAGE_SIZE / KINST_TRAMP_SIZE)
+#define	KINST_SLOTHASH	1024
+
+/* A page of trampolines, and where each slot's thread resumes. */
+struct kinst_tpage {
+	struct kinst_tpage	*tp_next;	/* published with release order */
+	uint8_t			*tp_page;
+	u_int			tp_used;
+	uintptr_t		tp_resume[KINST_SLOTS];
+};
+
+/* The slot of one (patch point, instruction) pair, for reuse. */
+struct kinst_tslot {
+	struct kinst_tslot	*ts_next;
+	uintptr_t		ts_patchpoint;
+	uint32_t		ts_insn;
+	uint8_t			*ts_tramp;
+};
+
+static struct kinst_tpage *volatile kinst_tpages;
+static struct kinst_tslot *kinst_tslots[KINST_SLOTHASH];
+
+/*
+ * The trampoline for 'md' at 'patchpoint': the pair's slot if it has one,
+ * else a new slot, filled.  Called with kinst_sx held (kinst.c serialises
+ * probe preparation), so the lists change under one writer; the breakpoint
+ * handler only ever reads kinst_tpages.
+ */
+static uint8_t *
+kinst_tramp_get(const struct kinst_md *md, uintptr_t patchpoint)
+{
+	struct kinst_tslot *ts, **head;
+	struct kinst_tpage *tp;
+	uint8_t *tramp;
+	u_int i;
+
+	head = &kinst_tslots[(patchpoint / KINST_INSN_SIZE) % KINST_SLOTHASH];
+	for (ts = *head; ts != NULL; ts = ts->ts_next) {
+		if (ts->ts_patchpoint == patchpoint &&
+		    ts->ts_insn == md->km_insn)
+			return (ts->ts_tramp);
+	}
+	tp = kinst_tpages;
+	if (tp == NULL || tp->tp_used == KINST_SLOTS) {
+		tp = malloc(sizeof(*tp), M_KINST, M_WAITOK | M_ZERO);
+		tp->tp_page = (uint8_t *)kmem_malloc(PAGE_SIZE,
+		    M_WAITOK | M_EXEC);
+		/* Every unused slot a brk nobody answers: a stray jump traps. */
+		for (i = 0; i < PAGE_SIZE; i += KINST_INSN_SIZE)
+			*(uint32_t *)(tp->tp_page + i) = KINST_PATCHVAL;
+		tp->tp_next = kinst_tpages;
+		atomic_store_rel_ptr((volatile uintptr_t *)&kinst_tpages,
+		    (uintptr_t)tp);
+	}
+	i = tp->tp_used;
+	tramp = tp->tp_page + i * KINST_TRAMP_SIZE;
+	if (kinst_core_tramp_fill(md, tramp) != 0)
+		return (NULL);
+	tp->tp_resume[i] = kinst_core_resume(md, patchpoint);
+	cpu_icache_sync_range((vm_offset_t)tramp, KINST_TRAMP_SIZE);
+	atomic_thread_fence_rel();
+	tp->tp_used = i + 1;
+	ts = malloc(sizeof(*ts), M_KINST, M_WAITOK);
+	ts->ts_patchpoint = patchpoint;
+	ts->ts_insn = md->km_insn;
+	ts->ts_tramp = tramp;
+	ts->ts_next = *head;
+	*head = ts;
+	return (tramp);
+}
+
+/* Where the thread at a trampoline's brk 'addr' resumes; 0 if it is none. */
+static uintptr_t
+kinst_tramp_resume(uintptr_t addr)
+{
+	struct kinst_tpage *tp;
+	uintptr_t off;
+
+	tp = (struct kinst_tpage *)atomic_load_acq_ptr(
+	    (volatile uintptr_t *)&kinst_tpages);
+	for (; tp != NULL; tp = tp->tp_next) {
+		off = addr - (uintptr_t)tp->tp_page;
+		if (off >= PAGE_SIZE)
+			continue;
+		if (off % KINST_TRAMP_SIZE != KINST_INSN_SIZE ||
+		    off / KINST_TRAMP_SIZE >= tp->tp_used)
+			return (0);
+		return (tp->tp_resume[off / KINST_TRAMP_SIZE]);
+	}
+	return (0);
+}
+
+int
+kinst_isa_prepare(struct kinst_isa_probe *kip, const struct kinst_insn *ki,
+    uint8_t *patchpoint)
+{
+	int error;
+
+	error = kinst_core_derive(ki, patchpoint, &kip->kip_md);
+	if (error != 0)
+		return (error);
+	kip->kip_patchpoint = patchpoint;
+	kip->kip_savedval = kip->kip_md.km_insn;
+	kip->kip_tramp = NULL;
+	if (!kinst_core_is_emulated(&kip->kip_md)) {
+		kip->kip_tramp = kinst_tramp_get(&kip->kip_md,
+		    (uintptr_t)patchpoint);
+		if (kip->kip_tramp == NULL)
+			return (KINST_E_KIND);
+	}
+	return (0);
+}
+
+/* kinst_patch_tracepoint(): one word, through the kernel's writable alias. */
+static void
+kinst_isa_write(struct kinst_isa_probe *kip, uint32_t val)
+{
+	vm_offset_t addr;
+
+	if (!arm64_get_writable_addr((vm_offset_t)kip->kip_patchpoint, &addr))
+		panic("kinst: no writable address for %p", kip->kip_patchpoint);
+	*(volatile uint32_t *)addr = val;
+	cpu_icache_sync_range((vm_offset_t)kip->kip_patchpoint,
+	    KINST_INSN_SIZE);
+}
+
+void
+kinst_isa_arm(struct kinst_isa_probe *kip)
+{
+	uint8_t bp[KINST_INSN_SIZE];
+
+	(void)kinst_core_patch(&kip->kip_md, bp);
+	kinst_isa_write(kip, (uint32_t)bp[0] | (uint32_t)bp[1] << 8 |
+	    (uint32_t)bp[2] << 16 | (uint32_t)bp[3] << 24);
+}
+
+void
+kinst_isa_disarm(struct kinst_isa_probe *kip)
+{
+
+	kinst_isa_write(kip, kip->kip_savedval);
+}
+
+void
+kinst_isa_fini(void)
+{
+	struct kinst_tpage *tp;
+	struct kinst_tslot *ts;
+	u_int i;
+
+	while ((tp = kinst_tpages) != NULL) {
+		kinst_tpages = tp->tp_next;
+		kmem_free(tp->tp_page, PAGE_SIZE);
+		free(tp, M_KINST);
+	}
+	for (i = 0; i < KINST_SLOTHASH; i++) {
+		while ((ts = kinst_tslots[i]) != NULL) {
+			kinst_tslots[i] = ts->ts_next;
+			free(ts, M_KINST);
+		}
+	}
+}
+
+/*
+ * The dtrace_invop() hook, called by dtrace_invop_start() for a brk #0x40d
+ * with interrupts disabled.  dtrace_invop_start() adds 4 to ELR for the
+ * NOP_INSTR it is given back, so the ELR set here is 4 short.  No lock, no
+ * allocation, no call into code that could itself be probed.
+ */
+int
+kinst_invop(uintptr_t addr, struct trapframe *frame, uintptr_t scratch)
+{
+	struct kinst_isa_probe *kip;
+	struct kinst_regs kr;
+	uintptr_t resume;
+	int i;
+
+	(void)scratch;
+	resume = kinst_tramp_resume(addr);
+	if (resume != 0) {
+		frame->tf_elr = resume - KINST_INSN_SIZE;
+		return (KINST_ISA_NOP);
+	}
+	kip = kinst_isa_lookup(addr);
+	if (kip == NULL)
+		return (0);
+	kinst_isa_fire(kip, frame);
+	if (!kinst_core_is_emulated(&kip->kip_md)) {
+		frame->tf_elr = (uintptr_t)kip->kip_tramp - KINST_INSN_SIZE;
+		return (KINST_ISA_NOP);
+	}
+	for (i = 0; i < 30; i++)
+		kr.kr_x[i] = frame->tf_x[i];
+	kr.kr_x[30] = frame->tf_lr;
+	kr.kr_sp = frame->tf_sp;
+	kr.kr_pc = addr;
+	kr.kr_nzcv = frame->tf_spsr & 0xf0000000UL;
+	if (kinst_core_emulate(&kip->kip_md, addr, &kr) != 0)
+		return (0);	/* cannot happen: prepare derived an emulated kind */
+	for (i = 0; i < 30; i++)
+		frame->tf_x[i] = kr.kr_x[i];
+	frame->tf_lr = kr.kr_x[30];
+	frame->tf_elr = kr.kr_pc - KINST_INSN_SIZE;
+	return (KINST_ISA_NOP);
+}

@@ -1,0 +1,136 @@
+"""arm64 and riscv64 analysis on real and FreeBSD-built images: the decoder against the cross objdump, the CLI.
+
+The images: Debian's cross C library (libc.so.6, nobody here wrote it), Lua
+5.4 cross-built from Debian's source, and the kfix fixture built the way
+FreeBSD builds a module for the ISA (clang --target=<isa>-unknown-freebsd14.3
+with the kernel's flags; ld -r into an ET_REL .kld, then -Bshareable into an
+ET_DYN .ko), plus the compiler's own ET_REL object.  ``verify-decoder``
+compares every instruction boundary and direct branch target with
+``aarch64-linux-gnu-objdump`` / ``riscv64-linux-gnu-objdump`` (riscv's
+compressed instructions included); the commands users run give their usual
+shapes; ``generate`` is deterministic and its output compiles with the ISA's
+core under gcc and clang with -Werror.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from generator.build.sources import PROVIDERS, stage_sources
+from generator.verify.objdump import verify_decoder
+from helpers import cross
+from helpers.skips import require_tools
+
+ARCHES = ("arm64", "riscv")
+WHY = "the ISA's images are built and checked with its cross toolchain"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "generator", *args], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=600)
+
+
+@pytest.fixture(scope="module", params=ARCHES)
+def arch(request) -> cross.Arch:
+    return cross.require_cross(request.param, WHY)
+
+
+@pytest.fixture(scope="module")
+def module(arch) -> dict:
+    return cross.freebsd_module(arch.name)
+
+
+def test_cross_libc_agrees_with_objdump(arch):
+    res = verify_decoder(str(Path(arch.sysroot) / "lib" / "libc.so.6"))
+    assert res.ok, res.summary() + "\n" + "\n".join(m.line() for m in res.mismatches)
+    assert res.functions > 1500 and res.instructions > 100000 and res.branches > 15000
+
+
+@pytest.mark.parametrize("kind", ["o", "kld", "ko"])
+def test_freebsd_built_module_agrees_with_objdump(module, kind):
+    """ET_REL (the compiler's object, ld -r's .kld, relocations applied) and ET_DYN (the .ko FreeBSD loads)."""
+    res = verify_decoder(str(module[kind]))
+    assert res.ok, res.summary() + "\n" + "\n".join(m.line() for m in res.mismatches)
+    assert res.functions >= (12 if kind == "o" else 18) and res.branches > 20 and res.tolerated_regions == 0
+
+
+def test_lua_agrees_with_objdump(arch):
+    res = verify_decoder(str(cross.lua(arch)["lib"]))
+    assert res.ok, res.summary() + "\n" + "\n".join(m.line() for m in res.mismatches)
+    assert res.instructions > 30000
+
+
+def test_riscv_compressed_and_full_instructions_are_both_compared():
+    arch = cross.require_cross("riscv", WHY)
+    res = cli("probes", "--kernel", str(cross.freebsd_module("riscv")["ko"]), "--function", "kfix_asm_branches",
+              "--json")
+    assert res.returncode == 0, res.stderr
+    lengths = {p["length"] for p in json.loads(res.stdout)["probes"]}
+    assert lengths == {2, 4}, arch
+
+
+def test_probes_text_and_json(module, arch):
+    res = cli("probes", "--kernel", str(module["ko"]), "--function", "kfix_asm_branches")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("kfix_asm_branches @ 0x") and lines[1].startswith("kinst::kfix_asm_branches:0 ")
+    res = cli("probes", "--kernel", str(module["ko"]), "--function", "kfix_asm_branches", "--json")
+    obj = json.loads(res.stdout)
+    assert obj["eligible"] and all({"kind", "status", "reason", "type", "emulate", "insn", "target"} <= set(p)
+                                   for p in obj["probes"])
+    conditional = "b.cond" if arch.name == "arm64" else "branch"
+    taken = [p for p in obj["probes"] if p["kind"] == conditional]
+    assert taken and all(p["target"] is not None and p["emulate"] for p in taken)
+
+
+def test_all_summary_and_json_agree(module):
+    summ = cli("probes", "--kernel", str(module["ko"]), "--all", "--summary", "--json", "--jobs", "1")
+    full = cli("probes", "--kernel", str(module["ko"]), "--all", "--json", "--jobs", "1")
+    assert summ.returncode == 0 and full.returncode == 0, summ.stderr + full.stderr
+    counts = {json.loads(line)["function"]: json.loads(line)["probes"] for line in summ.stdout.splitlines()}
+    for line in full.stdout.splitlines():
+        f = json.loads(line)
+        assert counts[f["function"]] == sum(p["status"] == "ok" for p in f["probes"])
+
+
+def test_refusals_name_their_reason(module, arch):
+    """The planted refusals show with their reasons: an exclusive block, and (arm64) writes kinst cannot restore."""
+    res = cli("probes", "--kernel", str(module["ko"]), "--function", "kfix_asm_prefixed")
+    block = "LDX/STX block" if arch.name == "arm64" else "LR/SC block"
+    assert res.stdout.count(block) == 3, res.stdout
+    if arch.name == "arm64":
+        riprel = cli("probes", "--kernel", str(module["ko"]), "--function", "kfix_asm_riprel").stdout
+        assert "writes x19 through emulation" in riprel and "load into x20" in riprel
+
+
+def test_generate_is_deterministic_and_compiles_with_the_core(module, arch, tmp_path):
+    require_tools("gcc", "clang", why="the generated table is compiled with the ISA's core")
+    outs = []
+    for n in (1, 2):
+        res = cli("generate", "--kernel", str(module["ko"]), "--all", "--out", str(tmp_path / f"g{n}"))
+        assert res.returncode == 0, res.stderr
+        outs.append({p.name: p.read_bytes() for p in (tmp_path / f"g{n}").iterdir()})
+    assert outs[0] == outs[1] and {"kinst_table.c", "kinst_encoding.h", "kinst_refused.txt"} <= set(outs[0])
+    encoding = outs[0]["kinst_encoding.h"].decode()
+    assert f"{'0xd42081a0' if arch.name == 'arm64' else '0x100073'}" in encoding
+    gen = tmp_path / "g1"
+    stage_sources(PROVIDERS["kinst"], gen)  # one complete module directory, as a build reads
+    sources = [gen / "kinst_funcs.c", gen / arch.name / "kinst_core.c", gen / "kinst_table.c"]
+    for cc in ("gcc", "clang"):
+        for src in sources:
+            proc = subprocess.run([cc, "-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-c",
+                                   f"-I{gen}", f"-I{gen / arch.name}", str(src), "-o", str(tmp_path / "x.o")],
+                                  capture_output=True, text=True)
+            assert proc.returncode == 0, (cc, src.name, proc.stderr)
+
+
+def test_a_program_of_another_isa_is_named_in_one_line(module, tmp_path):
+    res = cli("harness", "--elf", str(module["ko"]), "--all", "--", sys.executable, "-c", "pass")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "program" in res.stderr and "Traceback" not in res.stderr
