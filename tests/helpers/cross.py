@@ -198,7 +198,9 @@ def lua(arch: Arch) -> Dict[str, Path]:
 
 
 # FreeBSD's module flags per ISA (sys/conf/kern.mk, kmod.mk; clang's names), and its link steps:
-# ld -r into a .kld, then -Bshareable into an ET_DYN .ko (__KLD_SHARED).
+# ld -r into a .kld, then -Bshareable into an ET_DYN .ko (__KLD_SHARED).  The same code is also linked
+# the way a kernel is, an ET_EXEC at the ISA's kernel base (its kernel calls left unresolved).
+FREEBSD_KERNBASE = {"arm64": 0xFFFF000000100000, "riscv": 0xFFFFFFC000100000}
 FREEBSD_TARGET = {"arm64": "aarch64-unknown-freebsd14.3", "riscv": "riscv64-unknown-freebsd14.3"}
 FREEBSD_KFLAGS = {
     "arm64": ("-mgeneral-regs-only", "-ffixed-x18", "-mbranch-protection=standard", "-mno-outline-atomics"),
@@ -211,7 +213,8 @@ KERN_COMMON = ("-O2", "-std=gnu17", "-ffreestanding", "-fwrapv", "-fno-common", 
 
 
 def freebsd_module(name: str) -> Dict[str, Path]:
-    """kfix built as FreeBSD builds an ``name`` module: kfix.o (ET_REL), kfix.kld (ld -r) and kfix.ko (ET_DYN)."""
+    """kfix built as FreeBSD builds an ``name`` module: kfix.o (ET_REL), kfix.kld (ld -r) and kfix.ko (ET_DYN);
+    and kfix.kernel, the same objects linked as an ET_EXEC kernel is."""
     __tracebackhide__ = True
     for tool in ("clang", "ld.lld"):
         if shutil.which(tool) is None:
@@ -221,11 +224,14 @@ def freebsd_module(name: str) -> Dict[str, Path]:
     srcs = [HARNESS_FIXTURES / "kfix.c", HARNESS_FIXTURES / f"kfix_asm_{name}.S"]
     cc = ["clang", f"--target={target}", *KERN_COMMON, *flags]
     ld = ["ld.lld", "-m", *FREEBSD_EMULATION[name]]
-    out = BUILD / "freebsd-modules" / name / _key(*cc, *ld, *srcs)
-    _build(out, [
+    commands = [
         [*cc, "-c", str(srcs[0]), "-o", "kfix.o"],
         [*cc, "-c", str(srcs[1]), "-o", "kfix_asm.o"],
         [*ld, "-r", "-o", "kfix.kld", "kfix.o", "kfix_asm.o"],
         [*ld, "-Bshareable", "-znotext", "-znorelro", "-o", "kfix.ko", "kfix.kld"],
-    ], f"the FreeBSD-style {name} module")
-    return {"o": out / "kfix.o", "kld": out / "kfix.kld", "ko": out / "kfix.ko"}
+        [*ld, "-static", "-e", "0", "--unresolved-symbols=ignore-all", f"-Ttext={FREEBSD_KERNBASE[name]:#x}",
+         "-o", "kfix.kernel", "kfix.kld"],
+    ]
+    out = BUILD / "freebsd-modules" / name / _key(*(w for c in commands for w in c), *srcs)
+    _build(out, commands, f"the FreeBSD-style {name} module")
+    return {"o": out / "kfix.o", "kld": out / "kfix.kld", "ko": out / "kfix.ko", "kernel": out / "kfix.kernel"}

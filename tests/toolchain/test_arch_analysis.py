@@ -52,9 +52,10 @@ def test_cross_libc_agrees_with_objdump(arch):
     assert res.functions > 1500 and res.instructions > 100000 and res.branches > 15000
 
 
-@pytest.mark.parametrize("kind", ["o", "kld", "ko"])
+@pytest.mark.parametrize("kind", ["o", "kld", "ko", "kernel"])
 def test_freebsd_built_module_agrees_with_objdump(module, kind):
-    """ET_REL (the compiler's object, ld -r's .kld, relocations applied) and ET_DYN (the .ko FreeBSD loads)."""
+    """ET_REL (the compiler's object, ld -r's .kld, relocations applied), ET_DYN (the .ko FreeBSD loads) and
+    ET_EXEC (the same code linked as a kernel, at the ISA's kernel base)."""
     res = verify_decoder(str(module[kind]))
     assert res.ok, res.summary() + "\n" + "\n".join(m.line() for m in res.mismatches)
     assert res.functions >= (12 if kind == "o" else 18) and res.branches > 20 and res.tolerated_regions == 0
@@ -97,6 +98,18 @@ def test_all_summary_and_json_agree(module):
     for line in full.stdout.splitlines():
         f = json.loads(line)
         assert counts[f["function"]] == sum(p["status"] == "ok" for p in f["probes"])
+
+
+def test_the_kernel_linked_copy_gets_the_modules_verdicts(module):
+    """The same objects linked as an ET_EXEC kernel and as an ET_DYN .ko: per function, the same eligibility,
+    instruction count and kinds; only the addresses move."""
+    def summary(kind: str) -> dict:
+        res = cli("probes", "--kernel", str(module[kind]), "--all", "--summary", "--json", "--jobs", "1")
+        assert res.returncode == 0, res.stderr
+        recs = [json.loads(line) for line in res.stdout.splitlines()]
+        return {r["function"]: (r["eligible"], r["instructions"], r["kinds"]) for r in recs}
+    kernel, ko = summary("kernel"), summary("ko")
+    assert len(kernel) >= 18 and kernel == ko
 
 
 def test_refusals_name_their_reason(module, arch):
