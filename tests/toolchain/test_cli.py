@@ -144,10 +144,11 @@ def test_stripped_image(tmp_path, sample_kernel):
 
 def test_foreign_architecture(tmp_path, libz):
     data = bytearray(Path(libz).read_bytes())
-    data[18:20] = (183).to_bytes(2, "little")  # EM_AARCH64
-    p = tmp_path / "arm.so"
+    data[18:20] = (21).to_bytes(2, "little")  # EM_PPC64: no kinst port, no ISA here
+    p = tmp_path / "ppc64.so"
     p.write_bytes(bytes(data))
-    assert_one_line_error(run("probes", "--kernel", str(p)), "machine EM_AARCH64", "kinstkit reads EM_X86_64 (amd64) images only")
+    assert_one_line_error(run("probes", "--kernel", str(p)), "machine EM_PPC64",
+                          "EM_AARCH64 (arm64), EM_RISCV (riscv), EM_X86_64 (amd64) images only")
 
 
 def _on_a_terminal(tmp_path, cmd: str, ci: bool) -> str:
