@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from generator import isa as isa_registry
-from generator.bench.analysis import Run, _count_objdump, _count_ours, _timed, text_bytes
+from generator.bench.analysis import Run, _count_objdump, _count_ours, _run, text_bytes
 from generator.common.errors import UserError
 from generator.common.files import write_all
 from generator.common.paths import BENCH_RESULTS, REPO
@@ -64,13 +64,9 @@ def bench_analysis_arch(arch: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
         for name, cmd in (("ours", base + ["--summary"]), ("ours_full", base)):
-            secs, rss = _timed(cmd, Path(tmp, f"{name}.jsonl"))
-            n = _count_ours(Path(tmp, f"{name}.jsonl"))
-            runs[name] = Run("python " + " ".join(cmd[1:]), secs, n, n / secs, rss)
+            runs[name] = _run(name, cmd, Path(tmp, f"{name}.jsonl"), _count_ours)
         od = [objdump, "-d", "--no-show-raw-insn", path]
-        secs, rss = _timed(od, Path(tmp, "objdump.txt"))
-        n = _count_objdump(Path(tmp, "objdump.txt"))
-        runs["objdump"] = Run(" ".join(od), secs, n, n / secs, rss)
+        runs["objdump"] = _run("objdump", od, Path(tmp, "objdump.txt"), _count_objdump)
     return {
         "image": path, "image_sha256": img.sha256(), "text_mib": round(text_bytes(img) / 2**20, 2),
         "functions": len(img.functions()), "runs": {k: asdict(v) for k, v in runs.items()},
@@ -149,10 +145,10 @@ def _write(out_dir: Path, result: dict) -> None:
         md += [f"## {arch}", "",
                f"Analysis of `{a['image']}` ({a['text_mib']} MiB of text, {a['functions']} functions); "
                "no accelerator on this ISA, every instruction goes through capstone:", "",
-               "| run | seconds | instructions | insns/s | peak RSS (MiB) |", "|---|---|---|---|---|"]
+               "| run | seconds | CPU seconds | instructions | insns/s | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
         for k in ("ours", "ours_full", "objdump"):
             x = a["runs"][k]
-            md.append(f"| `{x['command']}` | {x['seconds']:.2f} | {x['instructions']} | "
+            md.append(f"| `{x['command']}` | {x['seconds']:.2f} | {x['cpu_seconds']:.2f} | {x['instructions']} | "
                       f"{x['insns_per_second']:,.0f} | {x['peak_rss_mib']:.0f} |")
         md += ["", f"Ours over objdump (instructions per second): summary {a['ratio_ours_over_objdump']}, "
                f"full JSON {a['ratio_full_over_objdump']}.", "",
