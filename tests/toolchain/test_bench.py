@@ -1,0 +1,41 @@
+"""The benchmark's own measuring, on small inputs (the figures themselves are `invoke bench`'s job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from generator.bench import analysis, arch
+from helpers import cross
+
+
+def test_timed_reports_the_childs_own_peak_not_the_parents(tmp_path: Path) -> None:
+    """With this process at 300 MiB, a child that does nothing must not be reported near that."""
+    if not Path(analysis.GNU_TIME).exists():
+        pytest.skip(f"{analysis.GNU_TIME} not installed (apt-get install time): it measures each run's peak RSS")
+    ballast = bytearray(300 * 2**20)
+    for i in range(0, len(ballast), 4096):
+        ballast[i] = 1
+    secs, cpu, rss = analysis._timed(["true"], tmp_path / "out")
+    assert rss < 50, rss
+    assert secs >= 0 and cpu >= 0
+    del ballast
+
+
+def test_timed_names_a_failing_command(tmp_path: Path) -> None:
+    with pytest.raises(analysis.UserError, match="false failed"):
+        analysis._timed(["false"], tmp_path / "out")
+
+
+@pytest.mark.parametrize("name", ["arm64", "riscv"])
+def test_arch_analysis_bench_runs(name: str, monkeypatch) -> None:
+    """The arch benchmark's analysis step on a small module: both of our runs and the cross objdump counted."""
+    cross.require_cross(name, "the arch benchmark compares with the cross objdump")
+    ko = cross.freebsd_module(name)["ko"]
+    monkeypatch.setattr(arch, "largest_image", lambda _arch: str(ko))
+    res = arch.bench_analysis_arch(name)
+    runs = res["runs"]
+    assert runs["ours"]["instructions"] == runs["ours_full"]["instructions"] > 400
+    assert runs["objdump"]["instructions"] > 400 and runs["objdump"]["cpu_seconds"] >= 0
+    assert res["ratio_ours_over_objdump"] > 0 and res["ratio_full_over_objdump"] > 0
