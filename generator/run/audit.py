@@ -20,6 +20,8 @@ from typing import Dict, List, Optional, Tuple
 LIB_NAME = "libkinst_harness.so"
 ENV_OUT = "KINST_HARNESS_OUT"
 ENV_MODE = "KINST_HARNESS_MODE"
+ENV_PAD = "KINST_HARNESS_PAD"  # fills a run's environment to the size of another's (``padded_like``)
+PAD_ROOM = 64  # the padding a probed run under qemu-user carries, so that a counting run can match it
 
 
 def audit_env(
@@ -32,6 +34,28 @@ def audit_env(
     env[ENV_OUT] = str(out_prefix)
     env[ENV_MODE] = mode
     return env
+
+
+def env_bytes(env: Dict[str, str]) -> int:
+    """The bytes the environment's ``NAME=value`` strings take on a new process's stack."""
+    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
+
+
+def padded_like(env: Dict[str, str], like: Dict[str, str]) -> Dict[str, str]:
+    """``env`` with ``ENV_PAD`` sized so that its strings take exactly the bytes ``like``'s do.
+
+    qemu-user, as the kernel, puts the argument and environment strings at the
+    top of the stack, so their total size decides where everything below them
+    is; and programs do depend on addresses (Lua caches C strings by address:
+    with its arguments 4 bytes lower, ``luaS_new`` misses the cache and interns
+    again).  Two runs whose instruction counts are compared must therefore
+    start with the same layout, which equal sizes give."""
+    out = {k: v for k, v in env.items() if k != ENV_PAD}
+    room = env_bytes(like) - env_bytes(out) - len(ENV_PAD) - 2
+    if room < 0:
+        raise ValueError(f"the environment is {-room} bytes larger than the run it must match")
+    out[ENV_PAD] = "x" * room
+    return out
 
 
 @dataclass

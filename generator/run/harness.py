@@ -45,7 +45,7 @@ from generator.image.elf import KernelImage
 from generator.providers import kinst
 from generator.render import Input, render_tree
 from generator.run import callgrind, qemu
-from generator.run.audit import LIB_NAME, Dump, audit_env, read_dumps, read_hits
+from generator.run.audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
 from generator.run.process import DEFAULT_TIMEOUT, Run, run_command
 
 BUILD_DIR = BUILD / "harness"
@@ -365,14 +365,17 @@ def run_harness(
     with tempfile.TemporaryDirectory(prefix="kinst-harness-") as tmp:
         prefix = Path(tmp) / "hits"
         plain = run_command(emulator, dict(os.environ), timeout)
-        probed = run_command(emulator, audit_env(b.lib, prefix, "probe"), timeout)
+        probed_env = audit_env(b.lib, prefix, "probe")
+        if quirks.qemu:  # room for QEMU's counting runs to take the same stack layout (audit.padded_like)
+            probed_env[ENV_PAD] = "x" * PAD_ROOM
+        probed = run_command(emulator, probed_env, timeout)
         dumps = [d for d in read_dumps(prefix) if d.mode == "probe"]
         hits, problems = read_hits(prefix, len(b.probes))
         res = _result(b, elf, command, plain, probed, dumps, hits, problems)
         if verify and not res.processes:
             res.verify = _not_compared(len(b.probes), f"{elf} was never mapped, so there is nothing to count")
         elif verify and quirks.qemu:
-            res.verify = qemu.compare(b, command, res.hits, Path(tmp), timeout)
+            res.verify = qemu.compare(b, command, res.hits, Path(tmp), timeout, probed_env)
         elif verify:
             res.verify = callgrind.compare(b, command, res.hits, Path(tmp), timeout)
     return res

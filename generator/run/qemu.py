@@ -25,6 +25,11 @@ the same way each time, and a different layout stops the comparison
 instead of mis-attributing counts.  A conditional branch's log line is
 followed by the next instruction executed in the target, its fall-through
 or its target: that says which way it went.
+
+The counting runs must execute what the probed run did, and programs depend
+on addresses (Lua's string cache is keyed by the address of a C string), so
+each gets an environment of exactly the probed run's size: the stack, argv
+and everything below them then lie where they lay (``audit.padded_like``).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from generator import isa as isa_registry
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
 from generator.isa.contract import OracleQuirks
-from generator.run.audit import audit_env, read_dumps
+from generator.run.audit import audit_env, padded_like, read_dumps
 from generator.run.process import run_command
 
 _PACKAGE = "qemu-user-static"
@@ -90,12 +95,16 @@ def _bias(prefix: Path) -> Tuple[Optional[int], List[str]]:
     return biases[0], []
 
 
-def count(build, command: Sequence[str], workdir: Path, timeout: float) -> Tuple[Counter, List[int], int, List[str]]:
-    """QEMU's executions per link-time address of the target's text, the PCs in order, the bias, and errors."""
+def count(build, command: Sequence[str], workdir: Path, timeout: float,
+          like: Dict[str, str]) -> Tuple[Counter, List[int], int, List[str]]:
+    """QEMU's executions per link-time address of the target's text, the PCs in order, the bias, and errors.
+
+    Both runs get an environment of exactly the size of ``like``, the probed
+    run's (``audit.padded_like`` says why)."""
     quirks = isa_registry.by_name(build.plan.arch).oracle
     qemu = emulator(quirks)
     first = workdir / "locate1"
-    run_command(wrap(quirks, command), audit_env(build.lib, first, "locate"), timeout)
+    run_command(wrap(quirks, command), padded_like(audit_env(build.lib, first, "locate"), like), timeout)
     bias, errors = _bias(first)
     if bias is None:
         return Counter(), [], 0, errors
@@ -104,7 +113,7 @@ def count(build, command: Sequence[str], workdir: Path, timeout: float) -> Tuple
     second = workdir / "locate2"
     flags = [one_insn_flag(qemu), "-d", "exec,nochain", "-dfilter", ",".join(f"{a:#x}+{m:#x}" for a, m in text),
              "-D", str(log)]
-    run_command(wrap(quirks, command, flags), audit_env(build.lib, second, "locate"), timeout)
+    run_command(wrap(quirks, command, flags), padded_like(audit_env(build.lib, second, "locate"), like), timeout)
     again, errors = _bias(second)
     if errors or again != bias:
         return Counter(), [], bias, errors or [f"the target moved from {bias:#x} to {again:#x} between the QEMU runs"]
@@ -113,11 +122,12 @@ def count(build, command: Sequence[str], workdir: Path, timeout: float) -> Tuple
     return Counter(pcs), pcs, bias, []
 
 
-def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeout: float) -> dict:
+def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeout: float,
+            probed_env: Dict[str, str]) -> dict:
     """Count with QEMU, compare with ``hits`` entry by entry; the shape ``callgrind.compare`` gives."""
     t0 = time.perf_counter()
     quirks = isa_registry.by_name(build.plan.arch).oracle
-    counts, pcs, bias, errors = count(build, command, workdir, timeout)
+    counts, pcs, bias, errors = count(build, command, workdir, timeout, probed_env)
     if not errors and not pcs:
         errors.append(f"QEMU's log shows no instruction of {build.elf} executed")
     mismatches, per_entry = [], []

@@ -16,12 +16,14 @@ count comparison able to fail.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from generator import isa as isa_registry
 from generator.run import harness, qemu
+from generator.run.audit import ENV_PAD, PAD_ROOM, audit_env, padded_like
 from helpers import cross
 from helpers.paths import HARNESS_FIXTURES
 
@@ -116,5 +118,32 @@ def test_the_count_comparison_can_fail(kfix_run, kfix, tmp_path):
     hits = list(res.hits)
     i = next(k for k, n in enumerate(hits) if n)
     hits[i] += 1
-    v = qemu.compare(b, [str(kfix["linked"]), "60"], hits, tmp_path, 300)
+    like = {**audit_env(b.lib, tmp_path / "hits", "probe"), ENV_PAD: "x" * PAD_ROOM}
+    v = qemu.compare(b, [str(kfix["linked"]), "60"], hits, tmp_path, 300, like)
     assert not v["equal"] and [m["probe"] for m in v["mismatches"]] == [b.probe_name(i)]
+
+
+ADDRESSES_C = r"""
+#include <stdio.h>
+int main(int argc, char **argv) { int local; printf("%p %p\n", (void *)argv[argc - 1], (void *)&local); return 0; }
+"""
+
+
+def test_the_counting_run_starts_with_the_probed_runs_stack_layout(arch, tmp_path):
+    """qemu-user lays out the stack below the environment's strings: a counting run whose environment differs
+    in size from the probed run's sees its arguments elsewhere (Lua then takes other paths), padded it does not."""
+    src, prog = tmp_path / "addresses.c", tmp_path / "addresses"
+    src.write_text(ADDRESSES_C)
+    subprocess.run([arch.gcc, "-O1", "-o", str(prog), str(src)], check=True)
+    lib = tmp_path / "libkinst_harness.so"
+    probed = {**audit_env(lib, tmp_path / "hits", "probe"), ENV_PAD: "x" * PAD_ROOM}
+    counting = audit_env(lib, tmp_path / "locate1", "locate")
+
+    def addresses(env) -> bytes:
+        env = {k: v for k, v in env.items() if k not in ("LD_AUDIT", "LD_PRELOAD")}  # the program alone
+        res = cross.run_under_qemu(arch, [str(prog), "arg"], env)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    assert addresses(padded_like(counting, probed)) == addresses(probed)
+    assert addresses(counting) != addresses(probed)
