@@ -50,9 +50,10 @@ def kern_mk(arch: str) -> list:
 # What kinst.h declares: kinst.c defines the first, the ISA part the rest.
 MI_DEFINES = {"kinst_probe_at", "kinst_sx", "M_KINST"}
 ISA_DEFINES = {"kinst_invop", "kinst_isa_peek", "kinst_isa_unpatch", "kinst_isa_arm", "kinst_isa_disarm",
-               "kinst_tramp_prepare", "kinst_tramp_take", "kinst_tramp_release", "kinst_tramp_fini"}
+               "kinst_tramp_prepare", "kinst_tramp_take", "kinst_tramp_release", "kinst_tramp_quiesce",
+               "kinst_tramp_fini"}
 # What the linked module may still need, and nothing else: the kernel's functions and data (malloc(9),
-# mutex(9), sx(9) and their SYSINITs, the kernel linker, make_dev(9), EVENTHANDLER(9), the
+# mutex(9), sx(9) and their SYSINITs, the kernel linker, make_dev(9), EVENTHANDLER(9), pause(9), the
 # stack protector kern.mk turns on, the pcpu linker set), DTrace's and the OpenSolaris module's, and the
 # ISA's own kernel functions.  Weak references (the module's own linker sets) are not counted.
 KERNEL = {
@@ -61,7 +62,7 @@ KERNEL = {
     "_sx_xlock", "_sx_xunlock", "_sx_slock", "_sx_sunlock", "sx_sysinit", "sx_destroy", "module_register_init",
     "linker_file_function_listall", "linker_file_foreach", "linker_kernel_file", "kernel_sysctlbyname",
     "make_dev", "destroy_dev", "eventhandler_register", "eventhandler_deregister", "eventhandler_find_list",
-    "kmem_malloc", "kmem_free", "__stack_chk_guard", "__stack_chk_fail",
+    "pause_sbt", "hz", "tick_sbt", "kmem_malloc", "kmem_free", "__stack_chk_guard", "__stack_chk_fail",
     "__start_set_pcpu", "__stop_set_pcpu",
 }
 DTRACE = {"dtrace_register", "dtrace_unregister", "dtrace_condense", "dtrace_probe_create", "dtrace_probe",

@@ -933,7 +933,8 @@ fail:
 
 /*
  * Runs after MOD_UNLOAD has unregistered the provider, which destroyed every
- * probe (or after a failed load), with kld_sx dropped.  What becomes of the trampoline pages is the ISA's:
+ * probe, and found no thread inside a trampoline (or after a failed load),
+ * with kld_sx dropped.  What becomes of the trampoline pages is the ISA's:
  * see kinst_tramp_fini().
  */
 static void
@@ -976,7 +977,12 @@ kinst_unload(void *dummy __unused)
 /*
  * Unload fails with EBUSY while DTrace will not let the provider go (a
  * consumer has /dev/dtrace/dtrace open, or probes are enabled); stock kinst
- * ignores dtrace_unregister()'s answer.
+ * ignores dtrace_unregister()'s answer.  It also fails with EBUSY, after the
+ * provider is gone, while the ISA part cannot show that no thread is inside
+ * a trampoline (kinst_tramp_quiesce(): arm64 and riscv, whose trampolines
+ * end in a breakpoint only this module's handler answers).  The module then
+ * stays loaded with its breakpoint handler and trampolines, and without a
+ * provider; a later kldunload asks again and never unregisters twice.
  */
 static int
 kinst_modevent(module_t mod __unused, int type, void *data __unused)
@@ -987,14 +993,24 @@ kinst_modevent(module_t mod __unused, int type, void *data __unused)
 	case MOD_LOAD:
 		return (kinst_load_error);
 	case MOD_UNLOAD:
-		if (!kinst_registered)
-			return (0);
 		sx_xlock(&kinst_dev_sx);
-		error = dtrace_unregister(kinst_id);
-		if (error == 0)
+		if (kinst_registered) {
+			error = dtrace_unregister(kinst_id);
+			if (error != 0) {
+				sx_xunlock(&kinst_dev_sx);
+				return (EBUSY);
+			}
 			kinst_registered = false;
+		}
 		sx_xunlock(&kinst_dev_sx);
-		return (error != 0 ? EBUSY : 0);
+		if (!kinst_tramp_quiesce()) {
+			printf("kinst: not unloading: a thread is still inside "
+			    "a trampoline, or left one through an exception; "
+			    "the breakpoint handler and the trampolines stay "
+			    "(kldunload again later)\n");
+			return (EBUSY);
+		}
+		return (0);
 	case MOD_QUIESCE:
 	case MOD_SHUTDOWN:
 		return (0);

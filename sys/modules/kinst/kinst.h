@@ -26,8 +26,10 @@
  *   when a function's bytes are checked against the table:
  *     kinst_isa_unpatch(kp, copy) puts the original back in a copy.
  *
- * At unload, after dtrace_unregister() has destroyed every probe and the
- * breakpoint handler is removed, kinst_tramp_fini().
+ * At unload, after dtrace_unregister() has destroyed every probe,
+ * kinst_tramp_quiesce() says whether a thread may still be inside a
+ * trampoline (see the ISA part); only when none is does the unload go on
+ * to dtrace_invop_remove() and kinst_tramp_fini().
  */
 
 #ifndef _KINST_H_
@@ -100,6 +102,8 @@ struct kinst_probe	*kinst_probe_at(uintptr_t);
  * kinst_isa_disarm(): false, and nothing written, when the patch point does
  * not hold what they expect (kp_savedval, kp's breakpoint).
  * kinst_tramp_take(): NULL, or why the probe cannot be enabled.
+ * kinst_tramp_quiesce(): true when no thread can be inside a trampoline;
+ * may sleep a bounded time.
  */
 int		kinst_invop(uintptr_t, struct trapframe *, uintptr_t);
 kinst_patchval_t kinst_isa_peek(const struct kinst_probe *,
@@ -110,6 +114,7 @@ bool		kinst_isa_disarm(struct kinst_probe *);
 int		kinst_tramp_prepare(struct kinst_probe *);
 const char	*kinst_tramp_take(struct kinst_probe *);
 void		kinst_tramp_release(struct kinst_probe *);
+bool		kinst_tramp_quiesce(void);
 void		kinst_tramp_fini(void);
 
 #endif /* !_KINST_H_ */

@@ -36,6 +36,10 @@
  * quiescence point proves that none is left.  Unmapping would make such a
  * thread fault when it resumes, so the pages stay mapped (and their contents
  * valid) after kldunload: one 4 KiB page per 128 trampolines per load.
+ * Nor does unload wait for such threads (kinst_tramp_quiesce()): a
+ * trampoline here ends in a jmp back to the instruction after the patch
+ * point, not in a breakpoint only this module answers, so a thread still in
+ * one after the breakpoint handler is gone finishes it unaided.
  *
  * Trampoline pages are mapped above KERNBASE, in the kernel's top 2 GiB like
  * the kernel text and every module (sys/cddl/dev/kinst/trampoline.c does the
@@ -274,6 +278,17 @@ kinst_tramp_release(struct kinst_probe *kp)
 	kinst_tslot_reserved--;
 	kp->kp_reserved = false;
 	mtx_unlock(&kinst_tramp_mtx);
+}
+
+/*
+ * Unload, after every probe is disarmed and destroyed: nothing to wait for
+ * (see the comment at the top).
+ */
+bool
+kinst_tramp_quiesce(void)
+{
+
+	return (true);
 }
 
 /*

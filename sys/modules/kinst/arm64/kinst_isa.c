@@ -26,10 +26,27 @@
  * and x30 lives in tf_lr, not tf_x[] (stock kinst indexes tf_x[30]).
  *
  * A slot is filled once, when its probe is made (kinst_tramp_prepare()),
- * for one instruction at one address, and is reused only for that pair;
- * slot pages are freed only by kinst_tramp_fini() at unload, after
- * dtrace_invop_remove() and dtrace_sync(), so a thread inside a trampoline
- * never finds it changed.
+ * for one instruction at one address, and is reused only for that pair, so
+ * a thread inside a trampoline never finds it changed.
+ *
+ * Unload.  A thread inside a trampoline needs two things that go at unload:
+ * the page, and this module's breakpoint handler to answer the
+ * trampoline's brk (without it the brk is an unhandled kernel breakpoint, a
+ * panic).  So kinst_tramp_inflight counts the threads sent into a
+ * trampoline (kinst_invop() adds one when it redirects to a trampoline and
+ * takes one off when a trampoline's brk sends a thread back), and
+ * kinst_tramp_quiesce(), called at MOD_UNLOAD after dtrace_unregister()
+ * has disarmed and destroyed every probe and after a dtrace_sync() (no CPU
+ * is still in kinst_invop() about to send one in), waits a bounded time
+ * for the count to reach zero.  Only then does the unload remove the
+ * handler and kinst_tramp_fini() free the pages; otherwise it is refused
+ * with EBUSY, everything kept, and may be asked again.  The count is
+ * conservative, not exact: a thread that leaves a trampoline other than
+ * through its brk -- an exception whose handler does not return to the
+ * trampoline, such as a fault on a trampolined load recovered through
+ * pcb_onfault to the copyin(9)-style caller's error path -- never takes its
+ * one off, and from then on every unload of this module is refused until
+ * reboot.  That leaks the module, never a page a thread may still run.
  */
 
 #include <sys/param.h>
@@ -60,6 +77,7 @@
 #define	KINST_ISA_NOP	0xd503201f	/* NOP_INSTR: ELR += 4 follows */
 #define	KINST_SLOTS	(PAGE_SIZE / KINST_TRAMP_SIZE)
 #define	KINST_SLOTHASH	1024
+#define	KINST_QUIESCE_TRIES	20	/* of 1/10 s each */
 
 /* A page of trampolines, and where each slot's thread resumes. */
 struct kinst_tpage {
@@ -79,6 +97,7 @@ struct kinst_tslot {
 
 static struct kinst_tpage *volatile kinst_tpages;
 static struct kinst_tslot *kinst_tslots[KINST_SLOTHASH];
+static volatile u_int kinst_tramp_inflight;	/* see the top comment */
 
 /*
  * The trampoline for 'md' at 'patchpoint': the pair's slot if it has one,
@@ -261,7 +280,32 @@ kinst_tramp_release(struct kinst_probe *kp __unused)
 {
 }
 
-/* Unload, after dtrace_invop_remove() and dtrace_sync(). */
+/*
+ * MOD_UNLOAD, after dtrace_unregister() (every probe disarmed and
+ * destroyed): true once no thread is inside a trampoline, false if one
+ * still is after KINST_QUIESCE_TRIES tenths of a second (see the top
+ * comment).  Sleeps.
+ */
+bool
+kinst_tramp_quiesce(void)
+{
+	int i;
+
+	/* No CPU is still in kinst_invop() about to send a thread in. */
+	dtrace_sync();
+	for (i = 0; atomic_load_acq_int(&kinst_tramp_inflight) != 0; i++) {
+		if (i == KINST_QUIESCE_TRIES)
+			return (false);
+		pause("kinstq", MAX(hz / 10, 1));
+	}
+	return (true);
+}
+
+/*
+ * Unload, after kinst_tramp_quiesce() and dtrace_invop_remove(): the pages
+ * and the slots go.  MOD_UNLOAD refuses the unload while the count is not
+ * zero, and a failed load armed nothing.
+ */
 void
 kinst_tramp_fini(void)
 {
@@ -270,6 +314,9 @@ kinst_tramp_fini(void)
 	u_int i;
 
 	sx_assert(&kinst_sx, SA_XLOCKED);
+	KASSERT(kinst_tramp_inflight == 0,
+	    ("kinst: %u threads in trampolines at unload",
+	    kinst_tramp_inflight));
 	while ((tp = kinst_tpages) != NULL) {
 		kinst_tpages = tp->tp_next;
 		kmem_free(tp->tp_page, PAGE_SIZE);
@@ -304,6 +351,7 @@ kinst_invop(uintptr_t addr, struct trapframe *frame,
 
 	resume = kinst_tramp_resume(addr);
 	if (resume != 0) {
+		atomic_subtract_int(&kinst_tramp_inflight, 1);
 		frame->tf_elr = resume - KINST_INSN_SIZE;
 		return (KINST_ISA_NOP);
 	}
@@ -341,6 +389,7 @@ kinst_invop(uintptr_t addr, struct trapframe *frame,
 			return (KINST_ISA_NOP);
 		}
 	} else if (kp->kp_tramp != NULL) {
+		atomic_add_int(&kinst_tramp_inflight, 1);
 		frame->tf_elr = (uintptr_t)kp->kp_tramp - KINST_INSN_SIZE;
 		return (KINST_ISA_NOP);
 	}
