@@ -224,7 +224,9 @@ kinst_isa_bp(const struct kinst_probe *kp)
  * kinst_patch_tracepoint(): write 'val' over kp's instruction if it still
  * is 'expect', then fence.i.  One 32-bit store where the patch point is
  * 4-byte aligned; two 16-bit stores where it is not (a 4-byte instruction
- * after a compressed one).  false if the instruction was something else
+ * after a compressed one), which another hart fetching in between could
+ * see half done (docs/refusals.md 6.5).  false if the instruction was
+ * something else
  * and was left.  Every DTrace provider patches from its enable and disable
  * callbacks, under dtrace_lock, as ours do, so no other provider writes
  * between the compare and the write.
