@@ -12,14 +12,23 @@ the architecture's files over the generic ones.
 Zig deletes the ``__FreeBSD_version`` define from sys/param.h (its compiler
 defines the macro); it is put back with 14.3's value.
 
-The kinstkit glue for arm64 and riscv needs no DTrace header: the DTrace
-calls are the machine-independent glue's (kinst_isa.h).  A wheel that
-cannot be downloaded skips the caller, naming it.
+``sys_tree(arch)`` makes of that include tree what a kernel module build
+sees as ``$SYSDIR``, the way ``helpers.freebsd_headers`` does for amd64: the
+kernel's directories (``sys/``, ``vm/``, ... linked, not copied) and the
+same stand-ins, each marked as one, for what FreeBSD does not install (the
+CDDL ``sys/dtrace.h``, the OpenSolaris compatibility headers, OpenZFS's
+``ccompile.h``); ``prepare_objdir()`` gives the object directory kmod.mk
+would (the ``machine`` link, an empty ``opt_global.h``), so that
+``helpers.kmod.kmod_cflags`` gives bsd.kmod.mk's compile line for the whole
+module, kinst.c included.  A wheel that cannot be downloaded skips the
+caller, naming it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -93,3 +102,57 @@ def include_tree(arch: str) -> Path:
             if tmp.exists():
                 shutil.rmtree(tmp)
     return root
+
+
+def _standin_key() -> str:
+    """The stand-ins' contents, so that a changed stand-in makes a new tree."""
+    from helpers.freebsd_headers import STANDINS
+    from helpers.paths import KO_STANDIN
+
+    h = hashlib.sha256(b"arch-sys-1")
+    for rel in STANDINS:
+        h.update(rel.encode() + b"\0" + (KO_STANDIN / rel).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def sys_tree(arch: str) -> Path:
+    """FreeBSD 14.3's headers for ``arch`` as a kernel ``sys/`` tree with the amd64 tree's stand-ins."""
+    from helpers.freebsd_headers import EMPTY_DIRS, KERNEL_DIRS, STANDINS
+    from helpers.paths import KO_STANDIN
+
+    include = include_tree(arch)
+    root = HEADER_CACHE / f"14.3-{arch}-sys-{_standin_key()}"
+    with open(HEADER_CACHE / f".14.3-{arch}-sys.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / ".complete").exists():
+            return root / "sys"
+        tmp = Path(tempfile.mkdtemp(dir=HEADER_CACHE, prefix=f".{arch}-sys-"))
+        try:
+            sysdir = tmp / "sys"
+            sysdir.mkdir()
+            for d in KERNEL_DIRS:
+                if (include / d).is_dir():
+                    (sysdir / d).symlink_to(include / d)
+            for standin in STANDINS:
+                dest = sysdir / standin
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(KO_STANDIN / standin, dest)
+            for d in EMPTY_DIRS:
+                (sysdir / d).mkdir(parents=True, exist_ok=True)
+            for old in HEADER_CACHE.glob(f"14.3-{arch}-sys-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            os.rename(tmp, root)
+            (root / ".complete").touch()
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+    return root / "sys"
+
+
+def prepare_objdir(arch: str, objdir: Path) -> None:
+    """The object directory as kmod.mk fills it for ``arch``: the ``machine`` link to the ISA's headers
+    and an empty opt_global.h (no KERNBUILDDIR)."""
+    objdir.mkdir(parents=True, exist_ok=True)
+    if not (objdir / "machine").exists():
+        (objdir / "machine").symlink_to(include_tree(arch) / "machine")
+    (objdir / "opt_global.h").write_text("")

@@ -427,6 +427,19 @@ def test_glue_refuses_another_kernel(modules: Dict[str, Path], sample_kernel: Pa
                                 f"{'0' * 40}: not loading"]
 
 
+def test_glue_refuses_unload_while_a_thread_may_be_in_a_trampoline(modules: Dict[str, Path], sample_kernel: Path,
+                                                                    tmp_path: Path) -> None:
+    """The ISA part (arm64's, riscv's kinst_tramp_quiesce(), stood in for by glue_world) says a thread may
+    still be inside a trampoline: kldunload is EBUSY with one line each time, safe to repeat (the provider
+    is unregistered once), and goes through once none is."""
+    out = run_world(modules["single"], tmp_path, "unload-busy", live_image(sample_kernel), build_id(sample_kernel))
+    line = ("kinst: not unloading: a thread is still inside a trampoline, or left one through an exception; the "
+            "breakpoint handler and the trampolines stay (kldunload again later)")
+    assert between(out.splitlines(), "world: unload with a thread in a trampoline", "world: the thread left") == \
+        [line, line]
+    assert kinst_lines(out).count(line) == 2
+
+
 def test_glue_skips_a_function_whose_bytes_differ(modules: Dict[str, Path], sample_kernel: Path,
                                                    tmp_path: Path) -> None:
     """One byte of vm_fault changed in the live image: no probes there, one line naming it; every other

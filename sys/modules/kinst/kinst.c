@@ -12,8 +12,10 @@
  * core (kinst_funcs.c, <arch>/kinst_core.c) reads the table, checks a
  * function's bytes against it and derives each probe's metadata from the
  * live instruction.  The breakpoint handler, the patching of the breakpoint
- * byte and the trampolines are in <arch>/kinst_isa.c.  Design notes and the
- * differences from stock kinst: docs/kinst-module.md.
+ * and the trampolines are in <arch>/kinst_isa.c (amd64, arm64, riscv),
+ * behind the interface kinst.h declares; nothing here knows the ISA but
+ * through it.  Design notes and the differences from stock kinst:
+ * docs/kinst-module.md.
  *
  * Probe lifecycle.  A probe is kinst:<module>:<function>:<offset>, <module>
  * being the linker file's name ("kernel", or "foo.ko") as in stock kinst.
@@ -30,9 +32,11 @@
  * probe is made once per patch address: an address that already has a probe
  * DTrace has not destroyed gets none.
  *
- * Enabling takes the probe's trampoline (reserved when it was made) and
- * writes int3 over the first byte if that byte is still the original;
- * disabling puts the original back if the byte is still our int3.
+ * Enabling takes the probe's trampoline (reserved or filled when it was
+ * made) and writes the ISA's breakpoint (amd64 int3 over the first byte,
+ * arm64 brk over the word, riscv ebreak or c.ebreak over the instruction)
+ * if what is there is still the original; disabling puts the original back
+ * if what is there is still our breakpoint.
  * Destroying unlinks the probe from kinst_probetab; it is freed after the
  * next dtrace_sync() (kinst_reap()), since the breakpoint handler may still
  * be walking a chain through it.
@@ -55,7 +59,8 @@
  *   dtrace_provider_lock).
  * - kinst_hash_mtx, a leaf mutex, serialises the writers of kinst_probetab
  *   (creation inserts, destroy unlinks), the graveyard, and kp_gone with the
- *   nenabled count.  kinst_tramp_mtx (kinst_isa.c) is taken inside it.
+ *   nenabled count.  kinst_tramp_mtx (amd64/kinst_isa.c) is taken inside
+ *   it.
  * - kinst_dev_sx keeps the device's users (the kernel-table ioctl and close,
  *   both outside kld_sx) away from the unload handler's dtrace_unregister().
  * - The breakpoint handler takes no lock: probes are published with release
@@ -85,7 +90,12 @@
 #include "kinst_target.h"
 #include "kinst.h"
 
-#define	KINST_AFRAMES		3	/* trap, dtrace_invop, kinst_invop */
+/*
+ * Artificial frames above the probe site, 3 as in stock kinst's
+ * machine-independent kinst.c, for every ISA: the trap handler's
+ * dtrace_invop_start() (or its caller), dtrace_invop() and kinst_invop().
+ */
+#define	KINST_AFRAMES		3
 
 /* kinst_fstate[], one byte per table function */
 #define	KINST_FS_FOUND		0x01	/* at its table address + bias */
@@ -428,10 +438,11 @@ kinst_resolve_locked(linker_file_t lf)
 /*
  * Make the probes of table function 'f' (one copy of its name) at offset
  * 'off', every instruction when -1.  Its live bytes must have the table's
- * digest, with the original byte put back under each breakpoint of ours;
- * each probe's kinst_md is derived from those verified bytes, never from the
- * live ones again (another CPU may arm a probe meanwhile).  0, EINVAL for an
- * explicit offset the table refuses or cannot describe, ENOMEM.
+ * digest, with the original put back under each breakpoint of ours; each
+ * probe's kinst_md and kp_savedval are taken from those verified bytes,
+ * never from the live ones again (another CPU may arm a probe meanwhile).
+ * 0, EINVAL for an explicit offset the table refuses or cannot describe,
+ * ENOMEM.
  */
 static int
 kinst_make_func(u_int f, const struct kinst_func *kf, int off)
@@ -463,12 +474,11 @@ kinst_make_func(u_int f, const struct kinst_func *kf, int off)
 	kinst_bytecopy(live, base, kf->kf_size);
 	kinst_core_walk(&kinst_table, kf, &kw);
 	while (kinst_core_next(&kw, &ki) > 0) {
-		if (ki.ki_kind == KINST_R_REFUSED ||
-		    live[ki.ki_off] != KINST_PATCHVAL)
+		if (ki.ki_kind == KINST_R_REFUSED)
 			continue;
 		kp = kinst_probe_live((uintptr_t)(base + ki.ki_off));
 		if (kp != NULL && kp->kp_state != KINST_S_IDLE)
-			live[ki.ki_off] = kp->kp_savedval;
+			kinst_isa_unpatch(kp, live + ki.ki_off);
 	}
 	kinst_bytecopy(copy, live, kf->kf_size);
 	if ((rv = kinst_core_digest_ok(&kinst_table, kf, copy)) != 0) {
@@ -511,7 +521,7 @@ kinst_make_func(u_int f, const struct kinst_func *kf, int off)
 		kp->kp_func = kf->kf_name;
 		kp->kp_off = ki.ki_off;
 		kp->kp_md = md;
-		kp->kp_savedval = live[ki.ki_off];
+		kp->kp_savedval = kinst_isa_peek(kp, live + ki.ki_off);
 		kp->kp_state = KINST_S_IDLE;
 		if ((rv = kinst_tramp_prepare(kp)) != 0) {
 			printf("kinst: no probe %s:%u: no memory for its "
@@ -652,24 +662,21 @@ kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 {
 	struct kinst_probe *kp;
 	const char *why;
-	uint8_t live;
+	kinst_patchval_t live;
 
 	kp = parg;
 	kp->kp_id = id;
 	if (kp->kp_counted)
 		return;
 	why = NULL;
-	live = *kp->kp_patchpoint;
+	live = kinst_isa_peek(kp, kp->kp_patchpoint);
 	mtx_lock(&kinst_hash_mtx);
 	if (kp->kp_gone)
 		why = "its linker file is being unloaded";
 	else if (live != kp->kp_savedval)
-		why = "the byte there is not the original one (another "
-		    "provider's breakpoint?)";
-	else if (kinst_tramp_take(kp) != 0)
-		why = "its trampoline cannot reach the instruction's target "
-		    "(beyond +-2 GiB)";
-	else {
+		why = "the " KINST_SITE_UNIT " there is not the original one "
+		    "(another provider's breakpoint?)";
+	else if ((why = kinst_tramp_take(kp)) == NULL) {
 		kp->kp_counted = true;
 		kp->kp_lf->nenabled++;
 	}
@@ -677,22 +684,23 @@ kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 	if (why != NULL) {
 		if ((kp->kp_warned & KINST_W_ENABLE) == 0) {
 			kp->kp_warned |= KINST_W_ENABLE;
-			printf("kinst: not enabling %s:%s:%u: %s (byte %#x, "
-			    "original %#x)\n", kinst_modname, kp->kp_func,
-			    kp->kp_off, why, live, kp->kp_savedval);
+			printf("kinst: not enabling %s:%s:%u: %s ("
+			    KINST_SITE_UNIT " %#x, original %#x)\n",
+			    kinst_modname, kp->kp_func, kp->kp_off, why,
+			    (u_int)live, (u_int)kp->kp_savedval);
 		}
 		return;
 	}
-	/* Ours before the int3 can fire; the byte only over the original. */
+	/* Ours before its breakpoint fires; written only over the original. */
 	atomic_store_rel_int(&kp->kp_state, KINST_S_ARMED);
-	if (!kinst_patch(kp->kp_patchpoint, kp->kp_savedval, KINST_PATCHVAL))
+	if (!kinst_isa_arm(kp))
 		atomic_store_rel_int(&kp->kp_state, KINST_S_DISARMED);
 }
 
 /*
- * Put the original byte back, but only over our own breakpoint: if another
+ * Put the original back, but only over our own breakpoint: if another
  * patcher (fbt at a function's entry, a hot-patched SDT site) has rewritten
- * the byte meanwhile, it is theirs now.  The probe is left disarmed: a trap
+ * the site meanwhile, it is theirs now.  The probe is left disarmed: a trap
  * taken just before is still handled (DTrace's dtrace_sync() after the
  * disable waits for it), a later one there is not ours.
  */
@@ -700,21 +708,21 @@ static void
 kinst_disable(void *arg __unused, dtrace_id_t id __unused, void *parg)
 {
 	struct kinst_probe *kp;
-	uint8_t live;
+	kinst_patchval_t live;
 
 	kp = parg;
 	if (!kp->kp_counted)
 		return;
 	if (kp->kp_state == KINST_S_ARMED) {
-		if (!kinst_patch(kp->kp_patchpoint, KINST_PATCHVAL,
-		    kp->kp_savedval) &&
+		if (!kinst_isa_disarm(kp) &&
 		    (kp->kp_warned & KINST_W_DISABLE) == 0) {
 			kp->kp_warned |= KINST_W_DISABLE;
-			live = *kp->kp_patchpoint;
-			printf("kinst: disabling %s:%s:%u: the byte there is "
-			    "%#x, not our breakpoint: left as it is (another "
-			    "patcher rewrote the site)\n", kinst_modname,
-			    kp->kp_func, kp->kp_off, live);
+			live = kinst_isa_peek(kp, kp->kp_patchpoint);
+			printf("kinst: disabling %s:%s:%u: the " KINST_SITE_UNIT
+			    " there is %#x, not our breakpoint: left as it is "
+			    "(another patcher rewrote the site)\n",
+			    kinst_modname, kp->kp_func, kp->kp_off,
+			    (u_int)live);
 		}
 		atomic_store_rel_int(&kp->kp_state, KINST_S_DISARMED);
 	}
@@ -838,12 +846,18 @@ kinst_ioctl(struct cdev *dev __unused, u_long cmd, caddr_t data,
 
 /*
  * The table is only as good as the image it was made from.  For a kernel
- * table the running kernel must have the same GNU build-id: FreeBSD's
- * sys/conf/ldscript.amd64 brackets .note.gnu.build-id with __build_id_start
- * and __build_id_end, and sys/kern/kern_mib.c (sysctl_build_id) serves the
- * note's descriptor as lowercase hex in kern.build_id.  A .ko's notes are not
- * kept by the kernel linker, so a module table relies on the per-function
- * digest alone.
+ * table the running kernel must have the same GNU build-id, which
+ * sys/kern/kern_mib.c (sysctl_build_id, machine-independent) serves as
+ * lowercase hex in kern.build_id from the note between __build_id_start and
+ * __build_id_end.  Those symbols come from the kernel's linker script:
+ * sys/conf/ldscript.amd64 and ldscript.arm64 bracket .note.gnu.build-id
+ * with them.  This file reads only the sysctl, never the symbols, so it is
+ * the same for every ISA; a kernel whose script does not bracket the note
+ * (an older ldscript.riscv has no rule for it) gives no kern.build_id, and
+ * a table with a build-id is then refused ("running kernel is (none)"):
+ * the safe side, since that kernel cannot be shown to be the table's.  A
+ * .ko's notes are not kept by the kernel linker, so a module table relies
+ * on the per-function digest alone.
  */
 static int
 kinst_check_build_id(void)
@@ -919,8 +933,9 @@ fail:
 
 /*
  * Runs after MOD_UNLOAD has unregistered the provider, which destroyed every
- * probe (or after a failed load), with kld_sx dropped.  The trampoline pages
- * stay mapped: see kinst_tramp_fini().
+ * probe, and found no thread inside a trampoline (or after a failed load),
+ * with kld_sx dropped.  What becomes of the trampoline pages is the ISA's:
+ * see kinst_tramp_fini().
  */
 static void
 kinst_unload(void *dummy __unused)
@@ -962,7 +977,12 @@ kinst_unload(void *dummy __unused)
 /*
  * Unload fails with EBUSY while DTrace will not let the provider go (a
  * consumer has /dev/dtrace/dtrace open, or probes are enabled); stock kinst
- * ignores dtrace_unregister()'s answer.
+ * ignores dtrace_unregister()'s answer.  It also fails with EBUSY, after the
+ * provider is gone, while the ISA part cannot show that no thread is inside
+ * a trampoline (kinst_tramp_quiesce(): arm64 and riscv, whose trampolines
+ * end in a breakpoint only this module's handler answers).  The module then
+ * stays loaded with its breakpoint handler and trampolines, and without a
+ * provider; a later kldunload asks again and never unregisters twice.
  */
 static int
 kinst_modevent(module_t mod __unused, int type, void *data __unused)
@@ -973,14 +993,24 @@ kinst_modevent(module_t mod __unused, int type, void *data __unused)
 	case MOD_LOAD:
 		return (kinst_load_error);
 	case MOD_UNLOAD:
-		if (!kinst_registered)
-			return (0);
 		sx_xlock(&kinst_dev_sx);
-		error = dtrace_unregister(kinst_id);
-		if (error == 0)
+		if (kinst_registered) {
+			error = dtrace_unregister(kinst_id);
+			if (error != 0) {
+				sx_xunlock(&kinst_dev_sx);
+				return (EBUSY);
+			}
 			kinst_registered = false;
+		}
 		sx_xunlock(&kinst_dev_sx);
-		return (error != 0 ? EBUSY : 0);
+		if (!kinst_tramp_quiesce()) {
+			printf("kinst: not unloading: a thread is still inside "
+			    "a trampoline, or left one through an exception; "
+			    "the breakpoint handler and the trampolines stay "
+			    "(kldunload again later)\n");
+			return (EBUSY);
+		}
+		return (0);
 	case MOD_QUIESCE:
 	case MOD_SHUTDOWN:
 		return (0);

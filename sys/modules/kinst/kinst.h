@@ -2,12 +2,40 @@
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * kinst.h: what the machine-independent glue (kinst.c) and the ISA part
- * (<arch>/kinst_isa.c) of kinstkit's kinst provider share.  Include it after
- * the kernel headers and kinst_core.h.
+ * (<arch>/kinst_isa.c) of kinstkit's kinst provider share, the same for
+ * amd64, arm64 and riscv.  Include it after the kernel headers and
+ * kinst_core.h; it includes <arch>/kinst_isa.h, which gives the one type
+ * that differs (kinst_patchval_t).
+ *
+ * kinst.c owns the probes: it makes them from the table, keeps them by
+ * address (kinst_probe_at() is the breakpoint handler's lookup), registers
+ * with DTrace and decides when a probe is armed.  The ISA part owns what
+ * touches the machine: the breakpoint handler kinst_invop() (it fires the
+ * probe with dtrace_probe()), reading and writing the patch point, and the
+ * trampolines.  The calls, in a probe's life:
+ *
+ *   made (kinst_sx held, may sleep): kp_md derived from the verified
+ *     bytes, kp_savedval = kinst_isa_peek(kp, verified copy),
+ *     kinst_tramp_prepare(kp) (reserves, or on arm64 and riscv fills, its
+ *     trampoline);
+ *   enabled (dtrace_lock held, no sleep): kinst_tramp_take(kp), then
+ *     kinst_isa_arm(kp), which writes the breakpoint only over kp_savedval;
+ *   disabled (likewise): kinst_isa_disarm(kp), which writes kp_savedval
+ *     back only over kp's own breakpoint;
+ *   destroyed: kinst_tramp_release(kp);
+ *   when a function's bytes are checked against the table:
+ *     kinst_isa_unpatch(kp, copy) puts the original back in a copy.
+ *
+ * At unload, after dtrace_unregister() has destroyed every probe,
+ * kinst_tramp_quiesce() says whether a thread may still be inside a
+ * trampoline (see the ISA part); only when none is does the unload go on
+ * to dtrace_invop_remove() and kinst_tramp_fini().
  */
 
 #ifndef _KINST_H_
 #define	_KINST_H_
+
+#include "kinst_isa.h"
 
 /* The ioctl libdtrace issues, as in sys/cddl/dev/kinst/kinst.h. */
 typedef struct {
@@ -28,8 +56,8 @@ typedef struct {
 
 /* struct kinst_probe kp_state */
 #define	KINST_S_IDLE		0	/* never armed; traps are not ours */
-#define	KINST_S_ARMED		1	/* int3 written */
-#define	KINST_S_DISARMED	2	/* byte back; a trap may be in flight */
+#define	KINST_S_ARMED		1	/* breakpoint written */
+#define	KINST_S_DISARMED	2	/* original back; a trap may follow */
 
 struct kinst_tslot;
 
@@ -53,7 +81,7 @@ struct kinst_probe {
 	dtrace_id_t		kp_id;
 	uint32_t		kp_off;		/* in the function: the name */
 	volatile u_int		kp_state;	/* KINST_S_* */
-	uint8_t			kp_savedval;	/* the original first byte */
+	kinst_patchval_t	kp_savedval;	/* what the breakpoint covers */
 	bool			kp_reserved;	/* a trampoline is reserved */
 	bool			kp_counted;	/* counted in kp_lf->nenabled */
 	bool			kp_gone;	/* its linker file is going */
@@ -68,12 +96,25 @@ MALLOC_DECLARE(M_KINST);
 extern struct sx		kinst_sx;	/* see "Locking" in kinst.c */
 struct kinst_probe	*kinst_probe_at(uintptr_t);
 
-/* <arch>/kinst_isa.c */
-int	kinst_invop(uintptr_t, struct trapframe *, uintptr_t);
-bool	kinst_patch(uint8_t *, uint8_t, uint8_t);
-int	kinst_tramp_prepare(struct kinst_probe *);
-int	kinst_tramp_take(struct kinst_probe *);
-void	kinst_tramp_release(struct kinst_probe *);
-void	kinst_tramp_fini(void);
+/*
+ * <arch>/kinst_isa.c.  kinst_isa_peek(): what is at 'p' (the patch point or
+ * a copy of its bytes), as wide as kp's breakpoint.  kinst_isa_arm() and
+ * kinst_isa_disarm(): false, and nothing written, when the patch point does
+ * not hold what they expect (kp_savedval, kp's breakpoint).
+ * kinst_tramp_take(): NULL, or why the probe cannot be enabled.
+ * kinst_tramp_quiesce(): true when no thread can be inside a trampoline;
+ * may sleep a bounded time.
+ */
+int		kinst_invop(uintptr_t, struct trapframe *, uintptr_t);
+kinst_patchval_t kinst_isa_peek(const struct kinst_probe *,
+		    const volatile uint8_t *);
+void		kinst_isa_unpatch(const struct kinst_probe *, uint8_t *);
+bool		kinst_isa_arm(struct kinst_probe *);
+bool		kinst_isa_disarm(struct kinst_probe *);
+int		kinst_tramp_prepare(struct kinst_probe *);
+const char	*kinst_tramp_take(struct kinst_probe *);
+void		kinst_tramp_release(struct kinst_probe *);
+bool		kinst_tramp_quiesce(void);
+void		kinst_tramp_fini(void);
 
 #endif /* !_KINST_H_ */

@@ -3,7 +3,8 @@
  *
  * kinst_isa.c: the amd64 part of kinstkit's kinst provider: the breakpoint
  * handler (trapframe to struct kinst_regs and back), writing the breakpoint
- * byte, and the trampolines.  The machine-independent rest is in ../kinst.c.
+ * byte, and the trampolines, behind the interface ../kinst.h declares for
+ * every ISA.  The machine-independent rest is in ../kinst.c.
  *
  * Trampolines are static and per patch address, not per thread and per CPU
  * as in stock amd64 kinst, which rewrites a shared trampoline on every hit
@@ -35,6 +36,10 @@
  * quiescence point proves that none is left.  Unmapping would make such a
  * thread fault when it resumes, so the pages stay mapped (and their contents
  * valid) after kldunload: one 4 KiB page per 128 trampolines per load.
+ * Nor does unload wait for such threads (kinst_tramp_quiesce()): a
+ * trampoline here ends in a jmp back to the instruction after the patch
+ * point, not in a breakpoint only this module answers, so a thread still in
+ * one after the breakpoint handler is gone finishes it unaided.
  *
  * Trampoline pages are mapped above KERNBASE, in the kernel's top 2 GiB like
  * the kernel text and every module (sys/cddl/dev/kinst/trampoline.c does the
@@ -220,33 +225,32 @@ kinst_tramp_prepare(struct kinst_probe *kp)
  * dtps_enable (dtrace_lock held; must not sleep): give kp its trampoline,
  * the address's slot, or a reserved one filled now.  The fill is complete
  * before the caller writes the breakpoint, and the CPU that takes the trap
- * runs iretq (serializing) before it fetches from the slot.  0, or the
- * core's error (KINST_E_RANGE: the target is beyond rel32 reach of the
+ * runs iretq (serializing) before it fetches from the slot.  NULL, or why
+ * not: the core's KINST_E_RANGE (the target is beyond rel32 reach of the
  * slot), in which case the slot goes back unused and the probe keeps its
  * reservation.
  */
-int
+const char *
 kinst_tramp_take(struct kinst_probe *kp)
 {
 	struct kinst_tslot *ts;
 	uintptr_t pc;
-	int error;
 
 	if (kinst_core_is_call(&kp->kp_md) || kp->kp_tramp != NULL)
-		return (0);
+		return (NULL);
 	pc = (uintptr_t)kp->kp_patchpoint;
 	mtx_lock(&kinst_tramp_mtx);
 	if ((ts = kp->kp_tslot) == NULL) {
 		ts = kinst_tslot_free;
 		if (!kp->kp_reserved || ts == NULL) {
 			mtx_unlock(&kinst_tramp_mtx);
-			return (ENOMEM);
+			return ("no trampoline was reserved for it");
 		}
-		error = kinst_core_tramp_fill(&kp->kp_md, pc, ts->ts_tramp);
-		if (error != 0) {
+		if (kinst_core_tramp_fill(&kp->kp_md, pc, ts->ts_tramp) != 0) {
 			memset(ts->ts_tramp, KINST_PATCHVAL, KINST_TRAMP_SIZE);
 			mtx_unlock(&kinst_tramp_mtx);
-			return (error);
+			return ("its trampoline cannot reach the instruction's "
+			    "target (beyond +-2 GiB)");
 		}
 		kinst_tslot_free = ts->ts_next;
 		kinst_tslot_nfree--;
@@ -260,7 +264,7 @@ kinst_tramp_take(struct kinst_probe *kp)
 	}
 	kp->kp_tramp = ts->ts_tramp;
 	mtx_unlock(&kinst_tramp_mtx);
-	return (0);
+	return (NULL);
 }
 
 /* dtps_destroy: a probe that never filled its reserved slot gives it back. */
@@ -274,6 +278,17 @@ kinst_tramp_release(struct kinst_probe *kp)
 	kinst_tslot_reserved--;
 	kp->kp_reserved = false;
 	mtx_unlock(&kinst_tramp_mtx);
+}
+
+/*
+ * Unload, after every probe is disarmed and destroyed: nothing to wait for
+ * (see the comment at the top).
+ */
+bool
+kinst_tramp_quiesce(void)
+{
+
+	return (true);
 }
 
 /*
@@ -308,7 +323,7 @@ kinst_tramp_fini(void)
  * its enable and disable callbacks, under dtrace_lock, as ours do, so no
  * other provider writes between the compare and the write.
  */
-bool
+static bool
 kinst_patch(uint8_t *pc, uint8_t expect, uint8_t val)
 {
 	register_t intr;
@@ -322,6 +337,40 @@ kinst_patch(uint8_t *pc, uint8_t expect, uint8_t val)
 	restore_wp(old_wp);
 	intr_restore(intr);
 	return (done);
+}
+
+/* The byte at 'p': int3 covers one. */
+kinst_patchval_t
+kinst_isa_peek(const struct kinst_probe *kp __unused,
+    const volatile uint8_t *p)
+{
+
+	return (*p);
+}
+
+/* In a copy of kp's first byte: the original, if it is our int3. */
+void
+kinst_isa_unpatch(const struct kinst_probe *kp, uint8_t *copy)
+{
+
+	if (*copy == KINST_PATCHVAL)
+		*copy = kp->kp_savedval;
+}
+
+bool
+kinst_isa_arm(struct kinst_probe *kp)
+{
+
+	return (kinst_patch(kp->kp_patchpoint, kp->kp_savedval,
+	    KINST_PATCHVAL));
+}
+
+bool
+kinst_isa_disarm(struct kinst_probe *kp)
+{
+
+	return (kinst_patch(kp->kp_patchpoint, KINST_PATCHVAL,
+	    kp->kp_savedval));
 }
 
 /*

@@ -3,8 +3,8 @@
  *
  * kinst_isa.c: the riscv part of kinstkit's kinst provider: the breakpoint
  * handler (trapframe to struct kinst_regs and back), writing ebreak or
- * c.ebreak, and the trampoline pages.  The machine-independent rest is in
- * ../kinst.c; kinst_isa.h is the interface between the two.
+ * c.ebreak, and the trampoline pages, behind the interface ../kinst.h
+ * declares for every ISA.  The machine-independent rest is in ../kinst.c.
  *
  * A hit on a probe (ebreak over a 4-byte instruction, c.ebreak over a
  * compressed one) fires the DTrace probe and resumes one of two ways:
@@ -23,15 +23,41 @@
  * and a write to it vanishes: stock kinst writes an auipc with rd = x0
  * through offset -1).
  *
- * A slot is filled once, when its probe is prepared, for one instruction at
- * one address, and is reused only for that pair; slot pages are freed only
- * by kinst_isa_fini() at unload, after dtrace_invop_remove() and
- * dtrace_sync(), so a thread inside a trampoline never finds it changed.
+ * A slot is filled once, when its probe is made (kinst_tramp_prepare()),
+ * for one instruction at one address, and is reused only for that pair, so
+ * a thread inside a trampoline never finds it changed.
+ *
+ * Unload.  A thread inside a trampoline needs two things that go at unload:
+ * the page, and this module's breakpoint handler to answer the
+ * trampoline's ebreak (without it the ebreak is an unhandled kernel
+ * breakpoint, a panic).  So kinst_tramp_inflight counts the threads sent
+ * into a trampoline (kinst_invop() adds one when it redirects to a
+ * trampoline and takes one off when a trampoline's ebreak sends a thread
+ * back), and kinst_tramp_quiesce(), called at MOD_UNLOAD after
+ * dtrace_unregister() has disarmed and destroyed every probe and after a
+ * dtrace_sync() (no CPU is still in kinst_invop() about to send one in),
+ * waits a bounded time for the count to reach zero.  Only then does the
+ * unload remove the handler and kinst_tramp_fini() free the pages;
+ * otherwise it is refused with EBUSY, everything kept, and may be asked
+ * again.  The count is conservative, not exact: a thread that leaves a
+ * trampoline other than through its ebreak -- an exception whose handler
+ * does not return to the trampoline, such as a fault on a trampolined load
+ * recovered through pcb_onfault to the copyin(9)-style caller's error path
+ * -- never takes its one off, and from then on every unload of this module
+ * is refused until reboot.  That leaks the module, never a page a thread
+ * may still run.
  */
 
 #include <sys/param.h>
 #include <sys/systm.h>
+#include <sys/kernel.h>
+#include <sys/linker.h>
+#include <sys/lock.h>
 #include <sys/malloc.h>
+#include <sys/pcpu.h>
+#include <sys/sx.h>
+
+#include <sys/dtrace.h>
 
 #include <vm/vm.h>
 #include <vm/vm_extern.h>
@@ -41,16 +67,16 @@
 #include <machine/frame.h>
 
 #include "kinst_core.h"
-#include "kinst_isa.h"
+#include "kinst.h"
 
 #if !defined(__riscv)
 #error "this is the riscv part of the kinstkit kinst glue"
 #endif
 
-MALLOC_DECLARE(M_KINST);
-
+#define	KINST_ISA_NOP	0x0001		/* MATCH_C_NOP: SEPC stays as set */
 #define	KINST_SLOTS	(PAGE_SIZE / KINST_TRAMP_SIZE)
 #define	KINST_SLOTHASH	1024
+#define	KINST_QUIESCE_TRIES	20	/* of 1/10 s each */
 
 /* A page of trampolines, and where each slot's thread resumes. */
 struct kinst_tpage {
@@ -70,6 +96,7 @@ struct kinst_tslot {
 
 static struct kinst_tpage *volatile kinst_tpages;
 static struct kinst_tslot *kinst_tslots[KINST_SLOTHASH];
+static volatile u_int kinst_tramp_inflight;	/* see the top comment */
 
 /* The trapframe slot of x1-x31, in the order struct trapframe keeps them. */
 static uint64_t *
@@ -168,67 +195,167 @@ kinst_tramp_resume(uintptr_t addr)
 	return (0);
 }
 
-int
-kinst_isa_prepare(struct kinst_isa_probe *kip, const struct kinst_insn *ki,
-    uint8_t *patchpoint)
-{
-	int error;
-
-	error = kinst_core_derive(ki, patchpoint, &kip->kip_md);
-	if (error != 0)
-		return (error);
-	kip->kip_patchpoint = patchpoint;
-	kip->kip_savedval = kip->kip_md.km_insn;
-	kip->kip_tramp = NULL;
-	if (!kinst_core_is_emulated(&kip->kip_md)) {
-		kip->kip_tramp = kinst_tramp_get(&kip->kip_md,
-		    (uintptr_t)patchpoint);
-		if (kip->kip_tramp == NULL)
-			return (KINST_E_KIND);
-	}
-	return (0);
-}
-
 /*
- * kinst_patch_tracepoint(): a 16- or 32-bit store, as long as the
- * instruction, then fence.i.  The patch point may be only 2-byte aligned.
+ * The instruction at 'p', little-endian, as long as kp's (km_instlen: 2 or
+ * 4 bytes), at any alignment: a patch point may be only 2-byte aligned.
  */
-static void
-kinst_isa_write(struct kinst_isa_probe *kip, uint32_t val)
+static uint32_t
+kinst_isa_get(const struct kinst_probe *kp, const volatile uint8_t *p)
 {
-	volatile uint16_t *p;
+	uint32_t v;
 
-	p = (volatile uint16_t *)kip->kip_patchpoint;
-	p[0] = (uint16_t)val;
-	if (kip->kip_md.km_instlen == KINST_INSN_SIZE)
-		p[1] = (uint16_t)(val >> 16);
-	fence_i();
+	v = (uint32_t)p[0] | (uint32_t)p[1] << 8;
+	if (kp->kp_md.km_instlen == KINST_INSN_SIZE)
+		v |= (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	return (v);
 }
 
-void
-kinst_isa_arm(struct kinst_isa_probe *kip)
+/* kp's breakpoint: c.ebreak over a compressed instruction, else ebreak. */
+static uint32_t
+kinst_isa_bp(const struct kinst_probe *kp)
 {
 	uint8_t bp[KINST_INSN_SIZE];
 
-	(void)kinst_core_patch(&kip->kip_md, bp);
-	kinst_isa_write(kip, (uint32_t)bp[0] | (uint32_t)bp[1] << 8 |
-	    (uint32_t)bp[2] << 16 | (uint32_t)bp[3] << 24);
+	(void)kinst_core_patch(&kp->kp_md, bp);
+	return (kinst_isa_get(kp, bp));
 }
 
-void
-kinst_isa_disarm(struct kinst_isa_probe *kip)
+/*
+ * kinst_patch_tracepoint(): write 'val' over kp's instruction if it still
+ * is 'expect', then fence.i.  One 32-bit store where the patch point is
+ * 4-byte aligned; two 16-bit stores where it is not (a 4-byte instruction
+ * after a compressed one), which another hart fetching in between could
+ * see half done (docs/refusals.md 6.5).  false if the instruction was
+ * something else
+ * and was left.  Every DTrace provider patches from its enable and disable
+ * callbacks, under dtrace_lock, as ours do, so no other provider writes
+ * between the compare and the write.
+ */
+static bool
+kinst_isa_patch(struct kinst_probe *kp, uint32_t expect, uint32_t val)
+{
+	volatile uint16_t *p;
+
+	if (kinst_isa_get(kp, kp->kp_patchpoint) != expect)
+		return (false);
+	p = (volatile uint16_t *)kp->kp_patchpoint;
+	if (kp->kp_md.km_instlen != KINST_INSN_SIZE)
+		p[0] = (uint16_t)val;
+	else if (((uintptr_t)p & 3) == 0)
+		*(volatile uint32_t *)p = val;
+	else {
+		p[0] = (uint16_t)val;
+		p[1] = (uint16_t)(val >> 16);
+	}
+	fence_i();
+	return (true);
+}
+
+kinst_patchval_t
+kinst_isa_peek(const struct kinst_probe *kp, const volatile uint8_t *p)
 {
 
-	kinst_isa_write(kip, kip->kip_savedval);
+	return (kinst_isa_get(kp, p));
 }
 
+/* In a copy of kp's instruction: the original, if it is our breakpoint. */
 void
-kinst_isa_fini(void)
+kinst_isa_unpatch(const struct kinst_probe *kp, uint8_t *copy)
+{
+	uint32_t v;
+	int i;
+
+	if (kinst_isa_get(kp, copy) != kinst_isa_bp(kp))
+		return;
+	v = kp->kp_savedval;
+	for (i = 0; i < kp->kp_md.km_instlen; i++)
+		copy[i] = (uint8_t)(v >> (8 * i));
+}
+
+bool
+kinst_isa_arm(struct kinst_probe *kp)
+{
+
+	return (kinst_isa_patch(kp, kp->kp_savedval, kinst_isa_bp(kp)));
+}
+
+bool
+kinst_isa_disarm(struct kinst_probe *kp)
+{
+
+	return (kinst_isa_patch(kp, kinst_isa_bp(kp), kp->kp_savedval));
+}
+
+/*
+ * Probe creation (kinst_sx held; may sleep): the trampoline of kp's
+ * instruction at kp's address, filled now, unless the instruction is
+ * emulated.  0 or ENOMEM.
+ */
+int
+kinst_tramp_prepare(struct kinst_probe *kp)
+{
+
+	sx_assert(&kinst_sx, SA_XLOCKED);
+	if (kinst_core_is_emulated(&kp->kp_md) || kp->kp_tramp != NULL)
+		return (0);
+	kp->kp_tramp = kinst_tramp_get(&kp->kp_md,
+	    (uintptr_t)kp->kp_patchpoint);
+	return (kp->kp_tramp == NULL ? ENOMEM : 0);
+}
+
+/* dtps_enable: the trampoline was filled when the probe was made. */
+const char *
+kinst_tramp_take(struct kinst_probe *kp)
+{
+
+	if (kinst_core_is_emulated(&kp->kp_md) || kp->kp_tramp != NULL)
+		return (NULL);
+	return ("it has no trampoline");
+}
+
+/* dtps_destroy: the slot stays with its address. */
+void
+kinst_tramp_release(struct kinst_probe *kp __unused)
+{
+}
+
+/*
+ * MOD_UNLOAD, after dtrace_unregister() (every probe disarmed and
+ * destroyed): true once no thread is inside a trampoline, false if one
+ * still is after KINST_QUIESCE_TRIES tenths of a second (see the top
+ * comment).  Sleeps.
+ */
+bool
+kinst_tramp_quiesce(void)
+{
+	int i;
+
+	/* No CPU is still in kinst_invop() about to send a thread in. */
+	dtrace_sync();
+	for (i = 0; atomic_load_acq_int(&kinst_tramp_inflight) != 0; i++) {
+		if (i == KINST_QUIESCE_TRIES)
+			return (false);
+		pause("kinstq", MAX(hz / 10, 1));
+	}
+	return (true);
+}
+
+/*
+ * Unload, after kinst_tramp_quiesce() and dtrace_invop_remove(): the pages
+ * and the slots go.  MOD_UNLOAD refuses the unload while the count is not
+ * zero, and a failed load armed nothing.
+ */
+void
+kinst_tramp_fini(void)
 {
 	struct kinst_tpage *tp;
 	struct kinst_tslot *ts;
 	u_int i;
 
+	sx_assert(&kinst_sx, SA_XLOCKED);
+	KASSERT(kinst_tramp_inflight == 0,
+	    ("kinst: %u threads in trampolines at unload",
+	    kinst_tramp_inflight));
 	while ((tp = kinst_tpages) != NULL) {
 		kinst_tpages = tp->tp_next;
 		kmem_free(tp->tp_page, PAGE_SIZE);
@@ -245,39 +372,73 @@ kinst_isa_fini(void)
 /*
  * The dtrace_invop() hook, called by dtrace_invop_start() for an ebreak with
  * interrupts disabled.  dtrace_invop_start() leaves SEPC as set here when
- * it is given MATCH_C_NOP back.  No lock, no allocation, no call into code
- * that could itself be probed.
+ * it is given MATCH_C_NOP back.  No lock, no
+ * allocation, no call into code that could itself be probed: the probe
+ * comes from kinst.c's address chains, with what was derived when it was
+ * made.
  */
 int
-kinst_invop(uintptr_t addr, struct trapframe *frame, uintptr_t scratch)
+kinst_invop(uintptr_t addr, struct trapframe *frame,
+    uintptr_t scratch __unused)
 {
-	struct kinst_isa_probe *kip;
+	solaris_cpu_t *cpu;
+	struct kinst_probe *kp;
 	struct kinst_regs kr;
 	uintptr_t resume;
+	u_int state;
 	int i;
 
-	(void)scratch;
 	resume = kinst_tramp_resume(addr);
 	if (resume != 0) {
+		atomic_subtract_int(&kinst_tramp_inflight, 1);
 		frame->tf_sepc = resume;
 		return (KINST_ISA_NOP);
 	}
-	kip = kinst_isa_lookup(addr);
-	if (kip == NULL)
+	if ((kp = kinst_probe_at(addr)) == NULL)
 		return (0);
-	kinst_isa_fire(kip, frame);
-	if (!kinst_core_is_emulated(&kip->kip_md)) {
-		frame->tf_sepc = (uintptr_t)kip->kip_tramp;
+	state = atomic_load_acq_int(&kp->kp_state);
+	/*
+	 * Disarmed, our instruction is back: a trap now can only be one taken
+	 * just before, unless another provider has since put its own
+	 * breakpoint here.
+	 */
+	if (state == KINST_S_IDLE || (state == KINST_S_DISARMED &&
+	    kinst_isa_get(kp, kp->kp_patchpoint) == kinst_isa_bp(kp)))
+		return (0);
+
+	/* As stock riscv kinst: the caller is the probe's address. */
+	if (kp->kp_id != 0) {
+		cpu = &solaris_cpu[curcpu];
+		cpu->cpu_dtrace_caller = addr;
+		dtrace_probe(kp->kp_id, 0, 0, 0, 0, 0);
+		cpu->cpu_dtrace_caller = 0;
+	}
+
+	if (kinst_core_is_emulated(&kp->kp_md)) {
+		kr.kr_x[0] = 0;
+		for (i = 1; i < 32; i++)
+			kr.kr_x[i] = *kinst_isa_reg(frame, i);
+		kr.kr_pc = addr;
+		if (kinst_core_emulate(&kp->kp_md, addr, &kr) == 0) {
+			for (i = 1; i < 32; i++)
+				*kinst_isa_reg(frame, i) = kr.kr_x[i];
+			frame->tf_sepc = kr.kr_pc;
+			return (KINST_ISA_NOP);
+		}
+	} else if (kp->kp_tramp != NULL) {
+		atomic_add_int(&kinst_tramp_inflight, 1);
+		frame->tf_sepc = (uintptr_t)kp->kp_tramp;
 		return (KINST_ISA_NOP);
 	}
-	kr.kr_x[0] = 0;
-	for (i = 1; i < 32; i++)
-		kr.kr_x[i] = *kinst_isa_reg(frame, i);
-	kr.kr_pc = addr;
-	if (kinst_core_emulate(&kip->kip_md, addr, &kr) != 0)
-		return (0);	/* cannot happen: prepare derived an emulated kind */
-	for (i = 1; i < 32; i++)
-		*kinst_isa_reg(frame, i) = kr.kr_x[i];
-	frame->tf_sepc = kr.kr_pc;
+
+	/*
+	 * Unreachable: an armed probe has its trampoline, and an emulated
+	 * kind emulates.  As stock kinst does when it has no trampoline: put
+	 * the instruction back and run it in place.  Nothing may be printed
+	 * here.
+	 */
+	(void)kinst_isa_patch(kp, kinst_isa_bp(kp), kp->kp_savedval);
+	atomic_store_rel_int(&kp->kp_state, KINST_S_DISARMED);
+	frame->tf_sepc = addr;
 	return (KINST_ISA_NOP);
 }
