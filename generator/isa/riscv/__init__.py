@@ -24,8 +24,10 @@ from generator.isa.riscv.oracle import QUIRKS
 ISA = Isa(
     name="riscv",
     e_machine="EM_RISCV",
-    patchval=0x00100073,  # ebreak; c.ebreak (KINST_C_PATCHVAL) over a 2-byte instruction
-    patchval_size=4,
+    # c.ebreak over every probed instruction, 4-byte ones included: one 16-bit store at a 2-byte-aligned
+    # address is atomic where a 4-byte ebreak there would take two (docs/refusals.md 6.3)
+    patchval=0x9002,
+    patchval_size=2,
     tramp_size=8,  # the instruction (c.nop-padded to 4 bytes), then the trampoline's own ebreak
     md_excluded=_classify.MD_EXCLUDED,
     table_kinds=_md.TABLE_KINDS,

@@ -36,7 +36,6 @@ RECORD_CODES = (
     CConst("KINST_R_LONG", LONG, "record bit: a 4-byte instruction (else 2)"),
     CConst("KINST_R_CODE_SHIFT", 1, "the code's position in a record"),
     CConst("KINST_R_MASKED", MASKED, "record bit: a relocation fills part of the instruction"),
-    CConst("KINST_C_PATCHVAL", 0x9002, "c.ebreak: the breakpoint over a 2-byte instruction"),
 )
 
 

@@ -265,19 +265,20 @@ kinst_core_tramp_fill(const struct kinst_md *md, volatile kc_uint8_t *tramp)
 }
 
 /*
- * The breakpoint for the probe in 'buf': ebreak over a 4-byte instruction,
- * c.ebreak over a 2-byte one; its length.
+ * The breakpoint for the probe in 'buf', and its length: c.ebreak over the
+ * first halfword, whatever the instruction's length.  A 4-byte instruction
+ * may sit at an address that is only 2-byte aligned (after a compressed
+ * one), where a 4-byte ebreak would take two stores and a hart fetching
+ * between them would run half of each; one aligned 16-bit store is atomic,
+ * and the CPU, seeing a 16-bit encoding, traps without reading the rest.
  */
 int
 kinst_core_patch(const struct kinst_md *md, kc_uint8_t *buf)
 {
 
-	if (md->km_instlen == KINST_INSN_C_SIZE) {
-		kinst_core_put(buf, KINST_C_PATCHVAL, KINST_INSN_C_SIZE);
-		return (KINST_INSN_C_SIZE);
-	}
-	kinst_core_put(buf, KINST_PATCHVAL, KINST_INSN_SIZE);
-	return (KINST_INSN_SIZE);
+	(void)md;
+	kinst_core_put(buf, KINST_PATCHVAL, KINST_INSN_C_SIZE);
+	return (KINST_INSN_C_SIZE);
 }
 
 /* Where a thread resumes after the trampoline of the instruction at 'patchpoint'. */

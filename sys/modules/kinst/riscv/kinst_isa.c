@@ -2,12 +2,14 @@
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * kinst_isa.c: the riscv part of kinstkit's kinst provider: the breakpoint
- * handler (trapframe to struct kinst_regs and back), writing ebreak or
- * c.ebreak, and the trampoline pages, behind the interface ../kinst.h
- * declares for every ISA.  The machine-independent rest is in ../kinst.c.
+ * handler (trapframe to struct kinst_regs and back), writing c.ebreak, and
+ * the trampoline pages, behind the interface ../kinst.h declares for every
+ * ISA.  The machine-independent rest is in ../kinst.c.
  *
- * A hit on a probe (ebreak over a 4-byte instruction, c.ebreak over a
- * compressed one) fires the DTrace probe and resumes one of two ways:
+ * A hit on a probe (c.ebreak over the first halfword of its instruction,
+ * compressed or not: stock kinst writes a 4-byte ebreak over a 4-byte
+ * instruction, which at a 2-byte-aligned address takes two stores) fires
+ * the DTrace probe and resumes one of two ways:
  * kinst_core_emulate() runs the instruction over the register file (jal,
  * jalr, the branches, auipc and their compressed forms), or the thread goes
  * to the probe's trampoline [instruction][c.nop][ebreak] and the
@@ -150,9 +152,9 @@ kinst_tramp_get(const struct kinst_md *md, uintptr_t patchpoint)
 		tp = malloc(sizeof(*tp), M_KINST, M_WAITOK | M_ZERO);
 		tp->tp_page = (uint8_t *)kmem_malloc(PAGE_SIZE,
 		    M_WAITOK | M_EXEC);
-		/* Every unused slot an ebreak nobody answers: a stray jump traps. */
-		for (i = 0; i < PAGE_SIZE; i += KINST_INSN_SIZE)
-			*(uint32_t *)(tp->tp_page + i) = KINST_PATCHVAL;
+		/* Every unused halfword a c.ebreak nobody answers: a stray jump traps. */
+		for (i = 0; i < PAGE_SIZE; i += KINST_INSN_C_SIZE)
+			*(uint16_t *)(tp->tp_page + i) = KINST_PATCHVAL;
 		tp->tp_next = kinst_tpages;
 		atomic_store_rel_ptr((volatile uintptr_t *)&kinst_tpages,
 		    (uintptr_t)tp);
@@ -196,22 +198,18 @@ kinst_tramp_resume(uintptr_t addr)
 }
 
 /*
- * The instruction at 'p', little-endian, as long as kp's (km_instlen: 2 or
- * 4 bytes), at any alignment: a patch point may be only 2-byte aligned.
+ * The halfword at 'p', little-endian: what a probe's breakpoint covers (the
+ * first halfword of its instruction, whatever the instruction's length).
  */
-static uint32_t
-kinst_isa_get(const struct kinst_probe *kp, const volatile uint8_t *p)
+static uint16_t
+kinst_isa_get(const struct kinst_probe *kp __unused, const volatile uint8_t *p)
 {
-	uint32_t v;
 
-	v = (uint32_t)p[0] | (uint32_t)p[1] << 8;
-	if (kp->kp_md.km_instlen == KINST_INSN_SIZE)
-		v |= (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-	return (v);
+	return ((uint16_t)(p[0] | p[1] << 8));
 }
 
-/* kp's breakpoint: c.ebreak over a compressed instruction, else ebreak. */
-static uint32_t
+/* kp's breakpoint: c.ebreak (kinst_core_patch()). */
+static uint16_t
 kinst_isa_bp(const struct kinst_probe *kp)
 {
 	uint8_t bp[KINST_INSN_SIZE];
@@ -221,32 +219,21 @@ kinst_isa_bp(const struct kinst_probe *kp)
 }
 
 /*
- * kinst_patch_tracepoint(): write 'val' over kp's instruction if it still
- * is 'expect', then fence.i.  One 32-bit store where the patch point is
- * 4-byte aligned; two 16-bit stores where it is not (a 4-byte instruction
- * after a compressed one), which another hart fetching in between could
- * see half done (docs/refusals.md 6.5).  false if the instruction was
- * something else
- * and was left.  Every DTrace provider patches from its enable and disable
- * callbacks, under dtrace_lock, as ours do, so no other provider writes
- * between the compare and the write.
+ * kinst_patch_tracepoint(): write 'val' over the first halfword of kp's
+ * instruction if it still is 'expect', then fence.i.  One 16-bit store at
+ * a 2-byte-aligned address, so no hart ever fetches a half-written
+ * instruction; the rest of a 4-byte instruction is never written.  false if
+ * the halfword was something else and was left.  Every DTrace provider
+ * patches from its enable and disable callbacks, under dtrace_lock, as ours
+ * do, so no other provider writes between the compare and the write.
  */
 static bool
-kinst_isa_patch(struct kinst_probe *kp, uint32_t expect, uint32_t val)
+kinst_isa_patch(struct kinst_probe *kp, uint16_t expect, uint16_t val)
 {
-	volatile uint16_t *p;
 
 	if (kinst_isa_get(kp, kp->kp_patchpoint) != expect)
 		return (false);
-	p = (volatile uint16_t *)kp->kp_patchpoint;
-	if (kp->kp_md.km_instlen != KINST_INSN_SIZE)
-		p[0] = (uint16_t)val;
-	else if (((uintptr_t)p & 3) == 0)
-		*(volatile uint32_t *)p = val;
-	else {
-		p[0] = (uint16_t)val;
-		p[1] = (uint16_t)(val >> 16);
-	}
+	*(volatile uint16_t *)kp->kp_patchpoint = val;
 	fence_i();
 	return (true);
 }
@@ -262,14 +249,11 @@ kinst_isa_peek(const struct kinst_probe *kp, const volatile uint8_t *p)
 void
 kinst_isa_unpatch(const struct kinst_probe *kp, uint8_t *copy)
 {
-	uint32_t v;
-	int i;
 
 	if (kinst_isa_get(kp, copy) != kinst_isa_bp(kp))
 		return;
-	v = kp->kp_savedval;
-	for (i = 0; i < kp->kp_md.km_instlen; i++)
-		copy[i] = (uint8_t)(v >> (8 * i));
+	copy[0] = (uint8_t)kp->kp_savedval;
+	copy[1] = (uint8_t)(kp->kp_savedval >> 8);
 }
 
 bool

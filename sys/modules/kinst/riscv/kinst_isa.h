@@ -10,14 +10,13 @@
 #define	_KINST_ISA_H_
 
 /*
- * A probe writes c.ebreak (2 bytes) over a compressed instruction and
- * ebreak (4 bytes) over any other, and saves the instruction: the low 16
- * bits of a kinst_patchval_t for a compressed one, all 32 otherwise.  How
- * wide a probe's values are is its kinst_md's km_instlen.
+ * A probe writes c.ebreak over the first halfword of its instruction, a
+ * compressed one or not, and saves that halfword: one aligned 16-bit store
+ * arms or disarms it atomically.
  */
-typedef uint32_t	kinst_patchval_t;
+typedef uint16_t	kinst_patchval_t;
 
 /* What the console lines call the patched unit. */
-#define	KINST_SITE_UNIT	"instruction"
+#define	KINST_SITE_UNIT	"halfword"
 
 #endif /* !_KINST_ISA_H_ */
