@@ -183,7 +183,8 @@ def glue_context(elf: str, lay: Layout, target_addr: Sequence[int]) -> Dict[str,
 def plain_sources(arch: str) -> List[Path]:
     """The hand-written C the library is built from: the module's portable core and the harness glue."""
     core_dir = CORE_DIR / arch
-    glue_dirs = [GLUE_DIR / d for d in (isa_registry.by_name(arch).harness_glue or (arch,))]
+    # common/ (kh_audit.h: what does not depend on how a probe traps), then the ISA's own.
+    glue_dirs = [GLUE_DIR / d for d in ("common", *(isa_registry.by_name(arch).harness_glue or (arch,)))]
     for d, what in [(core_dir, "kinst core")] + [(g, "harness glue") for g in glue_dirs]:
         if not d.is_dir():
             raise UserError(f"{d}: no hand-written {what} for {arch}")
