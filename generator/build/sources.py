@@ -52,7 +52,8 @@ PROVIDERS: Dict[str, Provider] = {
         plain=("kinst.c", "kinst.h", "kinst_funcs.c", "kinst_funcs.h", "kinst_target.h", "amd64/kinst_core.c",
                "amd64/kinst_core.h", "amd64/kinst_isa.c", "amd64/kinst_isa.h",
                *(f"{arch}/{name}" for arch in ("arm64", "riscv")
-                 for name in ("kinst_core.c", "kinst_core.h", "kinst_isa.c", "kinst_isa.h"))),
+                 for name in ("kinst_core.c", "kinst_core.h", "kinst_isa.c", "kinst_isa.h")),
+               "dbp/kinst_tramp.c", "dbp/kinst_tramp.h"),
         portable=("kinst_funcs.c", "amd64/kinst_core.c", "kinst_table.c", "kinst_target.c"),
         includes=(".", "amd64"),
         table="kinst_table.c",

@@ -32,9 +32,9 @@ from helpers.freebsd_arch_headers import prepare_objdir, sys_tree
 from helpers.kmod import KERN_MK, kmod_cflags
 from helpers.skips import require_tools
 
-# The module's SRCS (its Makefile), as staged; <arch>/ for the ISA's two.
-C_FILES = ("kinst.c", "kinst_funcs.c", "{arch}/kinst_isa.c", "{arch}/kinst_core.c", "kinst_target.c",
-           "kinst_table.c")
+# The module's SRCS (its Makefile), as staged; <arch>/ for the ISA's two, dbp/ for what arm64 and riscv share.
+C_FILES = ("kinst.c", "kinst_funcs.c", "{arch}/kinst_isa.c", "{arch}/kinst_core.c", "dbp/kinst_tramp.c",
+           "kinst_target.c", "kinst_table.c")
 # kern.mk for the ISA: its code-generation flags (cross.FREEBSD_KFLAGS, with kmod.mk's -fPIC for a module
 # of these ISAs), then kern.mk's common ones and CWARNFLAGS as KERN_MK has them for amd64, CSTD last; and
 # -Wextra and the older releases' -Wredundant-decls -Wnested-externs on top.
@@ -94,7 +94,8 @@ def build(arch: str, module: Path, work: Path) -> Path:
     sysdir = sys_tree(arch)
     objdir = work / "obj"
     prepare_objdir(arch, objdir)
-    argv = kmod_cflags(sysdir, objdir, [module, module / arch], cross.FREEBSD_TARGET[arch], kern_mk(arch))
+    argv = kmod_cflags(sysdir, objdir, [module, module / arch, module / "dbp"], cross.FREEBSD_TARGET[arch],
+                       kern_mk(arch))
     objs, failed = [], {}
     for src in (f.format(arch=arch) for f in C_FILES):
         obj = objdir / (Path(src).stem + ".o")

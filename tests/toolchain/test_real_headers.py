@@ -107,8 +107,9 @@ def test_every_module_source_compiles_with_the_kmod_line(tree: Path, release: st
                                                          tmp_path: Path) -> None:
     """kern.mk's CSTD: gnu99 in 14.x; gnu17 is what newer kern.mk's give, so both are compiled."""
     kern_mk = [f for f in KERN_MK if not f.startswith("-std=")] + [f"-std={cstd}"]
-    # Every amd64 source; arm64/ and riscv/ compile for their own targets (tests/toolchain/test_arch_glue.py).
-    other_isas = {"arm64", "riscv"}
+    # Every amd64 source; arm64/, riscv/ and their shared dbp/ compile for their own targets
+    # (tests/toolchain/test_arch_glue.py).
+    other_isas = {"arm64", "riscv", "dbp"}
     assert sorted(str(p.relative_to(modules / m)) for m in PROVIDERS for p in (modules / m).rglob("*.c")
                   if p.relative_to(modules / m).parts[0] not in other_isas) == \
         sorted(f for files in C_FILES.values() for f in files)

@@ -25,29 +25,9 @@
  * and a write to it vanishes: stock kinst writes an auipc with rd = x0
  * through offset -1).
  *
- * A slot is filled once, when its probe is made (kinst_tramp_prepare()),
- * for one instruction at one address, and is reused only for that pair, so
- * a thread inside a trampoline never finds it changed.
- *
- * Unload.  A thread inside a trampoline needs two things that go at unload:
- * the page, and this module's breakpoint handler to answer the
- * trampoline's ebreak (without it the ebreak is an unhandled kernel
- * breakpoint, a panic).  So kinst_tramp_inflight counts the threads sent
- * into a trampoline (kinst_invop() adds one when it redirects to a
- * trampoline and takes one off when a trampoline's ebreak sends a thread
- * back), and kinst_tramp_quiesce(), called at MOD_UNLOAD after
- * dtrace_unregister() has disarmed and destroyed every probe and after a
- * dtrace_sync() (no CPU is still in kinst_invop() about to send one in),
- * waits a bounded time for the count to reach zero.  Only then does the
- * unload remove the handler and kinst_tramp_fini() free the pages;
- * otherwise it is refused with EBUSY, everything kept, and may be asked
- * again.  The count is conservative, not exact: a thread that leaves a
- * trampoline other than through its ebreak -- an exception whose handler
- * does not return to the trampoline, such as a fault on a trampolined load
- * recovered through pcb_onfault to the copyin(9)-style caller's error path
- * -- never takes its one off, and from then on every unload of this module
- * is refused until reboot.  That leaks the module, never a page a thread
- * may still run.
+ * The trampoline pages, and the count of threads inside them that makes
+ * unload safe, are dbp/kinst_tramp.c, shared with the other double-
+ * breakpoint ISA.
  */
 
 #include <sys/param.h>
@@ -70,35 +50,13 @@
 
 #include "kinst_core.h"
 #include "kinst.h"
+#include "kinst_tramp.h"
 
 #if !defined(__riscv)
 #error "this is the riscv part of the kinstkit kinst glue"
 #endif
 
 #define	KINST_ISA_NOP	0x0001		/* MATCH_C_NOP: SEPC stays as set */
-#define	KINST_SLOTS	(PAGE_SIZE / KINST_TRAMP_SIZE)
-#define	KINST_SLOTHASH	1024
-#define	KINST_QUIESCE_TRIES	20	/* of 1/10 s each */
-
-/* A page of trampolines, and where each slot's thread resumes. */
-struct kinst_tpage {
-	struct kinst_tpage	*tp_next;	/* published with release order */
-	uint8_t			*tp_page;
-	u_int			tp_used;
-	uintptr_t		tp_resume[KINST_SLOTS];
-};
-
-/* The slot of one (patch point, instruction) pair, for reuse. */
-struct kinst_tslot {
-	struct kinst_tslot	*ts_next;
-	uintptr_t		ts_patchpoint;
-	uint32_t		ts_insn;
-	uint8_t			*ts_tramp;
-};
-
-static struct kinst_tpage *volatile kinst_tpages;
-static struct kinst_tslot *kinst_tslots[KINST_SLOTHASH];
-static volatile u_int kinst_tramp_inflight;	/* see the top comment */
 
 /* The trapframe slot of x1-x31, in the order struct trapframe keeps them. */
 static uint64_t *
@@ -125,76 +83,6 @@ kinst_isa_reg(struct trapframe *frame, int n)
 			return (&frame->tf_a[n - 10]);
 		return (&frame->tf_s[n - 18 + 2]);	/* 18-27: s2-s11 */
 	}
-}
-
-/*
- * The trampoline for 'md' at 'patchpoint': the pair's slot if it has one,
- * else a new slot, filled.  Called with kinst_sx held (kinst.c serialises
- * probe preparation), so the lists change under one writer; the breakpoint
- * handler only ever reads kinst_tpages.
- */
-static uint8_t *
-kinst_tramp_get(const struct kinst_md *md, uintptr_t patchpoint)
-{
-	struct kinst_tslot *ts, **head;
-	struct kinst_tpage *tp;
-	uint8_t *tramp;
-	u_int i;
-
-	head = &kinst_tslots[(patchpoint / KINST_INSN_C_SIZE) % KINST_SLOTHASH];
-	for (ts = *head; ts != NULL; ts = ts->ts_next) {
-		if (ts->ts_patchpoint == patchpoint &&
-		    ts->ts_insn == md->km_insn)
-			return (ts->ts_tramp);
-	}
-	tp = kinst_tpages;
-	if (tp == NULL || tp->tp_used == KINST_SLOTS) {
-		tp = malloc(sizeof(*tp), M_KINST, M_WAITOK | M_ZERO);
-		tp->tp_page = (uint8_t *)kmem_malloc(PAGE_SIZE,
-		    M_WAITOK | M_EXEC);
-		/* Every unused halfword a c.ebreak nobody answers: a stray jump traps. */
-		for (i = 0; i < PAGE_SIZE; i += KINST_INSN_C_SIZE)
-			*(uint16_t *)(tp->tp_page + i) = KINST_PATCHVAL;
-		tp->tp_next = kinst_tpages;
-		atomic_store_rel_ptr((volatile uintptr_t *)&kinst_tpages,
-		    (uintptr_t)tp);
-	}
-	i = tp->tp_used;
-	tramp = tp->tp_page + i * KINST_TRAMP_SIZE;
-	if (kinst_core_tramp_fill(md, tramp) != 0)
-		return (NULL);
-	tp->tp_resume[i] = kinst_core_resume(md, patchpoint);
-	fence_i();
-	atomic_thread_fence_rel();
-	tp->tp_used = i + 1;
-	ts = malloc(sizeof(*ts), M_KINST, M_WAITOK);
-	ts->ts_patchpoint = patchpoint;
-	ts->ts_insn = md->km_insn;
-	ts->ts_tramp = tramp;
-	ts->ts_next = *head;
-	*head = ts;
-	return (tramp);
-}
-
-/* Where the thread at a trampoline's ebreak 'addr' resumes; 0 if it is none. */
-static uintptr_t
-kinst_tramp_resume(uintptr_t addr)
-{
-	struct kinst_tpage *tp;
-	uintptr_t off;
-
-	tp = (struct kinst_tpage *)atomic_load_acq_ptr(
-	    (volatile uintptr_t *)&kinst_tpages);
-	for (; tp != NULL; tp = tp->tp_next) {
-		off = addr - (uintptr_t)tp->tp_page;
-		if (off >= PAGE_SIZE)
-			continue;
-		if (off % KINST_TRAMP_SIZE != KINST_INSN_SIZE ||
-		    off / KINST_TRAMP_SIZE >= tp->tp_used)
-			return (0);
-		return (tp->tp_resume[off / KINST_TRAMP_SIZE]);
-	}
-	return (0);
 }
 
 /*
@@ -270,87 +158,22 @@ kinst_isa_disarm(struct kinst_probe *kp)
 	return (kinst_isa_patch(kp, kinst_isa_bp(kp), kp->kp_savedval));
 }
 
-/*
- * Probe creation (kinst_sx held; may sleep): the trampoline of kp's
- * instruction at kp's address, filled now, unless the instruction is
- * emulated.  0 or ENOMEM.
- */
-int
-kinst_tramp_prepare(struct kinst_probe *kp)
-{
-
-	sx_assert(&kinst_sx, SA_XLOCKED);
-	if (kinst_core_is_emulated(&kp->kp_md) || kp->kp_tramp != NULL)
-		return (0);
-	kp->kp_tramp = kinst_tramp_get(&kp->kp_md,
-	    (uintptr_t)kp->kp_patchpoint);
-	return (kp->kp_tramp == NULL ? ENOMEM : 0);
-}
-
-/* dtps_enable: the trampoline was filled when the probe was made. */
-const char *
-kinst_tramp_take(struct kinst_probe *kp)
-{
-
-	if (kinst_core_is_emulated(&kp->kp_md) || kp->kp_tramp != NULL)
-		return (NULL);
-	return ("it has no trampoline");
-}
-
-/* dtps_destroy: the slot stays with its address. */
+/* A new trampoline page: a c.ebreak nobody answers in every halfword, so a stray jump traps. */
 void
-kinst_tramp_release(struct kinst_probe *kp __unused)
+kinst_isa_tramp_page(uint8_t *page)
 {
-}
-
-/*
- * MOD_UNLOAD, after dtrace_unregister() (every probe disarmed and
- * destroyed): true once no thread is inside a trampoline, false if one
- * still is after KINST_QUIESCE_TRIES tenths of a second (see the top
- * comment).  Sleeps.
- */
-bool
-kinst_tramp_quiesce(void)
-{
-	int i;
-
-	/* No CPU is still in kinst_invop() about to send a thread in. */
-	dtrace_sync();
-	for (i = 0; atomic_load_acq_int(&kinst_tramp_inflight) != 0; i++) {
-		if (i == KINST_QUIESCE_TRIES)
-			return (false);
-		pause("kinstq", MAX(hz / 10, 1));
-	}
-	return (true);
-}
-
-/*
- * Unload, after kinst_tramp_quiesce() and dtrace_invop_remove(): the pages
- * and the slots go.  MOD_UNLOAD refuses the unload while the count is not
- * zero, and a failed load armed nothing.
- */
-void
-kinst_tramp_fini(void)
-{
-	struct kinst_tpage *tp;
-	struct kinst_tslot *ts;
 	u_int i;
 
-	sx_assert(&kinst_sx, SA_XLOCKED);
-	KASSERT(kinst_tramp_inflight == 0,
-	    ("kinst: %u threads in trampolines at unload",
-	    kinst_tramp_inflight));
-	while ((tp = kinst_tpages) != NULL) {
-		kinst_tpages = tp->tp_next;
-		kmem_free(tp->tp_page, PAGE_SIZE);
-		free(tp, M_KINST);
-	}
-	for (i = 0; i < KINST_SLOTHASH; i++) {
-		while ((ts = kinst_tslots[i]) != NULL) {
-			kinst_tslots[i] = ts->ts_next;
-			free(ts, M_KINST);
-		}
-	}
+	for (i = 0; i < PAGE_SIZE; i += KINST_INSN_C_SIZE)
+		*(uint16_t *)(page + i) = KINST_PATCHVAL;
+}
+
+/* A filled trampoline, made visible to instruction fetch. */
+void
+kinst_isa_tramp_sync(uint8_t *tramp __unused, size_t len __unused)
+{
+
+	fence_i();
 }
 
 /*
@@ -372,9 +195,8 @@ kinst_invop(uintptr_t addr, struct trapframe *frame,
 	u_int state;
 	int i;
 
-	resume = kinst_tramp_resume(addr);
+	resume = kinst_tramp_leave(addr);
 	if (resume != 0) {
-		atomic_subtract_int(&kinst_tramp_inflight, 1);
 		frame->tf_sepc = resume;
 		return (KINST_ISA_NOP);
 	}
@@ -410,7 +232,7 @@ kinst_invop(uintptr_t addr, struct trapframe *frame,
 			return (KINST_ISA_NOP);
 		}
 	} else if (kp->kp_tramp != NULL) {
-		atomic_add_int(&kinst_tramp_inflight, 1);
+		kinst_tramp_enter();
 		frame->tf_sepc = (uintptr_t)kp->kp_tramp;
 		return (KINST_ISA_NOP);
 	}
