@@ -116,107 +116,11 @@ static char kh_out_path[4000];		/* $KINST_HARNESS_OUT */
 static char *kh_notes;			/* "note ..." lines */
 static size_t kh_notes_len, kh_notes_cap;
 
-/* The kernel's struct sigaction, for rt_sigaction(2) without libc. */
-struct kh_ksigaction {
-	void		(*ksa_handler)(int);
-	unsigned long	ksa_flags;
-	void		(*ksa_restorer)(void);
-	uint64_t	ksa_mask;
-};
+/* The si_code of a SIGTRAP from a real breakpoint instruction (brk and ebreak). */
+#define	KH_TRAP_CODE	TRAP_BRKPT
 
-static void
-kh_append(char **buf, size_t *len, size_t *cap, const char *line)
-{
-	size_t n;
-	char *nb;
-
-	n = strlen(line);
-	if (*len + n + 1 > *cap) {
-		*cap = (*cap + n + 1) * 2;
-		nb = realloc(*buf, *cap);
-		if (nb == NULL)
-			return;
-		*buf = nb;
-	}
-	memcpy(*buf + *len, line, n + 1);
-	*len += n;
-}
-
-static void
-kh_refuse(struct kh_inst *ki, uint32_t idx, const char *why)
-{
-	char line[512];
-
-	ki->ki_state[idx] = KH_S_REFUSED;
-	snprintf(line, sizeof(line), "refused %u %d %s\n", idx,
-	    (int)(ki - kh_insts), why);
-	kh_append(&kh_refusals, &kh_refusals_len, &kh_refusals_cap, line);
-}
-
-static void
-kh_note(const char *fmt, const char *arg)
-{
-	char line[512];
-
-	snprintf(line, sizeof(line), fmt, arg);
-	kh_append(&kh_notes, &kh_notes_len, &kh_notes_cap, line);
-}
-
-static void	kh_dump(void);
-
-/*
- * A trap that is not ours: hand it to whoever had SIGTRAP before us.  A
- * handler is called as the kernel would have; an ignored signal stays
- * ignored unless it came from a real breakpoint (which the kernel never lets
- * a process ignore); the default action is restored and the signal raised
- * again, to be delivered as soon as this handler returns.
- */
-static void __attribute__((noinline))
-kh_pass_on(int sig, siginfo_t *si, void *uc)
-{
-	struct kh_ksigaction dfl;
-
-	if ((kh_oldact.sa_flags & SA_SIGINFO) != 0 &&
-	    kh_oldact.sa_sigaction != NULL) {
-		kh_oldact.sa_sigaction(sig, si, uc);
-		return;
-	}
-	if (kh_oldact.sa_handler != SIG_DFL && kh_oldact.sa_handler != SIG_IGN) {
-		kh_oldact.sa_handler(sig);
-		return;
-	}
-	if (kh_oldact.sa_handler == SIG_IGN && si->si_code != TRAP_BRKPT)
-		return;
-	/* The default action ends the process: report first. */
-	kh_dump();
-	dfl.ksa_handler = SIG_DFL;
-	dfl.ksa_flags = 0;
-	dfl.ksa_restorer = NULL;
-	dfl.ksa_mask = 0;
-	kh_syscall4(SYS_rt_sigaction, sig, (long)&dfl, 0, sizeof(dfl.ksa_mask));
-	kh_syscall4(SYS_tgkill, kh_syscall4(SYS_getpid, 0, 0, 0, 0),
-	    kh_syscall4(SYS_gettid, 0, 0, 0, 0), sig, 0);
-}
-
-/* The table index of the probe placed at live address 'pc', or -1. */
-static long
-kh_site_find(const struct kh_inst *ki, uintptr_t pc)
-{
-	uint32_t lo, hi, mid;
-
-	lo = 0;
-	hi = ki->ki_nsites;
-	while (lo < hi) {
-		mid = lo + (hi - lo) / 2;
-		if (ki->ki_sites[mid].ks_addr == pc)
-			return ((long)ki->ki_sites[mid].ks_probe);
-		if (ki->ki_sites[mid].ks_addr < pc)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return (-1);
-}
+/* Refusals, notes, passing a foreign trap on, the site search, the target. */
+#include "kh_probe.h"
 
 /*
  * Whose breakpoint is at live address 'pc': *idx is the table index, and
@@ -298,27 +202,6 @@ kh_trap(int sig, siginfo_t *si, void *arg)
 		return;
 	}
 	kh_regs_out(&kr, uc);
-}
-
-static int
-kh_is_target(const char *name)
-{
-	struct stat st;
-
-	if (kh_target_known < 0) {
-		kh_target_known = stat(kh_target, &st) == 0;
-		if (kh_target_known) {
-			kh_target_dev = st.st_dev;
-			kh_target_ino = st.st_ino;
-		}
-	}
-	if (!kh_target_known)
-		return (0);
-	if (name == NULL || name[0] == '\0')
-		name = "/proc/self/exe";	/* the program itself */
-	if (stat(name, &st) != 0)
-		return (0);
-	return (st.st_dev == kh_target_dev && st.st_ino == kh_target_ino);
 }
 
 /*
