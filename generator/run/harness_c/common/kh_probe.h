@@ -5,7 +5,9 @@
  * traps and resumes, shared by amd64/kinst_harness.c and
  * dbp/kinst_harness.c: the refusal and note lines, passing a trap that is
  * not ours on to the previous SIGTRAP disposition, finding a placed probe
- * by its live address, and recognising the target image.  Each glue file
+ * by its live address, recognising the target image, installing the
+ * SIGTRAP handler (kh_trap(), the glue's own), and the table's functions
+ * and segments at link time.  Each glue file
  * includes it once, after its globals and struct kh_inst, having defined
  * KH_TRAP_CODE: the si_code a real breakpoint instruction raises SIGTRAP
  * with on its ISA (the kernel never lets a process ignore that one).
@@ -136,6 +138,83 @@ kh_is_target(const char *name)
 	if (stat(name, &st) != 0)
 		return (0);
 	return (st.st_dev == kh_target_dev && st.st_ino == kh_target_ino);
+}
+
+static void	kh_trap(int, siginfo_t *, void *);
+
+static const struct kh_segment *
+kh_segment_of(uintptr_t link)
+{
+	int i;
+
+	for (i = 0; i < KH_NSEGMENTS; i++) {
+		if (link - kh_segments[i].ks_vaddr < kh_segments[i].ks_memsz)
+			return (&kh_segments[i]);
+	}
+	return (NULL);
+}
+
+static void
+kh_install_handler(void)
+{
+	struct sigaction sa;
+
+	if (kh_handler_set)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = kh_trap;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigfillset(&sa.sa_mask);
+	if (sigaction(SIGTRAP, &sa, &kh_oldact) == 0)
+		kh_handler_set = 1;
+}
+
+static void
+kh_hexbytes(char *out, size_t outlen, const volatile uint8_t *p, unsigned n)
+{
+	size_t o;
+	unsigned i;
+
+	o = 0;
+	out[0] = '\0';
+	for (i = 0; i < n && o + 4 < outlen; i++)
+		o += (size_t)snprintf(out + o, outlen - o, i ? " %02x" : "%02x",
+		    p[i]);
+}
+
+/* Where table function 'f' is in the target at link time (0: not there). */
+static uintptr_t
+kh_func_addr(uint32_t f)
+{
+	const uint8_t *p;
+	uint64_t v;
+	int i;
+
+	p = kh_func_addr_blob + (size_t)f * 8;
+	v = 0;
+	for (i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return ((uintptr_t)v);
+}
+
+/* Refuse every probe of function 'kf' in copy 'ki'. */
+static void
+kh_refuse_func(struct kh_inst *ki, const struct kinst_func *kf, const char *why)
+{
+	uint32_t i;
+
+	for (i = 0; i < kf->kf_nprobes; i++)
+		kh_refuse(ki, kf->kf_first + i, why);
+}
+
+static int
+kh_site_cmp(const void *a, const void *b)
+{
+	const struct kh_site *x, *y;
+
+	x = a;
+	y = b;
+	return (x->ks_addr < y->ks_addr ? -1 : x->ks_addr > y->ks_addr);
 }
 
 #endif /* !_KH_PROBE_H_ */
