@@ -34,7 +34,7 @@
  *
  * Enabling takes the probe's trampoline (reserved or filled when it was
  * made) and writes the ISA's breakpoint (amd64 int3 over the first byte,
- * arm64 brk over the word, riscv ebreak or c.ebreak over the instruction)
+ * arm64 brk over the word, riscv c.ebreak over the first halfword)
  * if what is there is still the original; disabling puts the original back
  * if what is there is still our breakpoint.
  * Destroying unlinks the probe from kinst_probetab; it is freed after the
