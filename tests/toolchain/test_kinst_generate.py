@@ -224,25 +224,29 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
         assert res.returncode == 0, f"{src}:\n{res.stderr}"
 
 
-def test_makefile_builds_the_module_sources() -> None:
-    """SRCS: the hand-written and the generated C; .PATH finds the ISA folder's files, -I its headers."""
+@pytest.mark.parametrize("cpuarch, folders", [("amd64", ["amd64"]), ("aarch64", ["arm64", "dbp"]),
+                                              ("riscv", ["riscv", "dbp"])])
+def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None:
+    """SRCS: the hand-written and the generated C, as bmake reads the Makefile for each MACHINE_CPUARCH;
+    .PATH finds the ISA folder's files (and, on arm64 and riscv, their shared dbp/), -I their headers."""
     from generator.build.mk import MkReader, ModuleMakefile
 
     module = KINST.source_dir
     text = (module / "Makefile").read_text()
     assert re.search(r"^KMOD=\s+kinst$", text, re.M)
-    srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))
-    c_files = [n for n in srcs.split() if n.endswith(".c")]
-    assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c",
-                                      "kinst_table.c"])
-    assert "vnode_if.h" in srcs.split()
     assert ".include <bsd.kmod.mk>" in text and "${OPENZFS_CFLAGS}" in text
     assert "debug_compat.h" in text.split(".include <bsd.kmod.mk>")[1]
     makefile = ModuleMakefile.read(module / "Makefile")
-    mk = MkReader({"MACHINE_CPUARCH": "amd64", ".CURDIR": str(module)})
+    mk = MkReader({"MACHINE_CPUARCH": cpuarch, ".CURDIR": str(module)})
     mk.read(makefile.before)
-    assert mk.search_path(".c") == [str(module / "amd64")]
-    assert f"-I{module} -I{module / 'amd64'}" in mk.expand("${CFLAGS}")
+    srcs = mk.expand("${SRCS}").split()
+    c_files = [n for n in srcs if n.endswith(".c")]
+    shared = ["kinst_tramp.c"] if "dbp" in folders else []
+    assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c",
+                                      "kinst_table.c", *shared])
+    assert "vnode_if.h" in srcs
+    assert mk.search_path(".c") == [str(module / f) for f in folders]
+    assert " ".join(f"-I{d}" for d in (module, *(module / f for f in folders))) in mk.expand("${CFLAGS}")
     # Each source is hand-written (in the module directory or on .PATH) or generated.
     for name in c_files:
         found = [d for d in (module, *map(Path, mk.search_path(".c"))) if (d / name).is_file()]
