@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Dict, List, NamedTuple, Optional
 
-from generator.analysis.probes import reloc_target, function_code, function_reason
+from generator.analysis.probes import function_code, function_reason, refused_regions, reloc_target
 from generator.analysis.records import KIND_SKIP, STATUS_OK, STATUS_SKIP
 from generator.image.elf import Function, KernelImage
 
@@ -66,7 +66,7 @@ class ImageJson:
         code = function_code(img, func)
         insns, walk_error = isa.decode(code, func.address, func.size)
         reason = function_reason(func, isa, insns, code, self.rule)
-        regions = isa.context_refusals(insns, code) if not reason else {}
+        regions = refused_regions(img, isa, func, insns, code) if not reason else {}
         refused = _dumps(f"function refused: {reason}") if reason else ""
         rel = img.e_type == "ET_REL"
         seen_get = self.seen.get

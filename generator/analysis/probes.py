@@ -9,7 +9,8 @@ and never branches on which one it is.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+import bisect
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator.analysis import records as R
 from generator.analysis.exclusions import excluded
@@ -39,13 +40,48 @@ def function_reason(func: Function, isa: Isa, insns: List[Insn], code: bytes, ru
     return excluded(func.name, isa.name, isa.md_excluded) or isa.frame_verdict(insns, code, rule)
 
 
+def refused_regions(img: KernelImage, isa: Isa, func: Function, insns: List[Insn], code: bytes) -> Dict[int, str]:
+    """Offsets refused for where they are rather than what they are: the ISA's context refusals (an LDX/STX
+    block, a %gs region) and, where the ISA has mapping symbols, data inside the function."""
+    regions = isa.context_refusals(insns, code)
+    if isa.mapping_symbols:
+        data = img.data_in_code()
+        if data:
+            regions = {**regions, **_data_offsets(data, func, insns)}
+    return regions
+
+
+def _data_offsets(data: Sequence[Tuple[int, int]], func: Function, insns: List[Insn]) -> Dict[int, str]:
+    """The instructions of ``func`` that overlap a ``$d`` range: bytes the compiler or the assembler put
+    there as data (a literal pool, a jump table), which a breakpoint would corrupt for every reader."""
+    out: Dict[int, str] = {}
+    i = bisect.bisect_right(data, (func.address + func.size, 0))
+    first = bisect.bisect_right(data, (func.address, 0)) - 1
+    ranges = [r for r in data[max(first, 0):i] if r[0] < func.address + func.size and r[1] > func.address]
+    if not ranges:
+        return out
+    astray = 0  # where the walk crossed out of a data range mid-instruction: no boundary after it is trusted
+    for off, length, _mnem, _ops in insns:
+        a = func.address + off
+        if astray:
+            out[off] = f"after data the decode walk crossed at {astray:#x}: instruction boundaries not trusted"
+            continue
+        for lo, hi in ranges:
+            if a < hi and a + length > lo:
+                out[off] = f"data inside the function (a $d mapping symbol marks {lo:#x}-{hi:#x}), not an instruction"
+                if a + length > hi:
+                    astray = hi
+                break
+    return out
+
+
 def analyse(img: KernelImage, func: Function, rule: str = "any", isa: Optional[Isa] = None) -> R.FunctionReport:
     """Decode and classify every instruction of ``func``; give kinst's verdict."""
     isa = isa or img.isa
     code = function_code(img, func)
     insns, walk_error = isa.decode(code, func.address, func.size)
     reason = function_reason(func, isa, insns, code, rule)
-    regions = isa.context_refusals(insns, code) if not reason else {}
+    regions = refused_regions(img, isa, func, insns, code) if not reason else {}
     probes = [_probe(img, isa, func, code, insn, reason, regions) for insn in insns]
     return R.FunctionReport(
         name=func.name,

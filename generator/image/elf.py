@@ -327,6 +327,7 @@ class KernelImage:
         self._symbols: Optional[List[_Sym]] = None
         self._functions: Optional[List[Function]] = None
         self._function_starts: Optional[List[int]] = None
+        self._data_in_code: Optional[List[Tuple[int, int]]] = None
 
     # -- opening ----------------------------------------------------------
 
@@ -681,6 +682,42 @@ class KernelImage:
                 return f
         return None
 
+    @_guarded
+    def data_in_code(self) -> List[Tuple[int, int]]:
+        """Address ranges ``[start, end)`` of executable sections that mapping symbols mark as data, sorted.
+
+        arm64 and riscv objects carry local symbols named ``$d`` (data
+        follows), ``$x`` (code follows; ``$a``/``$t`` on 32-bit ARM), with an
+        optional ``.suffix`` (RISC-V's ``$x`` may carry the ISA string that
+        follows: ``$xrv64i2p1_m2p0...``): a literal pool or a jump table inside
+        a function's bounds.  A ``$d`` range ends at the next mapping symbol of
+        its section, or the section's end."""
+        if self._data_in_code is None:
+            marks: List[Tuple[int, bool, int]] = []  # (address, data?, end of its section)
+            for s in self.symbols():
+                name = s.name
+                if s.bind != 0 or len(name) < 2 or name[0] != "$" or name[1] not in "dxat":
+                    continue
+                if name[2:3] not in ("", ".") and name[1] != "x":  # RISC-V's $x may name its ISA: $xrv64i2p1_...
+                    continue
+                addr, ok = self._symbol_address(s)
+                sec = self.section_at(addr) if ok else None
+                if sec is not None and sec.executable:
+                    marks.append((addr, name[1] == "d", sec.addr + sec.size))
+            marks.sort()
+            ranges: List[Tuple[int, int]] = []
+            for i, (addr, data, end) in enumerate(marks):
+                if not data:
+                    continue
+                nxt = marks[i + 1][0] if i + 1 < len(marks) else end
+                hi = min(nxt, end)
+                if ranges and ranges[-1][1] >= addr:
+                    ranges[-1] = (ranges[-1][0], max(ranges[-1][1], hi))
+                elif hi > addr:
+                    ranges.append((addr, hi))
+            self._data_in_code = ranges
+        return self._data_in_code
+
     def has_symtab(self) -> bool:
         """True when the image has a full ``.symtab`` (not only the exported ``.dynsym``)."""
         return any(s.sh_type == _SHT_SYMTAB for s in self._shdrs)
@@ -696,6 +733,7 @@ class KernelImage:
         self._symbols = other.symbols()
         self._functions = None
         self._function_starts = None
+        self._data_in_code = None
 
     def lookup(self, spec: str) -> Function:
         """Find one function by ``name``, ``name@file`` or ``0xADDRESS``.

@@ -142,6 +142,9 @@ class Isa:
     stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
     stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
     accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
+    # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the
+    # RISC-V psABI): bytes kinst must not patch as instructions.
+    mapping_symbols: bool = False
     # Relocation name, field bytes, S + A (- P) -> the field with the value inserted; None: a plain store.
     # For ISAs whose relocations fill bit fields of an instruction word.
     reloc_insert: Optional[Callable[[str, bytes, int], Optional[bytes]]] = None

@@ -25,7 +25,10 @@ import pytest
 from generator.build.sources import PROVIDERS, stage_sources
 from generator.verify.objdump import verify_decoder
 from helpers import cross
+from helpers.paths import FIXTURES
 from helpers.skips import require_tools
+
+MAPPING = FIXTURES / "mapping"
 
 ARCHES = ("arm64", "riscv")
 WHY = "the ISA's images are built and checked with its cross toolchain"
@@ -147,3 +150,47 @@ def test_a_program_of_another_isa_is_named_in_one_line(module, tmp_path):
     res = cli("harness", "--elf", str(module["ko"]), "--all", "--", sys.executable, "-c", "pass")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "program" in res.stderr and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("name", ["arm64", "riscv"])
+def test_data_inside_a_function_is_refused(name, tmp_path):
+    """Words a $d mapping symbol marks as data are refused with that reason, in probes and in the generated
+    table's refusals, though the same bytes are probed as code outside the range (and the code after the data
+    is probed again)."""
+    arch = cross.require_cross(name, "the fixture is assembled with the ISA's cross gcc")
+    obj = tmp_path / "pool.o"
+    relax = ["-mno-relax"] if name == "riscv" else []  # as FreeBSD builds riscv modules: no R_RISCV_ALIGN
+    subprocess.run([arch.gcc, *relax, "-c", str(MAPPING / f"pool_{name}.S"), "-o", str(obj)], check=True)
+    res = cli("probes", "--kernel", str(obj), "--function", "f_pool", "--json")
+    assert res.returncode == 0, res.stderr
+    probes = json.loads(res.stdout)["probes"]
+    nop = "1f2003d5" if name == "arm64" else "13000000"
+    data = [p for p in probes if "data inside the function" in p["reason"]]
+    assert [p["bytes"] for p in data] == [nop, nop] and all(p["status"] == "skip" for p in data)
+    if name == "arm64":  # the alignment nop before the pool is code: the same bytes, probed; so is f_after
+        assert any(p["bytes"] == nop and p["status"] == "ok" for p in probes)
+        res = cli("probes", "--kernel", str(obj), "--function", "f_after", "--json")
+        after = json.loads(res.stdout)["probes"]
+    else:  # the code after the data, from the $x that names its ISA
+        after = [p for p in probes if p["offset"] > max(p["offset"] for p in data)]
+    assert after and all(p["status"] == "ok" for p in after), after
+    gen = cli("generate", "--kernel", str(obj), "--function", "f_pool", "--out", str(tmp_path / "gen"))
+    assert gen.returncode == 0, gen.stderr
+    refused = (tmp_path / "gen" / "kinst_refused.txt").read_text()
+    assert refused.count("data inside the function") == 2, refused
+
+
+def test_a_walk_that_leaves_data_mid_instruction_refuses_the_rest(tmp_path):
+    """riscv: a .half of data makes the walk read a 4-byte instruction across the $x that follows; nothing
+    after it is probed (every one of those boundaries is off by two bytes)."""
+    arch = cross.require_cross("riscv", "the fixture is assembled with the ISA's cross gcc")
+    obj = tmp_path / "half.o"
+    subprocess.run([arch.gcc, "-mno-relax", "-c", str(MAPPING / "pool_riscv_half.S"), "-o", str(obj)], check=True)
+    res = cli("probes", "--kernel", str(obj), "--function", "f_half", "--json")
+    assert res.returncode == 0, res.stderr
+    probes = json.loads(res.stdout)["probes"]
+    i = next(k for k, p in enumerate(probes) if "data inside the function" in p["reason"])
+    assert probes[i]["length"] == 4  # the datum and half of the next instruction, read as one
+    assert [p["status"] for p in probes[:i]] == ["ok"] * i
+    rest = probes[i + 1:]
+    assert rest and all(p["status"] == "skip" and "decode walk crossed" in p["reason"] for p in rest)

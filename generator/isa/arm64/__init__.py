@@ -45,4 +45,5 @@ ISA = Isa(
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     harness_glue=("dbp", "arm64"),
+    mapping_symbols=True,
 )

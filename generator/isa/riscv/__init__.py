@@ -48,4 +48,5 @@ ISA = Isa(
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     harness_glue=("dbp", "riscv"),
+    mapping_symbols=True,
 )
