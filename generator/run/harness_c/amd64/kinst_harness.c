@@ -254,88 +254,28 @@ kh_tramp_alloc(uintptr_t lo, uintptr_t hi, size_t len)
 }
 
 /*
- * Check one function of a freshly mapped copy and make its probes: its live
- * bytes must have the table's digest, then each probe's metadata is derived
- * from them and its trampoline filled.
+ * This ISA's part of preparing probe 'idx' at live address 'live', its
+ * kinst_md already derived: nothing for an emulated call, else its
+ * trampoline filled.  NULL when it is ready, else why it is refused.
  */
-static void
-kh_prepare_func(struct kh_inst *ki, uint32_t f)
+static const char *
+kh_prepare_probe(struct kh_inst *ki, uint32_t idx, uintptr_t live, char *why,
+    size_t len)
 {
-	struct kinst_func kf;
-	struct kinst_walk kw;
-	struct kinst_insn kin;
-	const struct kh_segment *seg;
-	char why[512];
-	uint8_t *copy;
-	uintptr_t link, base;
 	int err;
 
-	kinst_func_get(&kinst_table, f, &kf);
-	if (kf.kf_nprobes == 0)
-		return;
-	link = kh_func_addr(f);
-	if (link == 0) {
-		kh_refuse_func(ki, &kf, "function absent from the target");
-		return;
-	}
-	seg = kh_segment_of(link);
-	if (seg == NULL || (seg->ks_prot & PROT_EXEC) == 0 ||
-	    link + kf.kf_size > seg->ks_vaddr + seg->ks_memsz) {
-		kh_refuse_func(ki, &kf, "not in an executable segment");
-		return;
-	}
-	base = link + ki->ki_bias;
-	copy = malloc(kf.kf_size > 0 ? kf.kf_size : 1);
-	if (copy == NULL) {
-		kh_refuse_func(ki, &kf, "out of memory");
-		return;
-	}
-	memcpy(copy, (const void *)base, kf.kf_size);
-	err = kinst_core_digest_ok(&kinst_table, &kf, copy);
-	if (err != 0) {
-		snprintf(why, sizeof(why), err == KINST_E_BYTES ?
-		    "digest: the live bytes of %s differ from the table's" :
-		    "its table records are malformed (%s)", kf.kf_name);
-		kh_refuse_func(ki, &kf, why);
-		free(copy);
-		return;
-	}
-	/* Derive from the live bytes themselves: the digest masked the relocated fields in 'copy'. */
-	free(copy);
-	kinst_core_walk(&kinst_table, &kf, &kw);
-	while (kinst_core_next(&kw, &kin) > 0) {
-		if (kin.ki_kind == KINST_R_REFUSED)
-			continue;
-		err = kinst_core_derive(&kin,
-		    (const volatile kc_uint8_t *)(base + kin.ki_off),
-		    &ki->ki_md[kin.ki_probe]);
-		if (err != 0) {
-			snprintf(why, sizeof(why), "the record of %s:%u contradicts "
-			    "the live instruction", kf.kf_name, kin.ki_off);
-			kh_refuse(ki, kin.ki_probe, why);
-			continue;
-		}
-		if (kinst_core_is_call(&ki->ki_md[kin.ki_probe])) {
-			ki->ki_state[kin.ki_probe] = KH_S_READY; /* emulated */
-			continue;
-		}
-		if (ki->ki_tramp == NULL) {
-			kh_refuse(ki, kin.ki_probe,
-			    "no trampoline memory within +-2 GiB");
-			continue;
-		}
-		err = kinst_core_tramp_fill(&ki->ki_md[kin.ki_probe],
-		    base + kin.ki_off, ki->ki_tramp +
-		    (uintptr_t)kin.ki_probe * KINST_TRAMP_SIZE);
-		if (err != 0) {
-			snprintf(why, sizeof(why), "trampoline fill: error %d%s",
-			    err, err == KINST_E_RANGE ?
-			    " (rel32 target beyond +-2 GiB of the trampoline)" : "");
-			kh_refuse(ki, kin.ki_probe, why);
-			continue;
-		}
-		ki->ki_state[kin.ki_probe] = KH_S_READY;
-	}
+	if (kinst_core_is_call(&ki->ki_md[idx]))
+		return (NULL);	/* emulated */
+	if (ki->ki_tramp == NULL)
+		return ("no trampoline memory within +-2 GiB");
+	err = kinst_core_tramp_fill(&ki->ki_md[idx], live,
+	    ki->ki_tramp + (uintptr_t)idx * KINST_TRAMP_SIZE);
+	if (err == 0)
+		return (NULL);
+	snprintf(why, len, "trampoline fill: error %d%s", err,
+	    err == KINST_E_RANGE ?
+	    " (rel32 target beyond +-2 GiB of the trampoline)" : "");
+	return (why);
 }
 
 /* Every probe of one freshly mapped copy: check, fill, then patch. */

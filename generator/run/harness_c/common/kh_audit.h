@@ -162,7 +162,8 @@ kh_dump(void)
 }
 
 /*
- * The hit counters live in a shared file mapping, "$KINST_HARNESS_OUT.<pid>.hits"
+ * The hit counters live in a shared file mapping,
+ * "$KINST_HARNESS_OUT.<pid>.hits"
  * (one little-endian uint64 per table entry): a forked child counts into
  * its parent's file, and no count is lost when a process ends without
  * running its destructors (_exit, a fatal signal).

@@ -6,11 +6,13 @@
  * dbp/kinst_harness.c: the refusal and note lines, passing a trap that is
  * not ours on to the previous SIGTRAP disposition, finding a placed probe
  * by its live address, recognising the target image, installing the
- * SIGTRAP handler (kh_trap(), the glue's own), and the table's functions
- * and segments at link time.  Each glue file
- * includes it once, after its globals and struct kh_inst, having defined
- * KH_TRAP_CODE: the si_code a real breakpoint instruction raises SIGTRAP
- * with on its ISA (the kernel never lets a process ignore that one).
+ * SIGTRAP handler (kh_trap(), the glue's own), the table's functions and
+ * segments at link time, and checking a mapped function against its digest
+ * before the glue prepares each of its probes.  Each glue file includes it
+ * once, after its globals and struct kh_inst, having defined KH_TRAP_CODE
+ * (the si_code a real breakpoint instruction raises SIGTRAP with on its
+ * ISA; the kernel never lets a process ignore that one); it defines
+ * kh_trap() and kh_prepare_probe() after.
  */
 
 #ifndef _KH_PROBE_H_
@@ -118,7 +120,7 @@ kh_site_find(const struct kh_inst *ki, uintptr_t pc)
 	return (-1);
 }
 
-/* Is 'name' (an rtld path; "" for the program) the image the table is placed in? */
+/* Is 'name' (an rtld path; "" for the program) the image the table is in? */
 static int
 kh_is_target(const char *name)
 {
@@ -141,6 +143,8 @@ kh_is_target(const char *name)
 }
 
 static void	kh_trap(int, siginfo_t *, void *);
+static const char	*kh_prepare_probe(struct kh_inst *, uint32_t, uintptr_t,
+	    char *, size_t);
 
 static const struct kh_segment *
 kh_segment_of(uintptr_t link)
@@ -215,6 +219,82 @@ kh_site_cmp(const void *a, const void *b)
 	x = a;
 	y = b;
 	return (x->ks_addr < y->ks_addr ? -1 : x->ks_addr > y->ks_addr);
+}
+
+/*
+ * Check one function of a freshly mapped copy and make its probes: its live
+ * bytes must have the table's digest, then each probe's metadata is derived
+ * from them and the ISA glue prepares it (kh_prepare_probe()).
+ */
+static void
+kh_prepare_func(struct kh_inst *ki, uint32_t f)
+{
+	struct kinst_func kf;
+	struct kinst_walk kw;
+	struct kinst_insn kin;
+	const struct kh_segment *seg;
+	const char *reason;
+	char why[512];
+	uint8_t *copy;
+	uintptr_t link, base;
+	int err;
+
+	kinst_func_get(&kinst_table, f, &kf);
+	if (kf.kf_nprobes == 0)
+		return;
+	link = kh_func_addr(f);
+	if (link == 0) {
+		kh_refuse_func(ki, &kf, "function absent from the target");
+		return;
+	}
+	seg = kh_segment_of(link);
+	if (seg == NULL || (seg->ks_prot & PROT_EXEC) == 0 ||
+	    link + kf.kf_size > seg->ks_vaddr + seg->ks_memsz) {
+		kh_refuse_func(ki, &kf, "not in an executable segment");
+		return;
+	}
+	base = link + ki->ki_bias;
+	copy = malloc(kf.kf_size > 0 ? kf.kf_size : 1);
+	if (copy == NULL) {
+		kh_refuse_func(ki, &kf, "out of memory");
+		return;
+	}
+	memcpy(copy, (const void *)base, kf.kf_size);
+	err = kinst_core_digest_ok(&kinst_table, &kf, copy);
+	if (err != 0) {
+		snprintf(why, sizeof(why), err == KINST_E_BYTES ?
+		    "digest: the live bytes of %s differ from the table's" :
+		    "its table records are malformed (%s)", kf.kf_name);
+		kh_refuse_func(ki, &kf, why);
+		free(copy);
+		return;
+	}
+	/*
+	 * Derive from the live bytes themselves: the digest masked the
+	 * relocated fields in 'copy'.
+	 */
+	free(copy);
+	kinst_core_walk(&kinst_table, &kf, &kw);
+	while (kinst_core_next(&kw, &kin) > 0) {
+		if (kin.ki_kind == KINST_R_REFUSED)
+			continue;
+		err = kinst_core_derive(&kin,
+		    (const volatile kc_uint8_t *)(base + kin.ki_off),
+		    &ki->ki_md[kin.ki_probe]);
+		if (err != 0) {
+			snprintf(why, sizeof(why), "the record of %s:%u contradicts "
+			    "the live instruction", kf.kf_name, kin.ki_off);
+			kh_refuse(ki, kin.ki_probe, why);
+			continue;
+		}
+		reason = kh_prepare_probe(ki, kin.ki_probe, base + kin.ki_off,
+		    why, sizeof(why));
+		if (reason != NULL) {
+			kh_refuse(ki, kin.ki_probe, reason);
+			continue;
+		}
+		ki->ki_state[kin.ki_probe] = KH_S_READY;
+	}
 }
 
 #endif /* !_KH_PROBE_H_ */

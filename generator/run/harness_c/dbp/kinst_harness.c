@@ -116,7 +116,7 @@ static char kh_out_path[4000];		/* $KINST_HARNESS_OUT */
 static char *kh_notes;			/* "note ..." lines */
 static size_t kh_notes_len, kh_notes_cap;
 
-/* The si_code of a SIGTRAP from a real breakpoint instruction (brk and ebreak). */
+/* The si_code of a SIGTRAP from a real breakpoint (brk, ebreak, c.ebreak). */
 #define	KH_TRAP_CODE	TRAP_BRKPT
 
 /* Refusals, notes, passing a foreign trap on, the site search, the target. */
@@ -226,88 +226,31 @@ kh_tramp_alloc(size_t len)
 #endif
 
 /*
- * Check one function of a freshly mapped copy and make its probes: its live
- * bytes must have the table's digest, then each probe's metadata is derived
- * from them and its trampoline filled.
+ * This ISA's part of preparing probe 'idx' at live address 'live', its
+ * kinst_md already derived: its address for the handler, and its
+ * [instruction][breakpoint] trampoline filled unless it is emulated.  NULL
+ * when it is ready, else why it is refused.
  */
-static void
-kh_prepare_func(struct kh_inst *ki, uint32_t f)
+static const char *
+kh_prepare_probe(struct kh_inst *ki, uint32_t idx, uintptr_t live, char *why,
+    size_t len)
 {
-	struct kinst_func kf;
-	struct kinst_walk kw;
-	struct kinst_insn kin;
-	const struct kh_segment *seg;
-	char why[512];
-	uint8_t *copy;
-	uintptr_t link, base;
 	int err;
 
-	kinst_func_get(&kinst_table, f, &kf);
-	if (kf.kf_nprobes == 0)
-		return;
-	link = kh_func_addr(f);
-	if (link == 0) {
-		kh_refuse_func(ki, &kf, "function absent from the target");
-		return;
-	}
-	seg = kh_segment_of(link);
-	if (seg == NULL || (seg->ks_prot & PROT_EXEC) == 0 ||
-	    link + kf.kf_size > seg->ks_vaddr + seg->ks_memsz) {
-		kh_refuse_func(ki, &kf, "not in an executable segment");
-		return;
-	}
-	base = link + ki->ki_bias;
-	copy = malloc(kf.kf_size > 0 ? kf.kf_size : 1);
-	if (copy == NULL) {
-		kh_refuse_func(ki, &kf, "out of memory");
-		return;
-	}
-	memcpy(copy, (const void *)base, kf.kf_size);
-	err = kinst_core_digest_ok(&kinst_table, &kf, copy);
-	if (err != 0) {
-		snprintf(why, sizeof(why), err == KINST_E_BYTES ?
-		    "digest: the live bytes of %s differ from the table's" :
-		    "its table records are malformed (%s)", kf.kf_name);
-		kh_refuse_func(ki, &kf, why);
-		free(copy);
-		return;
-	}
-	/* Derive from the live bytes themselves: the digest masked the relocated fields in 'copy'. */
-	free(copy);
-	kinst_core_walk(&kinst_table, &kf, &kw);
-	while (kinst_core_next(&kw, &kin) > 0) {
-		if (kin.ki_kind == KINST_R_REFUSED)
-			continue;
-		err = kinst_core_derive(&kin,
-		    (const volatile kc_uint8_t *)(base + kin.ki_off),
-		    &ki->ki_md[kin.ki_probe]);
-		if (err != 0) {
-			snprintf(why, sizeof(why), "the record of %s:%u contradicts "
-			    "the live instruction", kf.kf_name, kin.ki_off);
-			kh_refuse(ki, kin.ki_probe, why);
-			continue;
-		}
-		ki->ki_addr[kin.ki_probe] = base + kin.ki_off;
-		if (kinst_core_is_emulated(&ki->ki_md[kin.ki_probe])) {
-			ki->ki_state[kin.ki_probe] = KH_S_READY; /* emulated */
-			continue;
-		}
-		if (ki->ki_tramp == NULL) {
-			kh_refuse(ki, kin.ki_probe, "no trampoline memory");
-			continue;
-		}
-		err = kinst_core_tramp_fill(&ki->ki_md[kin.ki_probe],
-		    ki->ki_tramp + (uintptr_t)kin.ki_probe * KINST_TRAMP_SIZE);
-		if (err != 0) {
-			snprintf(why, sizeof(why), "trampoline fill: error %d", err);
-			kh_refuse(ki, kin.ki_probe, why);
-			continue;
-		}
-		ki->ki_state[kin.ki_probe] = KH_S_READY;
-	}
+	ki->ki_addr[idx] = live;
+	if (kinst_core_is_emulated(&ki->ki_md[idx]))
+		return (NULL);
+	if (ki->ki_tramp == NULL)
+		return ("no trampoline memory");
+	err = kinst_core_tramp_fill(&ki->ki_md[idx],
+	    ki->ki_tramp + (uintptr_t)idx * KINST_TRAMP_SIZE);
+	if (err == 0)
+		return (NULL);
+	snprintf(why, len, "trampoline fill: error %d", err);
+	return (why);
 }
 
-/* Write the probe's breakpoint (a whole instruction: 4 bytes, or c.ebreak's 2). */
+/* Write the probe's breakpoint: kinst_core_patch() says what and how long. */
 static void
 kh_write_patch(struct kh_inst *ki, uint32_t idx, uintptr_t addr)
 {
