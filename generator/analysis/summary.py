@@ -75,24 +75,30 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
     the next done once: the section is looked up only when a function leaves
     the last one, and the bytes are read from it directly.  A kernel has
     50,000 functions, and these per-function steps cost as much as decoding
-    them.  Anything unusual (no section, a function past its end, bytes the
+    them.  An accelerator with ``summarise_many`` gets the whole chunk in one
+    call.  Anything unusual (no section, a function past its end, bytes the
     accelerator declines) goes through ``fast`` itself, which says what is
     wrong or asks capstone.
     """
-    out: List[Dict[str, Any]] = []
-    summarise = accel.summarise
     md_excluded = isa.md_excluded
     prologue = isa.prologue_reasons[rule]
     sec: Optional[Section] = None
     lo = hi = 0
+    items, inline = [], []
     for f in funcs:
         a, size = f.address, f.size
         if not lo <= a < hi:
             sec = img.section_at(a)
             lo, hi = (sec.addr, sec.addr + sec.size) if sec is not None else (0, 0)
-        s = None
-        if sec is not None and not sec.nobits and a + size <= hi:
-            s = summarise(img.read_in(sec, a, min(size + MAX_INSN, hi - a)), a, size)
+        fits = sec is not None and not sec.nobits and a + size <= hi
+        inline.append(fits)
+        if fits:
+            items.append((img.read_in(sec, a, min(size + MAX_INSN, hi - a)), a, size))
+    many = getattr(accel, "summarise_many", None)
+    sums = iter(many(items) if many else [accel.summarise(*it) for it in items])
+    out: List[Dict[str, Any]] = []
+    for f, fits in zip(funcs, inline):
+        s = next(sums) if fits else None
         if s is None:
             out.append(fast(img, f, rule, isa, accel))
             continue
@@ -104,8 +110,8 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
         ok = sum(kinds.values())
         out.append({
             "function": f.qualified,
-            "address": a,
-            "size": size,
+            "address": f.address,
+            "size": f.size,
             "eligible": not reason,
             "reason": reason,
             "walk_error": s.walk_error,

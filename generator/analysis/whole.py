@@ -27,6 +27,11 @@ from generator.image.elf import Function, KernelImage
 # functions in items of 64 kept it busy for 0.4 s).
 CHUNK_MIN, CHUNK_MAX = 64, 1024
 
+# Below this many bytes of functions a native summary is done before a
+# second worker would have started: libstdc++'s 0.76 MB took 0.26 s in one
+# process and 0.28 s in two, qemu's 2.2 MB 0.42 s and 0.34 s.
+SERIAL_SUMMARY_BYTES = 1 << 20
+
 R = TypeVar("R")
 
 # What the forked workers inherit: the image, its functions and the work to do on each chunk.
@@ -43,15 +48,18 @@ def _chunks(total: int, size: int) -> List[Tuple[int, int]]:
 
 
 def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[KernelImage, Sequence[Function]], List[R]],
-               jobs: int = 0) -> Iterator[List[R]]:
+               jobs: int = 0, serial_below: int = 0) -> Iterator[List[R]]:
     """Yield ``fn(img, chunk)`` for consecutive chunks of ``funcs``, in order, from ``jobs`` workers.
 
     The workers inherit ``fn`` and the image through fork; only the chunk
     bounds go to them, and what ``fn`` returns is pickled back, so it should
-    be compact.
+    be compact.  Unless ``jobs`` is given, work of fewer than ``serial_below``
+    bytes of functions stays in this process.
     """
     global _WORKER
     _WORKER = (img, funcs, fn)
+    if not jobs and serial_below and sum(f.size for f in funcs) < serial_below:
+        jobs = 1
     jobs = jobs or os.cpu_count() or 1
     chunks = _chunks(len(funcs), max(CHUNK_MIN, min(CHUNK_MAX, len(funcs) // (8 * jobs) or 1)))
     try:
@@ -101,6 +109,11 @@ def analyse_image(
     funcs = img.functions()
     if not funcs:
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
-    for lines in map_chunks(img, funcs, functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary),
-                            jobs):
+    serial_below = 0
+    if as_summary:
+        accel = summary.accelerator(img.isa)
+        if accel is not None and hasattr(accel, "prepare") and accel.prepare():
+            serial_below = SERIAL_SUMMARY_BYTES  # native: loaded once here, before any worker forks
+    fn = functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary)
+    for lines in map_chunks(img, funcs, fn, jobs, serial_below):
         yield lines, len(funcs)

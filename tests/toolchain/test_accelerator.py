@@ -1,7 +1,8 @@
-"""The iced-x86 accelerator must give exactly the capstone path's summaries.
+"""The accelerators must give exactly the capstone path's summaries.
 
-``summary.fast`` (iced) and ``summary.from_report`` (capstone, the decoder of
-record) are compared function by function on real code nobody here wrote.
+``summary.fast`` through the C walk (``native``) or iced-x86 (``fast``) and
+``summary.from_report`` (capstone, the decoder of record) are compared
+function by function on real code nobody here wrote.
 """
 
 from __future__ import annotations
@@ -11,15 +12,21 @@ import pytest
 from generator.analysis import summary
 from generator.image.elf import KernelImage
 from generator.isa.amd64 import fast as amd64_fast
+from generator.isa.amd64 import native as amd64_native
 from generator.analysis.probes import analyse
 from helpers.skips import require_system_library
 
 
-def _mismatches(path: str, rule: str = "any", limit: int = 0):
+ACCELERATORS = [pytest.param(amd64_native, id="native"), pytest.param(amd64_fast, id="iced")]
+
+
+def test_native_walk_is_the_amd64_accelerator(sample_kernel):
+    assert summary.accelerator(KernelImage.open(str(sample_kernel)).isa) is amd64_native
+
+
+def _mismatches(path: str, rule: str = "any", limit: int = 0, accel=amd64_fast):
     img = KernelImage.open(path)
     isa = img.isa
-    accel = summary.accelerator(isa)
-    assert accel is amd64_fast
     funcs = img.functions()
     if limit:
         funcs = funcs[:limit]
@@ -36,20 +43,23 @@ def _lib(name: str) -> str:
     return str(require_system_library(name))
 
 
+@pytest.mark.parametrize("accel", ACCELERATORS)
 @pytest.mark.parametrize("lib", ["libz.so.1", "libcrypto.so.3"])
-def test_accelerator_agrees_on_system_libraries(lib):
-    n, bad = _mismatches(_lib(lib))
+def test_accelerator_agrees_on_system_libraries(lib, accel):
+    n, bad = _mismatches(_lib(lib), accel=accel)
     assert n > 50
     assert not bad, bad[:3]
 
 
-def test_accelerator_agrees_with_first_byte_rule():
-    n, bad = _mismatches(_lib("libz.so.1"), rule="first")
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_accelerator_agrees_with_first_byte_rule(accel):
+    n, bad = _mismatches(_lib("libz.so.1"), rule="first", accel=accel)
     assert not bad, bad[:3]
 
 
-def test_accelerator_agrees_on_sample_kernel(sample_kernel):
-    n, bad = _mismatches(str(sample_kernel))
+@pytest.mark.parametrize("accel", ACCELERATORS)
+def test_accelerator_agrees_on_sample_kernel(sample_kernel, accel):
+    n, bad = _mismatches(str(sample_kernel), accel=accel)
     assert n > 20
     assert not bad, bad[:3]
 
@@ -64,7 +74,9 @@ def test_accelerator_agrees_on_debian_kernel_modules(debian_modules):
         isa = img.isa
         for f in img.functions():
             rep = analyse(img, f, "any", isa)
-            assert summary.fast(img, f, "any", isa, amd64_fast) == summary.from_report(rep), (ko.name, f.name)
+            slow = summary.from_report(rep)
+            assert summary.fast(img, f, "any", isa, amd64_fast) == slow, (ko.name, f.name)
+            assert summary.fast(img, f, "any", isa, amd64_native) == slow, (ko.name, f.name)
             fast = plan_function(img, f, "any", amd64_fast)
             assert fast == plan_function(img, f, "any", None, rep), (ko.name, f.name)
             masked += any(b >> 4 == 15 for b in fast.records)

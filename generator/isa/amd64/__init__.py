@@ -8,7 +8,9 @@
 - ``tables``: opcode facts as data;
 - ``relocs``: x86-64 relocation types;
 - ``oracle``: how objdump and valgrind see amd64 code;
-- ``fast``: the iced-x86 summary accelerator.
+- ``native``: the summary accelerator, a C walk over ``opmap``'s table;
+- ``fast``: the iced-x86 accelerator it falls back on, and table records;
+- ``opmap``: the C walk's opcode table, derived from iced-x86.
 """
 
 from __future__ import annotations
@@ -43,6 +45,6 @@ ISA = Isa(
     stream_record=_table.record,
     stream_decode=_table.decode,
     stream_masks=_table.with_masks,
-    accelerator="generator.isa.amd64.fast",
+    accelerator="generator.isa.amd64.native",
     branch_reloc=branch_field,
 )

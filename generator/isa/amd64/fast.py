@@ -18,13 +18,14 @@ at their operands (``_kind``, from the raw bytes, as ``classify.classify`` does)
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from iced_x86 import (Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnemonic, OpCodeInfo, OpCodeOperandKind,
                       Register)
 
 from generator.isa.amd64 import probe_md as M
 from generator.isa.amd64 import tables as T
+from generator.isa.amd64.native import KIND_CODES, Summary
 from generator.isa.amd64.table import REFUSED as T_REFUSED
 from generator.isa.amd64.table import RIPREL_IMM as T_RIPREL_IMM
 
@@ -53,7 +54,6 @@ _INVALID = Code.INVALID
 # operands (DETAIL), or is refused outright (REFUSE), or is left to capstone
 # (DECLINE).  Zero means "plain instruction": a trampoline, or riprel if its
 # memory operand is %rip-relative.
-KIND_CODES = {kind: i + 1 for i, (kind, _, _) in enumerate(M.TABLE_KINDS)}
 KIND_NAMES = {i: kind for kind, i in KIND_CODES.items()}
 _RIPREL = KIND_CODES[M.KIND_RIPREL]
 _TRAMPOLINE = KIND_CODES[M.KIND_TRAMPOLINE]
@@ -137,16 +137,6 @@ def _summary_action(c: int) -> int:
 
 
 SUMMARY_ACTIONS = bytes(_summary_action(c) for c in range(len(ACTIONS)))
-
-
-class Summary(NamedTuple):
-    """What ``probes --summary`` prints for one function."""
-
-    instructions: int
-    kinds: Dict[str, int]  # probes with status ok, by kind, in kind-name order
-    skipped: int  # instructions refused on their own account
-    frame_rules: Tuple[str, ...]  # the prologue rules the function passes ('any', 'first')
-    walk_error: str
 
 
 def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
