@@ -5,15 +5,22 @@ compares like with like on this machine at this moment:
 
 - ours, summary: ``python -m generator probes --all --summary --json``, every
   instruction of every function decoded and classified, one line per function
-  (the accelerated path, held equal to the capstone path by the tests);
+  (the accelerated path, held equal to the capstone path by the tests), and
+  the same with the C walk off (``KINSTKIT_NO_NATIVE=1``: iced-x86 only);
 - ours, full: ``python -m generator probes --all --json``, every field of
   every instruction, with capstone's text (the decoder of record);
+- capstone alone: ``python -m generator.bench.capfloor``, capstone's C
+  ``cs_disasm`` over every function with nothing printed, the floor under
+  any output that carries capstone's text (with the full JSON);
 - objdump: ``objdump -d --no-show-raw-insn`` written to a file, instructions
   counted from its lines.
 
 Ours uses one worker per core, objdump one: the ratio is given per wall
 second and per CPU-second (user + system of the process and its workers).
 Both, and each run's peak memory, come from GNU time (``_timed`` says why).
+Python's own start-up (``python -c pass``) and the CLI's imports are timed
+too: on a small image they are most of the run, and a budget below them
+(objdump's time over two) cannot be met by any Python command.
 
 The images: the largest libLLVM (kernel-sized: ~50 MB of text, 3 M probes),
 a Linux kernel with symbols when one is cached (``.cache/bench/``, or
@@ -106,7 +113,7 @@ def text_bytes(img: KernelImage) -> int:
 GNU_TIME = "/usr/bin/time"  # Debian's "time" package
 
 
-def _timed(cmd: List[str], out_path: Path) -> Tuple[float, float, float]:
+def _timed(cmd: List[str], out_path: Path, env: Optional[Dict[str, str]] = None) -> Tuple[float, float, float]:
     """(wall seconds, CPU seconds of the process and its reaped workers, peak RSS in MiB).
 
     The peak comes from GNU time, not from wait4() here: Linux starts a
@@ -117,7 +124,7 @@ def _timed(cmd: List[str], out_path: Path) -> Tuple[float, float, float]:
     timed = [GNU_TIME, "-f", "%U %S %M", "-o", str(usage_file), *cmd] if os.path.exists(GNU_TIME) else cmd
     with open(out_path, "wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(timed, stdout=out, stderr=subprocess.PIPE, env={**os.environ, "CI": "1"})
+        proc = subprocess.Popen(timed, stdout=out, stderr=subprocess.PIPE, env={**os.environ, "CI": "1", **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         secs = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -153,10 +160,12 @@ def _count_objdump(path: Path) -> int:
     return n
 
 
-def _run(name: str, cmd: List[str], out: Path, count) -> Run:
-    secs, cpu, rss = _timed(cmd, out)
+def _run(name: str, cmd: List[str], out: Path, count, env: Optional[Dict[str, str]] = None) -> Run:
+    secs, cpu, rss = _timed(cmd, out, env)
     n = count(out)
     shown = ("python " + " ".join(cmd[1:])) if cmd[0] == sys.executable else " ".join(cmd)
+    if env:
+        shown = " ".join(f"{k}={v}" for k, v in env.items()) + " " + shown
     return Run(shown, round(secs, 3), round(cpu, 3), n, n / secs, n / max(cpu, 1e-9), round(rss, 1))
 
 
@@ -167,8 +176,12 @@ def bench_image(path: str, full: bool = True) -> Dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
         runs["ours"] = _run("ours", base + ["--summary"], Path(tmp, "ours.jsonl"), _count_ours)
+        runs["ours_iced"] = _run("ours_iced", base + ["--summary"], Path(tmp, "iced.jsonl"), _count_ours,
+                                 {"KINSTKIT_NO_NATIVE": "1"})
         if full:
             runs["ours_full"] = _run("ours_full", base, Path(tmp, "full.jsonl"), _count_ours)
+            runs["capstone"] = _run("capstone", [sys.executable, "-m", "generator.bench.capfloor", path],
+                                    Path(tmp, "capstone.txt"), lambda p: int(p.read_text()))
         runs["objdump"] = _run("objdump", ["objdump", "-d", "--no-show-raw-insn", path], Path(tmp, "od.txt"),
                                _count_objdump)
     od = runs["objdump"]
@@ -178,6 +191,8 @@ def bench_image(path: str, full: bool = True) -> Dict[str, object]:
         "text_mib": round(text_bytes(img) / 2**20, 1),
         "functions": len(img.functions()),
         "runs": {k: asdict(v) for k, v in runs.items()},
+        # The wall time the summary may take to reach 2x objdump's rate.
+        "budget_2x_seconds": round(runs["ours"].instructions / (2 * od.insns_per_second), 3),
     }
     for k, v in runs.items():
         if k != "objdump":
@@ -222,6 +237,17 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
     }
 
 
+def bench_startup() -> Dict[str, float]:
+    """Seconds before any work: the interpreter alone, and the interpreter importing the summary's modules."""
+    imports = "import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa.amd64.native"
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, code in (("python", "pass"), ("python_and_imports", imports)):
+            best = min(_timed([sys.executable, "-c", code], Path(tmp, "out"))[0] for _ in range(5))
+            out[name] = round(best, 3)
+    return out
+
+
 def bench_analysis(image: Optional[str], out_dir: Path, extra: Sequence[str] = EXTRA_IMAGES,
                    with_vmlinux: bool = False) -> dict:
     path = image or default_image()
@@ -241,6 +267,7 @@ def bench_analysis(image: Optional[str], out_dir: Path, extra: Sequence[str] = E
         "python": platform.python_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "images": images,
+        "startup_seconds": bench_startup(),
         "vmlinux": vmlinux or "not measured: no kernel image cached (invoke bench --with-vmlinux fetches one)",
         "generate": generate,
         "goals": {
@@ -268,12 +295,19 @@ def _write(out_dir: Path, result: dict) -> None:
         for k, r in im["runs"].items():
             ratio = f"{im['ratio_' + k]:.2f}" if k != "objdump" else "1"
             rcpu = f"{im['ratio_' + k + '_per_cpu']:.2f}" if k != "objdump" else "1"
-            label = {"ours": "ours, summary", "ours_full": "ours, full JSON", "objdump": "objdump -d"}[k]
+            label = {"ours": "ours, summary", "ours_iced": "ours, summary, iced-x86 only",
+                     "ours_full": "ours, full JSON", "capstone": "capstone cs_disasm alone, no output",
+                     "objdump": "objdump -d"}[k]
             md.append(f"| `{Path(im['image']).name}` | {im['text_mib']} | {label} | {r['seconds']:.2f} | "
                       f"{r['cpu_seconds']:.2f} | {r['instructions']} | {r['insns_per_second']:,.0f} | "
                       f"{r['peak_rss_mib']:.0f} | {ratio} | {rcpu} |")
     g = result["generate"]
+    st = result["startup_seconds"]
     md += [
+        "",
+        f"Start-up, best of five: `python -c pass` {st['python']:.3f} s; with the summary's imports "
+        f"{st['python_and_imports']:.3f} s.  The summary's wall-time budget at 2x objdump's rate: "
+        + "; ".join(f"`{Path(im['image']).name}` {im['budget_2x_seconds']:.3f} s" for im in result["images"]) + ".",
         "",
         f"Kernel image: {result['vmlinux']}.",
         "",

@@ -39,3 +39,33 @@ def test_arch_analysis_bench_runs(name: str, monkeypatch) -> None:
     assert runs["ours"]["instructions"] == runs["ours_full"]["instructions"] > 400
     assert runs["objdump"]["instructions"] > 400 and runs["objdump"]["cpu_seconds"] >= 0
     assert res["ratio_ours_over_objdump"] > 0 and res["ratio_full_over_objdump"] > 0
+
+
+def test_image_bench_compares_the_c_walk_with_iced_and_objdump(sample_kernel) -> None:
+    """One image: the summary with and without the C walk counts the same instructions; the budget follows."""
+    res = analysis.bench_image(str(sample_kernel), full=False)
+    runs = res["runs"]
+    assert set(runs) == {"ours", "ours_iced", "objdump"}
+    assert runs["ours"]["instructions"] == runs["ours_iced"]["instructions"] > 100
+    assert runs["ours_iced"]["command"].startswith("KINSTKIT_NO_NATIVE=1 python -m generator probes")
+    od = runs["objdump"]
+    assert res["budget_2x_seconds"] == round(runs["ours"]["instructions"] / (2 * od["insns_per_second"]), 3)
+
+
+def test_startup_is_measured() -> None:
+    st = analysis.bench_startup()
+    assert 0 < st["python"] < st["python_and_imports"]
+
+
+def test_capstone_floor_counts_what_the_walk_counts() -> None:
+    """On code capstone decodes throughout (libz), its bare decode sees exactly the summary's instructions."""
+    from generator.analysis import summary
+    from generator.bench import capfloor
+    from generator.image.elf import KernelImage
+    from helpers.skips import require_system_library
+
+    path = str(require_system_library("libz.so.1"))
+    img = KernelImage.open(path)
+    accel = summary.accelerator(img.isa)
+    walked = sum(r["instructions"] for r in summary.fast_chunk(img, img.functions(), "any", img.isa, accel))
+    assert capfloor.count(path) == walked > 5000

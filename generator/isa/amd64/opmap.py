@@ -30,6 +30,7 @@ from iced_x86 import Decoder, Mnemonic, Register
 
 from generator.isa.amd64 import fast as F
 from generator.isa.amd64 import probe_md as M
+from generator.isa.amd64.decode import _modrm_end
 
 HEADER = os.path.join(os.path.dirname(__file__), "accel", "kk_opmap.h")
 
@@ -63,18 +64,9 @@ def key(m: int, op: int, pfx: int, rex: int, lock: int) -> int:
     return (((m * 256 + op) * len(PFX) + pfx) * len(REX) + rex) * 2 + lock
 
 
-def _modrm_len(modrm: int, sib: int) -> int:
-    mod, rm = modrm >> 6, modrm & 7
-    n = 1
-    if mod != 3 and rm == 4:
-        n += 1
-        if mod == 0 and sib & 7 == 5:
-            n += 4
-    if mod == 1:
-        n += 1
-    elif mod == 2 or (mod == 0 and rm == 5):
-        n += 4
-    return n
+def _modrm_len(modrm: int) -> int:
+    """ModR/M, SIB and displacement bytes, with a zero SIB byte (no base-less disp32), as the probes have it."""
+    return _modrm_end(bytes([modrm]) + bytes(6), 0)
 
 
 def _verdict(dec: Decoder, probe: bytes) -> Optional[str]:
@@ -129,11 +121,11 @@ def _cell(probes: Sequence[Tuple[int, int, int, Optional[str]]]) -> int:
     if v0 is None or any(v is None for _, _, _, v in probes):
         return DECLINE
     for has_modrm in (True, False):
-        imm = len0 - pre0 - (_modrm_len(modrm0, 0) if has_modrm else 0)
+        imm = len0 - pre0 - (_modrm_len(modrm0) if has_modrm else 0)
         if imm not in IMM_SIZES:
             continue
         for action in _candidates(v0):
-            if all(ln == pre + (_modrm_len(m, 0) if has_modrm else 0) + imm and
+            if all(ln == pre + (_modrm_len(m) if has_modrm else 0) + imm and
                    _predict(action, m if has_modrm else 0xC0) == v for m, pre, ln, v in probes):
                 return action | IMM_SIZES.index(imm) << 4 | (HAS_MODRM if has_modrm else 0)
     return DECLINE
