@@ -14,9 +14,11 @@ made the first time the bytes were seen.
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Dict, List, NamedTuple, Optional
 
+from generator.analysis.exclusions import excluded
 from generator.analysis.probes import function_code, function_reason, refused_regions, reloc_target
 from generator.analysis.records import KIND_SKIP, STATUS_OK, STATUS_SKIP
 from generator.image.elf import Function, KernelImage
@@ -43,13 +45,45 @@ class _Seen(NamedTuple):
 
 
 class ImageJson:
-    """Formats the functions of one image; one per worker, its cache reused across functions."""
+    """Formats the functions of one image; one per worker, its cache reused across functions.
+
+    Where the ISA's accelerator has a native writer (amd64's ``kk_json.c``:
+    capstone and the same rules, in C), a function goes to it first; it hands back any
+    function it is not sure of, and the tests hold its bytes equal to these.
+    """
 
     def __init__(self, img: KernelImage, rule: str):
         self.img = img
         self.isa = img.isa
         self.rule = rule
         self.seen: Dict[bytes, _Seen] = {}
+        self.native = _native_writer(img)
+        self.prologue_json = _dumps(f"function refused: {self.isa.prologue_reasons[rule]}")
+
+    def _native(self, func: Function, code: bytes) -> Optional[bytes]:
+        reason = excluded(func.name, self.isa.name, self.isa.md_excluded)
+        got = self.native.probes(code, func.size, func.address, _dumps(f"function refused: {reason}") if reason else None,
+                                 self.rule == "first", self.prologue_json)
+        if got is None:
+            return None
+        probes, eligible = got
+        if not reason and not eligible:
+            reason = self.isa.prologue_reasons[self.rule]
+        head = (f'{{"function":{_dumps(func.qualified)},"address":{func.address},"size":{func.size},'
+                f'"eligible":{"false" if reason else "true"},"reason":{_dumps(reason)},"walk_error":"","probes":[')
+        return b"".join((head.encode(), probes, b"]}"))
+
+    def function_bytes(self, func: Function) -> bytes:
+        """``function``'s line as bytes: the native writer's are written out without a round trip through str."""
+        if self.native is not None:
+            text = self._native(func, function_code(self.img, func))
+            if text is not None:
+                return text
+        return self._python(func).encode()
+
+    def function(self, func: Function) -> str:
+        """The function's line: its record and every instruction's."""
+        return self.function_bytes(func).decode()
 
     def _classify(self, b: bytes, address: int, mnem: str, ops: str) -> _Seen:
         v = self.isa.classify(b, address, mnem, ops)
@@ -61,7 +95,7 @@ class ImageJson:
         self.seen[b] = seen
         return seen
 
-    def function(self, func: Function) -> str:
+    def _python(self, func: Function) -> str:
         img, isa = self.img, self.isa
         code = function_code(img, func)
         insns, walk_error = isa.decode(code, func.address, func.size)
@@ -104,3 +138,12 @@ class ImageJson:
         return (f'{{"function":{_dumps(func.qualified)},"address":{base},"size":{size},'
                 f'"eligible":{"false" if reason else "true"},"reason":{_dumps(reason)},'
                 f'"walk_error":{_dumps(walk_error)},"probes":[{",".join(out)}]}}')
+
+
+def _native_writer(img: KernelImage):
+    """The ISA accelerator's ``json_writer()``, for images whose records need nothing but the bytes (not ET_REL,
+    where relocations name targets; no mapping symbols), or None."""
+    if not img.isa.accelerator or img.e_type == "ET_REL" or img.isa.mapping_symbols:
+        return None
+    make = getattr(importlib.import_module(img.isa.accelerator), "json_writer", None)
+    return make() if make is not None else None

@@ -9,11 +9,16 @@ workers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import io
 import multiprocessing
 import os
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple, TypeVar
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from generator.analysis import report, summary
 from generator.analysis.fastjson import ImageJson
@@ -47,6 +52,14 @@ def _chunks(total: int, size: int) -> List[Tuple[int, int]]:
     return [(i, min(i + size, total)) for i in range(0, total, size)]
 
 
+def workers(funcs: Sequence[Function], jobs: int = 0, serial_below: int = 0) -> int:
+    """How many processes ``map_chunks`` works ``funcs`` with: ``jobs``, or one per CPU unless the work is
+    smaller than ``serial_below`` bytes of functions."""
+    if not jobs and serial_below and sum(f.size for f in funcs) < serial_below:
+        return 1
+    return jobs or os.cpu_count() or 1
+
+
 def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[KernelImage, Sequence[Function]], List[R]],
                jobs: int = 0, serial_below: int = 0) -> Iterator[List[R]]:
     """Yield ``fn(img, chunk)`` for consecutive chunks of ``funcs``, in order, from ``jobs`` workers.
@@ -58,9 +71,7 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
     """
     global _WORKER
     _WORKER = (img, funcs, fn)
-    if not jobs and serial_below and sum(f.size for f in funcs) < serial_below:
-        jobs = 1
-    jobs = jobs or os.cpu_count() or 1
+    jobs = workers(funcs, jobs, serial_below)
     chunks = _chunks(len(funcs), max(CHUNK_MIN, min(CHUNK_MAX, len(funcs) // (8 * jobs) or 1)))
     try:
         if jobs > 1 and len(chunks) > 1:
@@ -83,12 +94,54 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
 _JSON: Dict[Tuple[int, str], ImageJson] = {}
 
 
-def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: bool, as_summary: bool) -> List[str]:
+@dataclass(frozen=True)
+class Spilled:
+    """A worker's chunk of output lines, left in a file for the parent to copy out.
+
+    A kernel's full JSON is over a gigabyte; pickled back through the pool it
+    is copied four times and cost more than the second worker saved (qemu:
+    1.5 s with two workers, 1.2 s with one).  Through a file it is copied by
+    the kernel, once each way.
+    """
+
+    path: str
+    lines: int
+
+    def __len__(self) -> int:
+        return self.lines
+
+    def copy_to(self, stream: BinaryIO) -> None:
+        """Append the lines to ``stream`` and remove the file."""
+        try:
+            with open(self.path, "rb") as src:
+                stream.flush()
+                try:
+                    size = os.fstat(src.fileno()).st_size
+                    sent = 0
+                    while sent < size:
+                        sent += os.sendfile(stream.fileno(), src.fileno(), sent, size - sent)
+                except (OSError, AttributeError, io.UnsupportedOperation):
+                    src.seek(0)
+                    shutil.copyfileobj(src, stream, 1 << 20)
+        finally:
+            os.unlink(self.path)
+
+
+def _spill(lines: List[bytes], spill_dir: str) -> Spilled:
+    fd, path = tempfile.mkstemp(dir=spill_dir, suffix=".jsonl")
+    with open(fd, "wb") as out:
+        out.write(b"\n".join(lines) + b"\n")
+    return Spilled(path, len(lines))
+
+
+def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: bool, as_summary: bool,
+            spill_dir: Optional[str] = None) -> Union[List[Union[str, bytes]], Spilled]:
     isa = img.isa
-    out = []
+    out: List[Union[str, bytes]] = []
     if as_json and not as_summary:
         writer = _JSON.setdefault((id(img), rule), ImageJson(img, rule))
-        return [writer.function(f) for f in funcs]
+        lines = [writer.function_bytes(f) for f in funcs]
+        return _spill(lines, spill_dir) if spill_dir else lines
     if as_summary:
         accel = summary.accelerator(isa)
         recs = summary.fast_chunk(img, funcs, rule, isa, accel) if accel else \
@@ -104,8 +157,12 @@ def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: boo
 
 def analyse_image(
     img: KernelImage, rule: str, as_json: bool, as_summary: bool, jobs: int = 0
-) -> Iterator[Tuple[List[str], int]]:
-    """Yield (the lines of the next chunk of functions, total functions), in address order."""
+) -> Iterator[Tuple[Union[List[Union[str, bytes]], Spilled], int]]:
+    """Yield (the lines of the next chunk of functions, total functions), in address order.
+
+    The lines are str or bytes, or for full JSON from several workers a
+    ``Spilled`` file of them to copy out.
+    """
     funcs = img.functions()
     if not funcs:
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
@@ -114,6 +171,8 @@ def analyse_image(
         accel = summary.accelerator(img.isa)
         if accel is not None and hasattr(accel, "prepare") and accel.prepare():
             serial_below = SERIAL_SUMMARY_BYTES  # native: loaded once here, before any worker forks
-    fn = functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary)
-    for lines in map_chunks(img, funcs, fn, jobs, serial_below):
-        yield lines, len(funcs)
+    spill = as_json and not as_summary and workers(funcs, jobs) > 1
+    with tempfile.TemporaryDirectory(prefix="kinstkit-json-") if spill else contextlib.nullcontext() as spill_dir:
+        fn = functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary, spill_dir=spill_dir)
+        for lines in map_chunks(img, funcs, fn, jobs, serial_below):
+            yield lines, len(funcs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from generator.cli import args as A
@@ -74,7 +75,7 @@ def _probes_all(img, args: argparse.Namespace) -> int:
     show = progress_wanted(quiet=args.json)
     done = 0
     for lines, total in analyse_image(img, args.prologue_rule, args.json, args.summary, args.jobs):
-        sys.stdout.write("\n".join(lines) + "\n")
+        _write_lines(lines)
         done += len(lines)
         if show:
             sys.stderr.write(f"\r{done}/{total} functions")
@@ -82,6 +83,29 @@ def _probes_all(img, args: argparse.Namespace) -> int:
     if show:
         sys.stderr.write("\n")
     return 0
+
+
+def _write_lines(lines) -> None:
+    """Lines of str or bytes (full JSON: a gigabyte for a kernel, kept as bytes from the writer to the file),
+    or a worker's ``Spilled`` file of them."""
+    from generator.analysis.whole import Spilled
+
+    buf = getattr(sys.stdout, "buffer", None)
+    if isinstance(lines, Spilled):
+        sys.stdout.flush()
+        if buf is not None:
+            lines.copy_to(buf)
+            return
+        with open(lines.path, "rb") as f:
+            text = f.read().decode()
+        os.unlink(lines.path)
+        sys.stdout.write(text)
+        return
+    if buf is None:
+        sys.stdout.write("\n".join(x.decode() if isinstance(x, bytes) else x for x in lines) + "\n")
+        return
+    sys.stdout.flush()
+    buf.write(b"\n".join(x if isinstance(x, bytes) else x.encode() for x in lines) + b"\n")
 
 
 def _probes_source(img, args: argparse.Namespace) -> int:

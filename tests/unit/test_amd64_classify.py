@@ -367,6 +367,20 @@ def test_mov_to_ss_refused(hexbytes):
     assert got.flags == 0 and got.reg1 == got.reg2 == -1
 
 
+@pytest.mark.parametrize("hexbytes, mnemonic", [
+    ("66 0f 80 84 00", "jo"),  # capstone: 5 bytes (rel16); Intel: 7 (rel32)
+    ("66 0f 81 84 00", "jno"),
+])
+def test_operand_size_prefixed_near_branch_is_refused(hexbytes, mnemonic):
+    """capstone decodes a rel16 where Intel CPUs read a rel32: refused with why, not read past its end."""
+    code = bytes.fromhex(hexbytes.replace(" ", ""))
+    insns, _ = amd64.decode(code + b"\x90" * 8, ADDR, len(code))
+    assert insns[0].length == len(code) and insns[0].mnemonic == mnemonic
+    got = flat(amd64.classify(code, ADDR, insns[0].mnemonic, insns[0].operands))
+    assert got.status == R.STATUS_SKIP and got.kind == R.KIND_SKIP
+    assert got.reason == f"{mnemonic}: {T.REL16_BRANCH_REASON}"
+
+
 @pytest.mark.parametrize("hexbytes", [
     "06",  # push %es: invalid in 64-bit mode
     "9a",  # lcall ptr16:32: invalid in 64-bit mode (kinst's "direct call" case for 9a)

@@ -145,10 +145,11 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> Verdict:
     reg1 = reg2 = scale = 0
     rm = modrm_index(b, opcidx)
 
+    rel32 = False
     if op == 0x0F and opcidx + 1 < ilen and 0x80 <= b[opcidx + 1] <= 0x8F:
         flags = _F_JMP | _F_RIPREL
         dispoff = opcidx + 2
-        disp = _s32(b, dispoff)
+        rel32 = True
     elif op in _JCC8 or op == 0xEB:
         flags = _F_JMP | _F_RIPREL
         dispoff = opcidx + 1
@@ -156,17 +157,22 @@ def classify(b: bytes, address: int, mnemonic: str, operands: str) -> Verdict:
     elif op == 0xE9:
         flags = _F_JMP | _F_RIPREL
         dispoff = opcidx + 1
-        disp = _s32(b, dispoff)
+        rel32 = True
     elif op == 0xE8:
         flags = _F_CALL | _F_DIRECT
         dispoff = opcidx + 1
-        disp = _s32(b, dispoff)
+        rel32 = True
     elif op == 0xFF and rm >= 0:
         reg = (b[rm] >> 3) & 7
         if reg in (2, 3):  # as kinst; ff /3 (far) is refused below
             flags = _F_CALL
         elif reg in (4, 5):
             flags = _F_JMP
+    if rel32:
+        if dispoff + 4 > ilen:  # 66-prefixed: capstone read a rel16
+            base = mnemonic.rsplit(" ", 1)[-1]
+            return Verdict(STATUS_SKIP, f"{base}: {T.REL16_BRANCH_REASON}", KIND_SKIP, skip_md(ilen), None)
+        disp = _s32(b, dispoff)
 
     rip_modrm = False
     if rm >= 0:

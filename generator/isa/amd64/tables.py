@@ -174,5 +174,14 @@ SEGMENT_CALL_REASON = (
     "the segment base (the kernel's %gs base is its per-CPU area)"
 )
 
+# A rel32-form jcc (0f 8x) with an operand-size (0x66) prefix: capstone reads
+# a rel16 (AMD CPUs do the same and truncate %rip to 16 bits), Intel CPUs
+# ignore the prefix and read a rel32 (capstone reads e8/e9 so too).  The instruction's length, and so every
+# boundary after it, depends on the CPU; kinst reads four bytes regardless.
+REL16_BRANCH_REASON = (
+    "near branch with an operand-size prefix: capstone decodes a rel16 (as AMD CPUs do) where Intel CPUs ignore "
+    "the prefix and read a rel32, so the instruction's length depends on the CPU"
+)
+
 # capstone's mnemonic for a byte sequence it cannot decode.
 UNDECODABLE_REASON = "capstone cannot decode these bytes"

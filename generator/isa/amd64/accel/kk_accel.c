@@ -166,6 +166,18 @@ kk_walk(const uint8_t *p, size_t limit, uint32_t *row)
 	return (0);
 }
 
+/* Whether an instruction of p[0, limit) starts with push %rbp; -1 to decline. */
+int
+kk_walk_frame(const uint8_t *p, size_t limit, int *frame)
+{
+	uint32_t row[KK_ROW] = { 0 };
+
+	if (kk_walk(p, limit, row) != 0)
+		return (-1);
+	*frame = row[KK_ROW_FRAME] != 0;
+	return (0);
+}
+
 /*
  * Summarise nfunc functions of buf: function k is buf[start[k],
  * start[k] + limit[k]).  rows[] receives KK_ROW counters per function and
