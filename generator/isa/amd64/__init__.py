@@ -10,7 +10,8 @@
 - ``oracle``: how objdump and valgrind see amd64 code;
 - ``native``: the summary accelerator, a C walk over ``opmap``'s table;
 - ``fast``: the iced-x86 accelerator it falls back on, and table records;
-- ``opmap``: the C walk's opcode table, derived from iced-x86.
+- ``opmap``: the C walk's opcode table, derived from iced-x86;
+- ``summaryrec``: the record both summary accelerators return.
 """
 
 from __future__ import annotations

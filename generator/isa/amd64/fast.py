@@ -25,7 +25,7 @@ from iced_x86 import (Code, CpuidFeature, Decoder, FlowControl, Instruction, Mne
 
 from generator.isa.amd64 import probe_md as M
 from generator.isa.amd64 import tables as T
-from generator.isa.amd64.native import KIND_CODES, Summary
+from generator.isa.amd64.summaryrec import KIND_CODES, Summary
 from generator.isa.amd64.table import REFUSED as T_REFUSED
 from generator.isa.amd64.table import RIPREL_IMM as T_RIPREL_IMM
 

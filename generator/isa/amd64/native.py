@@ -1,15 +1,22 @@
-"""amd64 native accelerator: the summary walk in C, compiled on first use.
+"""amd64 native accelerators: the summary walk and the JSON writer in C, compiled on first use.
 
 ``fast.summarise`` costs about half a microsecond an instruction, most of it
 crossing from Python into iced-x86 for every instruction.  ``kk_accel.c``
-walks a whole function per call with a table lookup per instruction
-(``opmap.py`` makes the table from iced-x86 and checks every entry against
-it), so whole-image summaries cost little more than reading the symbols.
+walks a whole chunk of functions per call with a table lookup per
+instruction (``opmap.py`` makes the table from iced-x86 and checks every
+entry against it), so whole-image summaries cost little more than reading
+the symbols.  Wherever it declines (an encoding its table does not cover, a
+VEX prefix, a truncated tail), or no C compiler is found, ``fast`` decides,
+and where that declines, capstone.
 
-It is an accelerator for the accelerator: wherever the C walk declines (an
-encoding its table does not cover, a VEX prefix, a truncated tail), or no C
-compiler is found, ``fast`` decides, and where that declines, capstone.
-The tests hold all three equal on real images and on random bytes.
+``kk_json.c`` writes ``probes --all --json``'s per-instruction records:
+capstone's own C library (the one its Python binding ships) decodes, and
+``classify.py``'s rules and ``fastjson.py``'s format are applied in C.  It
+hands back every function whose records need more than the bytes and
+capstone's text; ``fastjson`` then writes it.
+
+The tests hold each native path equal to the Python one on real images and
+on mutated code.  ``KINSTKIT_NO_NATIVE=1`` turns both off.
 """
 
 from __future__ import annotations
@@ -27,25 +34,13 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from generator.common.paths import CACHE
 from generator.isa.amd64 import probe_md as M
-
-
-class Summary(NamedTuple):
-    """What ``probes --summary`` prints for one function (``fast.Summary`` is this one)."""
-
-    instructions: int
-    kinds: Dict[str, int]  # probes with status ok, by kind, in kind-name order
-    skipped: int  # instructions refused on their own account
-    frame_rules: Tuple[str, ...]  # the prologue rules the function passes ('any', 'first')
-    walk_error: str
+from generator.isa.amd64.summaryrec import KIND_CODES, Summary
 
 
 SOURCE_DIR = Path(__file__).resolve().parent / "accel"
 CACHE_DIR = CACHE / "accel"
 ENV_DISABLE = "KINSTKIT_NO_NATIVE"  # set to use the Python paths only (the tests compare the two)
 
-# The summary's counter per kind (fast.py counts the same way); here so that
-# importing this module does not import iced-x86.
-KIND_CODES = {kind.kind: i + 1 for i, kind in enumerate(M.TABLE_KINDS)}
 _KINDS_BY_NAME = sorted(KIND_CODES.items())
 _TRAMPOLINE = KIND_CODES[M.KIND_TRAMPOLINE]
 # kk_accel.c's result row per function.
@@ -81,8 +76,8 @@ def json_header() -> str:
     Generated next to the build rather than committed, so it cannot go stale;
     reasons are JSON-escaped here, so the C pastes them as they are.
     """
-    from generator.analysis.records import KIND_SKIP, STATUS_OK, STATUS_SKIP
     from generator.common.cstring import c_string
+    from generator.isa.contract import KIND_SKIP, STATUS_OK, STATUS_SKIP
     from generator.isa.amd64 import tables as T
 
     def js(text: str) -> str:
