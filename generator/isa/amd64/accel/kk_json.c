@@ -61,18 +61,37 @@ kk_puts(struct kk_out *o, const char *s)
 	kk_put(o, s, strlen(s));
 }
 
+/* A string literal, its length known at compile time. */
+#define	KK_LIT(o, lit)	kk_put((o), (lit), sizeof(lit) - 1)
+
 /* Decimal text of v, as Python's str() writes an int. */
 static void
 kk_uint(struct kk_out *o, unsigned long long v)
 {
+	static const char pairs[] =
+	    "00010203040506070809101112131415161718192021222324252627282930"
+	    "31323334353637383940414243444546474849505152535455565758596061"
+	    "62636465666768697071727374757677787980818283848586878889909192"
+	    "93949596979899";
 	char buf[24];
 	int i;
 
+	if (v < 10) {
+		buf[0] = (char)('0' + v);
+		kk_put(o, buf, 1);
+		return;
+	}
 	i = sizeof(buf);
-	do {
-		buf[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v != 0);
+	while (v >= 100) {
+		i -= 2;
+		memcpy(buf + i, pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (v >= 10) {
+		i -= 2;
+		memcpy(buf + i, pairs + 2 * v, 2);
+	} else
+		buf[--i] = (char)('0' + v);
 	kk_put(o, buf + i, sizeof(buf) - (size_t)i);
 }
 
@@ -88,42 +107,46 @@ kk_int(struct kk_out *o, long long v)
 }
 
 /* A field: its literal head (",\"name\":"), then the number. */
-static void
-kk_field(struct kk_out *o, const char *head, long long v)
-{
-
-	kk_puts(o, head);
-	kk_int(o, v);
-}
+#define	kk_field(o, head, v)	do {					\
+	KK_LIT((o), head);						\
+	kk_int((o), (v));						\
+} while (0)
 
 /* A JSON string as json.dumps writes it for ASCII text; 0 for other bytes. */
 static int
 kk_quote(struct kk_out *o, const char *s)
 {
 	char buf[8];
+	const char *run;
 	unsigned char c;
 
 	kk_put(o, "\"", 1);
-	for (; (c = (unsigned char)*s) != '\0'; s++) {
+	for (;;) {
+		for (run = s; (c = (unsigned char)*s) >= 0x20 && c < 0x80 &&
+		    c != '"' && c != '\\'; s++)
+			;
+		kk_put(o, run, (size_t)(s - run));
+		if (c == '\0')
+			break;
 		if (c >= 0x80)
 			return (0);
 		if (c == '"' || c == '\\') {
 			buf[0] = '\\';
 			buf[1] = (char)c;
 			kk_put(o, buf, 2);
-		} else if (c < 0x20) {
+		} else {
 			switch (c) {
-			case '\n': kk_put(o, "\\n", 2); break;
-			case '\r': kk_put(o, "\\r", 2); break;
-			case '\t': kk_put(o, "\\t", 2); break;
-			case '\b': kk_put(o, "\\b", 2); break;
-			case '\f': kk_put(o, "\\f", 2); break;
+			case '\n': KK_LIT(o, "\\n"); break;
+			case '\r': KK_LIT(o, "\\r"); break;
+			case '\t': KK_LIT(o, "\\t"); break;
+			case '\b': KK_LIT(o, "\\b"); break;
+			case '\f': KK_LIT(o, "\\f"); break;
 			default:
 				snprintf(buf, sizeof(buf), "\\u%04x", c);
 				kk_put(o, buf, 6);
 			}
-		} else
-			kk_put(o, (const char *)&c, 1);
+		}
+		s++;
 	}
 	kk_put(o, "\"", 1);
 	return (1);
@@ -226,7 +249,7 @@ kk_cross_check(const char *ops, int rip_modrm, long long disp)
 }
 
 static const char *
-kk_refusal(const char *base)
+kk_refusal_search(const char *base)
 {
 	int lo, hi, mid, c;
 
@@ -243,6 +266,31 @@ kk_refusal(const char *base)
 			lo = mid + 1;
 	}
 	return (NULL);
+}
+
+/*
+ * kk_refusal_search() remembered per capstone instruction id: an id comes
+ * with one base mnemonic, checked on every hit all the same.
+ */
+#define	KK_IDS	4096
+static struct {
+	char		 base[32];
+	const char	*refusal;
+} kk_refusal_seen[KK_IDS];
+
+static const char *
+kk_refusal(unsigned id, const char *base)
+{
+
+	if (id < KK_IDS && kk_refusal_seen[id].base[0] != '\0' &&
+	    strcmp(kk_refusal_seen[id].base, base) == 0)
+		return (kk_refusal_seen[id].refusal);
+	if (id < KK_IDS && strlen(base) < sizeof(kk_refusal_seen[id].base)) {
+		strcpy(kk_refusal_seen[id].base, base);
+		kk_refusal_seen[id].refusal = kk_refusal_search(base);
+		return (kk_refusal_seen[id].refusal);
+	}
+	return (kk_refusal_search(base));
 }
 
 static int
@@ -265,7 +313,8 @@ kk_ends(const char *s, const char *suffix)
 /* One instruction's record; 0 to decline the function. */
 static int
 kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
-    size_t off, const char *mnem, const char *ops, const char *refused)
+    size_t off, unsigned id, const char *mnem, const char *ops,
+    const char *refused)
 {
 	uint8_t tmpl[16];
 	const char *base, *kind, *refusal, *sp;
@@ -426,7 +475,7 @@ kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
 
 	sp = strrchr(mnem, ' ');
 	base = sp == NULL ? mnem : sp + 1;
-	refusal = kk_refusal(base);
+	refusal = kk_refusal(id, base);
 	if (refusal == NULL && kk_ends(ops, ", %ss") && kk_starts(base, "mov"))
 		refusal = KK_SS_LOAD_REASON;
 	/* A call through memory, %rip-relative or not. */
@@ -442,36 +491,36 @@ kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
 	}
 
 	kk_field(o, "{\"offset\":", (long long)off);
-	kk_puts(o, ",\"address\":");
+	KK_LIT(o, ",\"address\":");
 	kk_uint(o, address);
 	kk_field(o, ",\"length\":", ilen);
-	kk_puts(o, ",\"bytes\":\"");
+	KK_LIT(o, ",\"bytes\":\"");
 	kk_hex(o, b, (size_t)ilen);
-	kk_puts(o, "\",\"mnemonic\":");
+	KK_LIT(o, "\",\"mnemonic\":");
 	if (!kk_quote(o, mnem))
 		return (0);
-	kk_puts(o, ",\"operands\":");
+	KK_LIT(o, ",\"operands\":");
 	if (!kk_quote(o, ops))
 		return (0);
 	if (refused != NULL) {
-		kk_puts(o, ",\"status\":\"" KK_STATUS_SKIP "\",\"reason\":");
+		KK_LIT(o, ",\"status\":\"" KK_STATUS_SKIP "\",\"reason\":");
 		kk_puts(o, refused);
 		kind = KK_KIND_SKIP;
 	} else if (refusal != NULL) {
-		kk_puts(o, ",\"status\":\"" KK_STATUS_SKIP "\",\"reason\":\"");
+		KK_LIT(o, ",\"status\":\"" KK_STATUS_SKIP "\",\"reason\":\"");
 		kk_puts(o, base);
-		kk_puts(o, ": ");
+		KK_LIT(o, ": ");
 		kk_puts(o, refusal);	/* JSON-escaped by native.py */
-		kk_puts(o, "\"");
+		KK_LIT(o, "\"");
 		kind = KK_KIND_SKIP;
 	} else
-		kk_puts(o, ",\"status\":\"" KK_STATUS_OK "\",\"reason\":\"\"");
-	kk_puts(o, ",\"kind\":\"");
+		KK_LIT(o, ",\"status\":\"" KK_STATUS_OK "\",\"reason\":\"\"");
+	KK_LIT(o, ",\"kind\":\"");
 	kk_puts(o, kind);
 	kk_field(o, "\",\"flags\":", flags);
 	kk_field(o, ",\"instlen\":", ilen);
 	kk_field(o, ",\"tinstlen\":", tinstlen);
-	kk_puts(o, ",\"template\":\"");
+	KK_LIT(o, ",\"template\":\"");
 	kk_hex(o, tmpl, sizeof(tmpl));
 	kk_field(o, "\",\"dispoff\":", kdispoff);
 	kk_field(o, ",\"disp\":", disp);
@@ -479,11 +528,11 @@ kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
 	kk_field(o, ",\"reg2\":", reg2);
 	kk_field(o, ",\"scale\":", scale);
 	if (has_target) {
-		kk_puts(o, ",\"target\":");
+		KK_LIT(o, ",\"target\":");
 		kk_uint(o, target);
-		kk_puts(o, ",\"target_symbol\":null}");
+		KK_LIT(o, ",\"target_symbol\":null}");
 	} else
-		kk_puts(o, ",\"target\":null,\"target_symbol\":null}");
+		KK_LIT(o, ",\"target\":null,\"target_symbol\":null}");
 	return (1);
 }
 
@@ -566,7 +615,8 @@ kk_json_function(const uint8_t *code, size_t len, size_t limit,
 		if (off > 0)
 			kk_put(&o, ",", 1);
 		if (!kk_record(&o, code + off, kk_insn->size, address + off,
-		    off, kk_insn->mnemonic, kk_insn->op_str, refused))
+		    off, kk_insn->id, kk_insn->mnemonic, kk_insn->op_str,
+		    refused))
 			return (KK_DECLINE);
 		if (o.full)
 			return (KK_SHORT);
