@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib
 import json
-from typing import Dict, List, NamedTuple, Optional
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from generator.analysis.exclusions import excluded
 from generator.analysis.probes import function_code, function_reason, refused_regions, reloc_target
@@ -72,6 +73,29 @@ class ImageJson:
         head = (f'{{"function":{_dumps(func.qualified)},"address":{func.address},"size":{func.size},'
                 f'"eligible":{"false" if reason else "true"},"reason":{_dumps(reason)},"walk_error":"","probes":[')
         return b"".join((head.encode(), probes, b"]}"))
+
+    def write(self, funcs: Sequence[Function], fd: int) -> None:
+        """Every function's line, newline-terminated, to ``fd``: through the native writer's own buffer where
+        there is one (a kernel's records never become Python objects), else as ``function_bytes``."""
+        if self.native is None:
+            os.write(fd, b"".join(self.function_bytes(f) + b"\n" for f in funcs))  # one chunk: small enough
+            return
+        isa, rule, native = self.isa, self.rule, self.native
+        prologue = isa.prologue_reasons[rule]
+        try:
+            for f in funcs:
+                code = function_code(self.img, f)
+                reason = excluded(f.name, isa.name, isa.md_excluded)
+                start = f'{{"function":{_dumps(f.qualified)},"address":{f.address},"size":{f.size},"eligible":'
+                refused = (start + f'false,"reason":{_dumps(reason or prologue)},"walk_error":"","probes":[').encode()
+                ok = None if reason else (start + 'true,"reason":"","walk_error":"","probes":[').encode()
+                if not native.emit(fd, code, f.size, f.address, _dumps(f"function refused: {reason}") if reason
+                                   else None, rule == "first", self.prologue_json, ok, refused):
+                    native.put(fd, self._python(f).encode() + b"\n")
+            native.flush(fd)
+        except BaseException:
+            native.discard()
+            raise
 
     def function_bytes(self, func: Function) -> bytes:
         """``function``'s line as bytes: the native writer's are written out without a round trip through str."""

@@ -127,11 +127,13 @@ class Spilled:
             os.unlink(self.path)
 
 
-def _spill(lines: List[bytes], spill_dir: str) -> Spilled:
+def _spill(writer: ImageJson, funcs: Sequence[Function], spill_dir: str) -> Spilled:
     fd, path = tempfile.mkstemp(dir=spill_dir, suffix=".jsonl")
-    with open(fd, "wb") as out:
-        out.write(b"\n".join(lines) + b"\n")
-    return Spilled(path, len(lines))
+    try:
+        writer.write(funcs, fd)
+    finally:
+        os.close(fd)
+    return Spilled(path, len(funcs))
 
 
 def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: bool, as_summary: bool,
@@ -140,8 +142,9 @@ def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: boo
     out: List[Union[str, bytes]] = []
     if as_json and not as_summary:
         writer = _JSON.setdefault((id(img), rule), ImageJson(img, rule))
-        lines = [writer.function_bytes(f) for f in funcs]
-        return _spill(lines, spill_dir) if spill_dir else lines
+        if spill_dir:
+            return _spill(writer, funcs, spill_dir)
+        return [writer.function_bytes(f) for f in funcs]
     if as_summary:
         accel = summary.accelerator(isa)
         recs = summary.fast_chunk(img, funcs, rule, isa, accel) if accel else \

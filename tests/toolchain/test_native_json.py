@@ -149,3 +149,21 @@ def test_refused_function_records_say_why(sample_kernel):
         lines = [(fast.function(f), slow.function(f)) for f in img.functions()]
         assert all(a == b for a, b in lines)
         assert any('"eligible":false' in a and '"reason":"function refused: ' in a for a, _ in lines)
+
+
+def test_chunk_written_through_the_native_buffer_equals_the_lines(tmp_path):
+    """``write`` (C's buffer straight to a file) gives the same bytes as the lines, in order, with the
+    functions C hands back written by Python in their place."""
+    lib = KernelImage.open(str(require_system_library("libz.so.1")))
+    code = bytes.fromhex("554889e5e8000000005dc3" "55 06 c3".replace(" ", "") + "554889e5c3")
+    img = _Image(code + b"\xcc" * MAX_INSN)
+    mk = [Function(name=n, address=BASE + a, size=s, binding="global", file=None, section=".text")
+          for n, a, s in (("f", 0, 11), ("g", 11, 3), ("h", 14, 5))]
+    for image, funcs in ((lib, lib.functions()), (img, mk)):
+        writer = ImageJson(image, "any")
+        out = tmp_path / "chunk.jsonl"
+        with open(out, "wb") as f:
+            writer.write(funcs, f.fileno())
+        want = "".join(writer.function(f) + "\n" for f in funcs)
+        assert out.read_text() == want
+        assert want.count("\n") == len(funcs) > 2

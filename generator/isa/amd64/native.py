@@ -207,6 +207,17 @@ def json_library() -> Optional[ctypes.CDLL]:
         fn.argtypes = (ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
                        ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int))
         fn.restype = ctypes.c_long
+        emit = lib.kk_json_emit
+        emit.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64,
+                         ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                         ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
+        emit.restype = ctypes.c_int
+        lib.kk_json_put.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+        lib.kk_json_put.restype = ctypes.c_int
+        lib.kk_json_flush.argtypes = (ctypes.c_int,)
+        lib.kk_json_flush.restype = ctypes.c_int
+        lib.kk_json_discard.argtypes = ()
+        lib.kk_json_discard.restype = None
     return lib
 
 
@@ -268,6 +279,7 @@ class JsonWriter:
     """
 
     def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
         self.fn = lib.kk_json_function
         self.buf = ctypes.create_string_buffer(1 << 20)
         self.eligible = ctypes.c_int()
@@ -288,6 +300,33 @@ class JsonWriter:
         if n < 0:
             return None
         return ctypes.string_at(self.buf, n), bool(self.eligible.value)
+
+
+    def emit(self, fd: int, code: bytes, limit: int, address: int, excluded_json: Optional[str], rule_first: bool,
+             prologue_json: str, head_ok: bytes, head_refused: bytes) -> bool:
+        """Append the function's whole line (``head_ok`` or ``head_refused``, its records, ``]}`` and a newline)
+        to the writer's buffer for ``fd``; False, with nothing appended, to leave the function to Python."""
+        if limit > len(code):
+            return False
+        got = self.lib.kk_json_emit(fd, code, len(code), limit, address,
+                                    excluded_json.encode() if excluded_json is not None else None, int(rule_first),
+                                    prologue_json.encode(), head_ok, head_refused, b"]}\n", ctypes.byref(self.eligible))
+        if got < 0:
+            raise OSError(ctypes.get_errno() or 5, "writing the JSON chunk failed")
+        return got == 1
+
+    def put(self, fd: int, data: bytes) -> None:
+        """Append bytes Python wrote, in order with the native lines."""
+        if self.lib.kk_json_put(fd, data, len(data)) != 0:
+            raise OSError(5, "writing the JSON chunk failed")
+
+    def flush(self, fd: int) -> None:
+        if self.lib.kk_json_flush(fd) != 0:
+            raise OSError(5, "writing the JSON chunk failed")
+
+    def discard(self) -> None:
+        """Drop what is buffered, after a chunk failed half-way."""
+        self.lib.kk_json_discard()
 
 
 def json_writer() -> Optional[JsonWriter]:

@@ -14,9 +14,12 @@
  * generator/isa/amd64/tables.py and probe_md.py.
  */
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <capstone/capstone.h>
 
@@ -562,22 +565,23 @@ kk_capstone_frame(const uint8_t *code, size_t len, size_t limit,
 }
 
 /*
- * The "probes" array's contents for the function whose bytes (and a tail
- * up to the section's end) are code[0, len), limit of them its own, at
- * address.  The function's refusal: excluded (a JSON string, or NULL),
- * else the prologue rule (first: the first byte is push %rbp; otherwise
- * any instruction starting with it will do), whose refusal is prologue.
- * *eligible says which came out.  Returns the bytes written, KK_DECLINE
- * or KK_SHORT.
+ * One function into o: head, the "probes" array's contents, tail.  The
+ * function's bytes (and a tail up to the section's end) are code[0, len),
+ * limit of them its own, at address.  Its refusal: excluded (a JSON
+ * string, or NULL), else the prologue rule (first: the first byte is push
+ * %rbp; otherwise any instruction starting with it will do), whose refusal
+ * is prologue.  *eligible says which came out, and picks the head:
+ * head_ok or head_refused (either may be NULL: nothing).  Returns 0,
+ * KK_DECLINE or KK_SHORT.
  */
-long
-kk_json_function(const uint8_t *code, size_t len, size_t limit,
+static int
+kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
     uint64_t address, const char *excluded, int rule_first,
-    const char *prologue, char *out, size_t cap, int *eligible)
+    const char *prologue, const char *head_ok, const char *head_refused,
+    const char *tail, int *eligible)
 {
-	struct kk_out o;
 	const uint8_t *p;
-	const char *refused;
+	const char *head, *refused;
 	uint64_t a;
 	size_t off, n;
 	int frame;
@@ -598,9 +602,9 @@ kk_json_function(const uint8_t *code, size_t len, size_t limit,
 		refused = frame ? NULL : prologue;
 	}
 	*eligible = refused == NULL;
-	o.p = out;
-	o.end = out + cap;
-	o.full = 0;
+	head = *eligible ? head_ok : head_refused;
+	if (head != NULL)
+		kk_puts(o, head);
 	for (off = 0; off < limit; off += kk_insn->size) {
 		p = code + off;
 		n = len - off;
@@ -613,13 +617,133 @@ kk_json_function(const uint8_t *code, size_t len, size_t limit,
 		    kk_starts(kk_insn->mnemonic, KK_GS_FAR_LOAD))
 			return (KK_DECLINE);
 		if (off > 0)
-			kk_put(&o, ",", 1);
-		if (!kk_record(&o, code + off, kk_insn->size, address + off,
+			kk_put(o, ",", 1);
+		if (!kk_record(o, code + off, kk_insn->size, address + off,
 		    off, kk_insn->id, kk_insn->mnemonic, kk_insn->op_str,
 		    refused))
 			return (KK_DECLINE);
-		if (o.full)
+		if (o->full)
 			return (KK_SHORT);
 	}
-	return ((long)(o.p - out));
+	if (tail != NULL)
+		kk_puts(o, tail);
+	return (o->full ? KK_SHORT : 0);
+}
+
+/* The "probes" array's contents alone, into out[0, cap): its length, KK_DECLINE or KK_SHORT. */
+long
+kk_json_function(const uint8_t *code, size_t len, size_t limit,
+    uint64_t address, const char *excluded, int rule_first,
+    const char *prologue, char *out, size_t cap, int *eligible)
+{
+	struct kk_out o;
+	int error;
+
+	o.p = out;
+	o.end = out + cap;
+	o.full = 0;
+	error = kk_function(&o, code, len, limit, address, excluded,
+	    rule_first, prologue, NULL, NULL, NULL, eligible);
+	return (error != 0 ? error : (long)(o.p - out));
+}
+
+/*
+ * Whole lines, buffered here and written to a file descriptor: a worker's
+ * chunk of a kernel's JSON goes from this buffer to the kernel, with no
+ * copy through Python objects.
+ */
+static char *kk_obuf;
+static size_t kk_olen, kk_ocap;
+
+#define	KK_FLUSH_AT	(1 << 20)
+
+int
+kk_json_flush(int fd)
+{
+	size_t done;
+	ssize_t n;
+
+	for (done = 0; done < kk_olen; done += (size_t)n) {
+		n = write(fd, kk_obuf + done, kk_olen - done);
+		if (n < 0) {
+			if (errno == EINTR) {
+				n = 0;
+				continue;
+			}
+			return (-1);
+		}
+	}
+	kk_olen = 0;
+	return (0);
+}
+
+/* Forget what is buffered: the chunk it belonged to failed. */
+void
+kk_json_discard(void)
+{
+
+	kk_olen = 0;
+}
+
+static int
+kk_grow(size_t need)
+{
+	char *p;
+	size_t cap;
+
+	for (cap = kk_ocap != 0 ? kk_ocap : 2 * KK_FLUSH_AT; cap < need;
+	    cap *= 2)
+		;
+	if (cap == kk_ocap)
+		return (0);
+	if ((p = realloc(kk_obuf, cap)) == NULL)
+		return (-1);
+	kk_obuf = p;
+	kk_ocap = cap;
+	return (0);
+}
+
+/* Append n bytes (a line Python wrote) to the buffer; -1 on a write error. */
+int
+kk_json_put(int fd, const char *s, size_t n)
+{
+
+	if (kk_grow(kk_olen + n) != 0)
+		return (-1);
+	memcpy(kk_obuf + kk_olen, s, n);
+	kk_olen += n;
+	return (kk_olen >= KK_FLUSH_AT ? kk_json_flush(fd) : 0);
+}
+
+/*
+ * One function's whole line (head, records, tail) appended to the buffer:
+ * 1, or 0 when it is declined (nothing appended), or -1 on a write error.
+ */
+int
+kk_json_emit(int fd, const uint8_t *code, size_t len, size_t limit,
+    uint64_t address, const char *excluded, int rule_first,
+    const char *prologue, const char *head_ok, const char *head_refused,
+    const char *tail, int *eligible)
+{
+	struct kk_out o;
+	int error;
+
+	if (kk_grow(kk_olen + KK_FLUSH_AT) != 0)
+		return (-1);
+	for (;;) {
+		o.p = kk_obuf + kk_olen;
+		o.end = kk_obuf + kk_ocap;
+		o.full = 0;
+		error = kk_function(&o, code, len, limit, address, excluded,
+		    rule_first, prologue, head_ok, head_refused, tail,
+		    eligible);
+		if (error != KK_SHORT)
+			break;
+		if (kk_grow(kk_ocap * 2) != 0)
+			return (-1);
+	}
+	if (error != 0)
+		return (0);
+	kk_olen = (size_t)(o.p - kk_obuf);
+	return (kk_olen >= KK_FLUSH_AT && kk_json_flush(fd) != 0 ? -1 : 1);
 }
