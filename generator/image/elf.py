@@ -61,6 +61,7 @@ _SHF_EXECINSTR = 0x4
 _STT_FUNC = 2
 _STT_SECTION = 3
 _STT_FILE = 4
+_FUNC_OR_FILE = (_STT_FUNC, _STT_FILE)
 _STB_NAMES = {0: "local", 1: "global", 2: "weak"}
 _SHN_UNDEF = 0
 _SHN_ABS = 0xFFF1
@@ -655,16 +656,24 @@ class KernelImage:
     def symbols(self) -> List[_Sym]:
         """The symbol table (.symtab, else .dynsym), unpacked in bulk."""
         if self._symbols is None:
-            by_type = {sec.sh_type: sec for sec in reversed(self._shdrs)}
-            sec = by_type.get(_SHT_SYMTAB) or by_type.get(_SHT_DYNSYM)
+            sec = self._symbol_table()
             self._symbols = [] if sec is None else _unpack_symbols(self._data, self._shdrs, sec)
         return self._symbols
+
+    def _symbol_table(self) -> Optional[_Shdr]:
+        by_type = {sec.sh_type: sec for sec in reversed(self._shdrs)}
+        return by_type.get(_SHT_SYMTAB) or by_type.get(_SHT_DYNSYM)
 
     @_guarded
     def functions(self) -> List[Function]:
         """Every STT_FUNC with a size, aliases folded, sorted by address."""
         if self._functions is None:
-            self._functions = _fold_functions(self, self.symbols())
+            syms = self._symbols
+            if syms is None and self.e_type != "ET_REL":
+                # Linked images: only the functions' entries (ET_REL keeps every entry: relocations index them).
+                sec = self._symbol_table()
+                syms = [] if sec is None else _unpack_symbols(self._data, self._shdrs, sec, functions_only=True)
+            self._functions = _fold_functions(self, syms if syms is not None else self.symbols())
         return self._functions
 
     def function_at(self, address: int) -> Optional[Function]:
@@ -867,19 +876,23 @@ def _without_gc(fn: Callable[..., _T]) -> Callable[..., _T]:
 
 
 @_without_gc
-def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
+def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr, functions_only: bool = False) -> List[_Sym]:
+    """Every entry of the symbol table ``sec``, or with ``functions_only`` its STT_FUNC and STT_FILE entries
+    alone (what ``functions()`` reads: a kernel's 130,000 symbols hold 50,000 functions)."""
     if not 0 <= sec.sh_link < len(shdrs):
         raise _Malformed(f"symbol table {sec.name or '(unnamed)'} names string table section {sec.sh_link}, "
                          f"but there are {len(shdrs)} sections")
     st = shdrs[sec.sh_link]
     strtab = bytes(raw[st.sh_offset : st.sh_offset + st.sh_size])
     data = bytes(raw[sec.sh_offset : sec.sh_offset + sec.sh_size])
-    names = _string_starts(strtab)
+    names = {} if functions_only else _string_starts(strtab)
     out: List[_Sym] = []
     file: Optional[str] = None
     for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack(
         "<IBBHQQ", data[: len(data) // 24 * 24]
     ):
+        if functions_only and (st_info & 0xF) not in _FUNC_OR_FILE:
+            continue
         name = names.get(st_name)
         if name is None:  # a shared tail ("init" inside "do_init"), or past the table
             end = strtab.find(b"\0", st_name)

@@ -427,3 +427,16 @@ def test_random_corruption_through_check_ko_malloc_types_and_probes(tmp_path, tm
                 assert runs["check-ko"] == probes, f"{f.name}: probes {probes}, check-ko {runs['check-ko']}"
     # The runs covered every outcome: not a test that never reaches the interesting paths.
     assert seen["check-ko"] == {0, 1, 2} and seen["malloc-types"] >= {0, 2} and seen["probes"] >= {0, 2}
+
+
+@pytest.mark.parametrize("name", ["libc.so.6", "libstdc++.so.6"])  # both have aliased functions
+def test_functions_read_from_function_entries_alone_equal_the_full_table(name):
+    """A linked image's functions come from its STT_FUNC and STT_FILE entries alone; folded from every
+    entry (what an ET_REL file and the other commands read) they are the same, aliases and files included."""
+    from generator.image.elf import _fold_functions
+    img = KernelImage.open(str(require_system_library(name)))
+    fast = img.functions()
+    assert img._symbols is None  # the full table was never unpacked for them
+    full = _fold_functions(img, img.symbols())
+    assert fast == full and len(fast) > 500
+    assert any(f.aliases for f in fast)
