@@ -43,7 +43,7 @@ def test_arch_analysis_bench_runs(name: str, monkeypatch) -> None:
 
 def test_image_bench_compares_the_c_walk_with_iced_and_objdump(sample_kernel) -> None:
     """One image: the summary with and without the C walk counts the same instructions; the budget follows."""
-    res = analysis.bench_image(str(sample_kernel), full=False)
+    res = analysis.bench_image(str(sample_kernel), full=False, rounds=2)
     runs = res["runs"]
     assert set(runs) == {"ours", "ours_iced", "objdump"}
     assert runs["ours"]["instructions"] == runs["ours_iced"]["instructions"] > 100
