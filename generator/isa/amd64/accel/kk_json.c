@@ -594,7 +594,7 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 	}
 	refused = excluded;
 	if (refused == NULL) {
-		if (rule_first)
+		if (rule_first || (limit > 0 && code[0] == 0x55))
 			frame = limit > 0 && code[0] == 0x55;
 		else if (kk_walk_frame(code, limit, &frame) != 0 &&
 		    kk_capstone_frame(code, len, limit, address, &frame) != 0)
