@@ -174,6 +174,8 @@ def analyse_image(
         accel = summary.accelerator(img.isa)
         if accel is not None and hasattr(accel, "prepare") and accel.prepare():
             serial_below = SERIAL_SUMMARY_BYTES  # native: loaded once here, before any worker forks
+    if as_json and not as_summary:
+        _JSON.setdefault((id(img), rule), ImageJson(img, rule))  # its native writer loaded once, before any fork
     spill = as_json and not as_summary and workers(funcs, jobs) > 1
     with tempfile.TemporaryDirectory(prefix="kinstkit-json-") if spill else contextlib.nullcontext() as spill_dir:
         fn = functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary, spill_dir=spill_dir)

@@ -167,3 +167,14 @@ def test_chunk_written_through_the_native_buffer_equals_the_lines(tmp_path):
         want = "".join(writer.function(f) + "\n" for f in funcs)
         assert out.read_text() == want
         assert want.count("\n") == len(funcs) > 2
+
+
+def test_writer_loads_in_a_process_that_never_imported_capstone():
+    """The writer links the wheel's libcapstone.so, whose own name (libcapstone.so.5) is no file there: it
+    must load by path first, not ride on the Python binding having loaded it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from generator.isa.amd64 import native; ok = native.json_library() is not None; "
+            "sys.exit(0 if ok and 'capstone' not in sys.modules else 1)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

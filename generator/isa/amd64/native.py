@@ -61,11 +61,12 @@ def _compiler() -> Optional[str]:
 
 def _capstone_dirs() -> Optional[Tuple[Path, Path]]:
     """(include, lib) of the capstone library the Python binding ships: the same decoder, called from C."""
-    try:
-        import capstone
-    except ImportError:
+    import importlib.util
+
+    spec = importlib.util.find_spec("capstone")  # found, not imported: importing it costs 30 ms a process
+    if spec is None or spec.origin is None:
         return None
-    root = Path(capstone.__file__).resolve().parent
+    root = Path(spec.origin).resolve().parent
     inc, lib = root / "include", root / "lib"
     return (inc, lib) if (inc / "capstone" / "capstone.h").is_file() and (lib / "libcapstone.so").is_file() else None
 
@@ -118,6 +119,7 @@ class _Library(NamedTuple):
     sources: Tuple[str, ...]
     generated: Callable[[], Dict[str, str]]  # header name -> text, written beside the build
     flags: Callable[[], Optional[List[str]]]  # None: cannot be built here
+    preload: Callable[[], List[Path]]  # libraries to load first: the wheel's libcapstone.so has no .so.5 name
 
 
 def _capstone_flags() -> Optional[List[str]]:
@@ -128,9 +130,14 @@ def _capstone_flags() -> Optional[List[str]]:
     return [f"-I{inc}", f"-L{lib}", f"-Wl,-rpath,{lib}", "-lcapstone"]
 
 
-SUMMARY_LIB = _Library("kk_accel", ("kk_accel.c", "kk_opmap.h"), dict, list)
+def _capstone_lib() -> List[Path]:
+    dirs = _capstone_dirs()
+    return [] if dirs is None else [dirs[1] / "libcapstone.so"]
+
+
+SUMMARY_LIB = _Library("kk_accel", ("kk_accel.c", "kk_opmap.h"), dict, list, list)
 JSON_LIB = _Library("kk_json", ("kk_accel.c", "kk_opmap.h", "kk_json.c"), lambda: {"kk_amd64.h": json_header()},
-                    _capstone_flags)
+                    _capstone_flags, _capstone_lib)
 
 
 def library_path(spec: _Library = SUMMARY_LIB) -> Path:
@@ -182,6 +189,8 @@ def _load(spec: _Library) -> Optional[ctypes.CDLL]:
         if cc is None or not build(path, cc, spec):
             return None
     try:
+        for dep in spec.preload():
+            ctypes.CDLL(str(dep), mode=ctypes.RTLD_GLOBAL)
         return ctypes.CDLL(str(path))
     except OSError:
         return None
