@@ -25,6 +25,7 @@ from generator.analysis.records import KIND_SKIP, STATUS_OK, STATUS_SKIP
 from generator.image.elf import Function, KernelImage
 
 _dumps = json.dumps
+_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps of a str, in C
 
 
 def _q(text: str) -> str:
@@ -80,18 +81,25 @@ class ImageJson:
         if self.native is None:
             os.write(fd, b"".join(self.function_bytes(f) + b"\n" for f in funcs))  # one chunk: small enough
             return
-        isa, rule, native = self.isa, self.rule, self.native
-        prologue = isa.prologue_reasons[rule]
+        isa, rule, native, q = self.isa, self.rule, self.native, _quote
+        tail = ',"walk_error":"","probes":['
+        chunk = native.chunk(rule == "first", 'true,"reason":""' + tail,
+                          f'false,"reason":{q(isa.prologue_reasons[rule])}' + tail, self.prologue_json)
+        funcs = list(funcs)
         try:
             for f in funcs:
-                code = function_code(self.img, f)
                 reason = excluded(f.name, isa.name, isa.md_excluded)
-                start = f'{{"function":{_dumps(f.qualified)},"address":{f.address},"size":{f.size},"eligible":'
-                refused = (start + f'false,"reason":{_dumps(reason or prologue)},"walk_error":"","probes":[').encode()
-                ok = None if reason else (start + 'true,"reason":"","walk_error":"","probes":[').encode()
-                if not native.emit(fd, code, f.size, f.address, _dumps(f"function refused: {reason}") if reason
-                                   else None, rule == "first", self.prologue_json, ok, refused):
-                    native.put(fd, self._python(f).encode() + b"\n")
+                chunk.add(function_code(self.img, f), f.size, f.address,
+                          f'{{"function":{q(f.qualified)},"address":{f.address},"size":{f.size},"eligible":',
+                          f'false,"reason":{q(reason)}' + tail if reason else None,
+                          q(f"function refused: {reason}") if reason else None)
+            chunk.seal()
+            k = 0
+            while k < len(funcs):
+                k = native.emit_many(fd, chunk, k)
+                if k < len(funcs):
+                    native.put(fd, self._python(funcs[k]).encode() + b"\n")
+                    k += 1
             native.flush(fd)
         except BaseException:
             native.discard()

@@ -216,11 +216,11 @@ def json_library() -> Optional[ctypes.CDLL]:
         fn.argtypes = (ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_char_p,
                        ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int))
         fn.restype = ctypes.c_long
-        emit = lib.kk_json_emit
-        emit.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64,
-                         ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
-                         ctypes.c_char_p, ctypes.POINTER(ctypes.c_int))
-        emit.restype = ctypes.c_int
+        many = lib.kk_json_emit_many
+        many.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, *[ctypes.c_void_p] * 4,
+                         ctypes.c_char_p, *[ctypes.c_void_p] * 3, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+                         ctypes.c_char_p)
+        many.restype = ctypes.c_long
         lib.kk_json_put.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
         lib.kk_json_put.restype = ctypes.c_int
         lib.kk_json_flush.argtypes = (ctypes.c_int,)
@@ -311,18 +311,20 @@ class JsonWriter:
         return ctypes.string_at(self.buf, n), bool(self.eligible.value)
 
 
-    def emit(self, fd: int, code: bytes, limit: int, address: int, excluded_json: Optional[str], rule_first: bool,
-             prologue_json: str, head_ok: bytes, head_refused: bytes) -> bool:
-        """Append the function's whole line (``head_ok`` or ``head_refused``, its records, ``]}`` and a newline)
-        to the writer's buffer for ``fd``; False, with nothing appended, to leave the function to Python."""
-        if limit > len(code):
-            return False
-        got = self.lib.kk_json_emit(fd, code, len(code), limit, address,
-                                    excluded_json.encode() if excluded_json is not None else None, int(rule_first),
-                                    prologue_json.encode(), head_ok, head_refused, b"]}\n", ctypes.byref(self.eligible))
+    def chunk(self, rule_first: bool, head_ok: str, prologue_head: str, prologue_rec: str) -> "JsonChunk":
+        """An empty chunk for ``emit_many``, with what every line of it shares."""
+        return JsonChunk(rule_first, head_ok, prologue_head, prologue_rec)
+
+    def emit_many(self, fd: int, chunk: "JsonChunk", first: int) -> int:
+        """Append the lines of ``chunk``'s functions from ``first`` on; the index of the first one handed back
+        to Python (``len(chunk)`` when none is)."""
+        a = chunk.arrays
+        got = self.lib.kk_json_emit_many(fd, chunk.code, first, len(chunk), *(x.buffer_info()[0] for x in a[:4]),
+                                         chunk.strings, *(x.buffer_info()[0] for x in a[4:]), int(chunk.rule_first),
+                                         chunk.head_ok, chunk.prologue_head, chunk.prologue_rec)
         if got < 0:
-            raise OSError(ctypes.get_errno() or 5, "writing the JSON chunk failed")
-        return got == 1
+            raise OSError(5, "writing the JSON chunk failed")
+        return got
 
     def put(self, fd: int, data: bytes) -> None:
         """Append bytes Python wrote, in order with the native lines."""
@@ -336,6 +338,51 @@ class JsonWriter:
     def discard(self) -> None:
         """Drop what is buffered, after a chunk failed half-way."""
         self.lib.kk_json_discard()
+
+
+class JsonChunk:
+    """A chunk of functions laid out for ``kk_json_emit_many``: one buffer of their bytes, one of strings,
+    and an array per field, so that C writes the whole chunk in a call or a few."""
+
+    def __init__(self, rule_first: bool, head_ok: str, prologue_head: str, prologue_rec: str):
+        self.rule_first = rule_first
+        self.head_ok, self.prologue_head, self.prologue_rec = head_ok.encode(), prologue_head.encode(), prologue_rec.encode()
+        self.codes: List[bytes] = []
+        self.texts: List[str] = []
+        self.pos = self.text_pos = 0
+        # start, len, limit, address; head, excluded head, excluded records (string offsets, -1: none)
+        self.arrays = (array("Q"), array("Q"), array("Q"), array("Q"), array("q"), array("q"), array("q"))
+        self.code = self.strings = b""
+
+    def __len__(self) -> int:
+        return len(self.arrays[0])
+
+    def _text(self, text: Optional[str]) -> int:
+        if text is None:
+            return -1
+        at = self.text_pos
+        self.texts.append(text)
+        self.text_pos += len(text) + 1
+        return at
+
+    def add(self, code: bytes, limit: int, address: int, head: str, excl_head: Optional[str],
+            excl_rec: Optional[str]) -> None:
+        start, ln, lim, addr, h, eh, er = self.arrays
+        start.append(self.pos)
+        ln.append(len(code))
+        lim.append(min(limit, len(code)))
+        addr.append(address)
+        h.append(self._text(head))
+        eh.append(self._text(excl_head))
+        er.append(self._text(excl_rec))
+        self.codes.append(code)
+        self.pos += len(code)
+
+    def seal(self) -> "JsonChunk":
+        """Join the pieces; ASCII only (the Python writer takes anything else)."""
+        self.code = b"".join(self.codes)
+        self.strings = "".join(t + "\0" for t in self.texts).encode("ascii")
+        return self
 
 
 def json_writer() -> Optional[JsonWriter]:

@@ -716,34 +716,52 @@ kk_json_put(int fd, const char *s, size_t n)
 }
 
 /*
- * One function's whole line (head, records, tail) appended to the buffer:
- * 1, or 0 when it is declined (nothing appended), or -1 on a write error.
+ * Functions first..n-1 of a chunk, each whole line (head, records, tail)
+ * appended to the buffer: function k's bytes are buf[start[k], start[k] + len[k]),
+ * limit[k] of them its own, at address[k].  Its line starts with
+ * strings + head[k] (up to "eligible":), then head_ok, or the refused
+ * head: strings + excl_head[k] for a function excluded by name (whose
+ * records say strings + excl_rec[k]; both -1 otherwise), else
+ * prologue_head (records: prologue_rec).  Returns the index of the first
+ * function handed back (n when none is), or -1 on a write error.
  */
-int
-kk_json_emit(int fd, const uint8_t *code, size_t len, size_t limit,
-    uint64_t address, const char *excluded, int rule_first,
-    const char *prologue, const char *head_ok, const char *head_refused,
-    const char *tail, int *eligible)
+long
+kk_json_emit_many(int fd, const uint8_t *buf, size_t first, size_t n,
+    const uint64_t *start, const uint64_t *len, const uint64_t *limit,
+    const uint64_t *address, const char *strings, const int64_t *head,
+    const int64_t *excl_head, const int64_t *excl_rec, int rule_first,
+    const char *head_ok, const char *prologue_head, const char *prologue_rec)
 {
 	struct kk_out o;
-	int error;
+	const char *excluded, *refused_head;
+	size_t k;
+	int eligible, error;
 
-	if (kk_grow(kk_olen + KK_FLUSH_AT) != 0)
-		return (-1);
-	for (;;) {
-		o.p = kk_obuf + kk_olen;
-		o.end = kk_obuf + kk_ocap;
-		o.full = 0;
-		error = kk_function(&o, code, len, limit, address, excluded,
-		    rule_first, prologue, head_ok, head_refused, tail,
-		    eligible);
-		if (error != KK_SHORT)
-			break;
-		if (kk_grow(kk_ocap * 2) != 0)
+	for (k = first; k < n; k++) {
+		if (kk_grow(kk_olen + KK_FLUSH_AT) != 0)
+			return (-1);
+		excluded = excl_rec[k] >= 0 ? strings + excl_rec[k] : NULL;
+		refused_head = excl_head[k] >= 0 ? strings + excl_head[k] :
+		    prologue_head;
+		for (;;) {
+			o.p = kk_obuf + kk_olen;
+			o.end = kk_obuf + kk_ocap;
+			o.full = 0;
+			kk_puts(&o, strings + head[k]);
+			error = kk_function(&o, buf + start[k], len[k],
+			    limit[k], address[k], excluded, rule_first,
+			    prologue_rec, head_ok, refused_head, "]}\n",
+			    &eligible);
+			if (error != KK_SHORT)
+				break;
+			if (kk_grow(kk_ocap * 2) != 0)
+				return (-1);
+		}
+		if (error != 0)
+			return ((long)k);
+		kk_olen = (size_t)(o.p - kk_obuf);
+		if (kk_olen >= KK_FLUSH_AT && kk_json_flush(fd) != 0)
 			return (-1);
 	}
-	if (error != 0)
-		return (0);
-	kk_olen = (size_t)(o.p - kk_obuf);
-	return (kk_olen >= KK_FLUSH_AT && kk_json_flush(fd) != 0 ? -1 : 1);
+	return ((long)n);
 }
