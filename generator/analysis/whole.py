@@ -94,6 +94,13 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
 _JSON: Dict[Tuple[int, str], ImageJson] = {}
 
 
+def _json_writer(img: KernelImage, rule: str) -> ImageJson:
+    key = (id(img), rule)
+    if key not in _JSON:
+        _JSON[key] = ImageJson(img, rule)
+    return _JSON[key]
+
+
 @dataclass(frozen=True)
 class Spilled:
     """A worker's chunk of output lines, left in a file for the parent to copy out.
@@ -115,13 +122,16 @@ class Spilled:
         try:
             with open(self.path, "rb") as src:
                 stream.flush()
+                sent = 0
                 try:
                     size = os.fstat(src.fileno()).st_size
-                    sent = 0
                     while sent < size:
-                        sent += os.sendfile(stream.fileno(), src.fileno(), sent, size - sent)
+                        n = os.sendfile(stream.fileno(), src.fileno(), sent, size - sent)
+                        if n == 0:
+                            raise OSError(f"{self.path} ended at {sent} of {size} bytes")
+                        sent += n
                 except (OSError, AttributeError, io.UnsupportedOperation):
-                    src.seek(0)
+                    src.seek(sent)  # sendfile cannot write to this stream: the rest by hand
                     shutil.copyfileobj(src, stream, 1 << 20)
         finally:
             os.unlink(self.path)
@@ -141,7 +151,7 @@ def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: boo
     isa = img.isa
     out: List[Union[str, bytes]] = []
     if as_json and not as_summary:
-        writer = _JSON.setdefault((id(img), rule), ImageJson(img, rule))
+        writer = _json_writer(img, rule)
         if spill_dir:
             return _spill(writer, funcs, spill_dir)
         return [writer.function_bytes(f) for f in funcs]
@@ -175,7 +185,7 @@ def analyse_image(
         if accel is not None and hasattr(accel, "prepare") and accel.prepare():
             serial_below = SERIAL_SUMMARY_BYTES  # native: loaded once here, before any worker forks
     if as_json and not as_summary:
-        _JSON.setdefault((id(img), rule), ImageJson(img, rule))  # its native writer loaded once, before any fork
+        _json_writer(img, rule)  # its native writer loaded once, before any fork
     spill = as_json and not as_summary and workers(funcs, jobs) > 1
     with tempfile.TemporaryDirectory(prefix="kinstkit-json-") if spill else contextlib.nullcontext() as spill_dir:
         fn = functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary, spill_dir=spill_dir)

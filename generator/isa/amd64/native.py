@@ -282,9 +282,10 @@ def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
 
 
 class JsonWriter:
-    """``probes --all --json``'s per-instruction records of one function at a time, written by ``kk_json.c``.
+    """``probes --all --json``'s records written by ``kk_json.c``: one function's into a buffer (``probes``),
+    or a chunk's whole lines through the C side's own buffer to a file (``emit_many``).
 
-    One per worker: its output buffer grows to the largest function seen.
+    One per worker: its buffers grow to the largest function seen.
     """
 
     def __init__(self, lib: ctypes.CDLL):
