@@ -71,9 +71,7 @@ class ImageJson:
         probes, eligible = got
         if not reason and not eligible:
             reason = self.isa.prologue_reasons[self.rule]
-        head = (f'{{"function":{_dumps(func.qualified)},"address":{func.address},"size":{func.size},'
-                f'"eligible":{"false" if reason else "true"},"reason":{_dumps(reason)},"walk_error":"","probes":[')
-        return b"".join((head.encode(), probes, b"]}"))
+        return b"".join(((_head(func) + _verdict(reason, "")).encode(), probes, b"]}"))
 
     def write(self, funcs: Sequence[Function], fd: int) -> None:
         """Every function's line, newline-terminated, to ``fd``: through the native writer's own buffer where
@@ -81,18 +79,16 @@ class ImageJson:
         if self.native is None:
             os.write(fd, b"".join(self.function_bytes(f) + b"\n" for f in funcs))  # one chunk: small enough
             return
-        isa, rule, native, q = self.isa, self.rule, self.native, _quote
-        tail = ',"walk_error":"","probes":['
-        chunk = native.chunk(rule == "first", 'true,"reason":""' + tail,
-                          f'false,"reason":{q(isa.prologue_reasons[rule])}' + tail, self.prologue_json)
+        isa, rule, native = self.isa, self.rule, self.native
+        chunk = native.chunk(rule == "first", _verdict("", ""), _verdict(isa.prologue_reasons[rule], ""),
+                             self.prologue_json)
         funcs = list(funcs)
         try:
             for f in funcs:
                 reason = excluded(f.name, isa.name, isa.md_excluded)
-                chunk.add(function_code(self.img, f), f.size, f.address,
-                          f'{{"function":{q(f.qualified)},"address":{f.address},"size":{f.size},"eligible":',
-                          f'false,"reason":{q(reason)}' + tail if reason else None,
-                          q(f"function refused: {reason}") if reason else None)
+                chunk.add(function_code(self.img, f), f.size, f.address, _head(f),
+                          _verdict(reason, "") if reason else None,
+                          _quote(f"function refused: {reason}") if reason else None)
             chunk.seal()
             k = 0
             while k < len(funcs):
@@ -167,9 +163,18 @@ class ImageJson:
                 symbol = "null" if sym is None else _q(sym)
             append(f'{{"offset":{off},"address":{addr},"length":{ln},{text},"status":"{status}",'
                    f'"reason":{why_json},"kind":"{kind}",{s.md},"target":{target},"target_symbol":{symbol}}}')
-        return (f'{{"function":{_dumps(func.qualified)},"address":{base},"size":{size},'
-                f'"eligible":{"false" if reason else "true"},"reason":{_dumps(reason)},'
-                f'"walk_error":{_dumps(walk_error)},"probes":[{",".join(out)}]}}')
+        return f'{_head(func)}{_verdict(reason, walk_error)}{",".join(out)}]}}'
+
+
+def _head(func: Function) -> str:
+    """A function line's start, up to ``"eligible":``: the one spelling the Python and native writers share."""
+    return f'{{"function":{_quote(func.qualified)},"address":{func.address},"size":{func.size},"eligible":'
+
+
+def _verdict(reason: str, walk_error: str) -> str:
+    """The line's verdict, up to the opening of its "probes" array."""
+    return (f'{"false" if reason else "true"},"reason":{_quote(reason)},"walk_error":{_quote(walk_error)},'
+            '"probes":[')
 
 
 def _native_writer(img: KernelImage):
