@@ -8,9 +8,12 @@ bytes lie at an address, which relocation fills a field, which segments load
 where, what the build-id and the ISA are.  This is kinstkit's one ELF reader:
 the ``.ko`` checks, the harness and the generators all read through it.
 
-pyelftools parses the headers.  Symbol tables are unpacked in bulk with
-``struct`` because ``iter_symbols()`` runs at ~45 k symbols/s and a kernel has
-hundreds of thousands.
+pyelftools reads the DWARF.  The ELF, section and program headers and the
+symbol tables are unpacked with ``struct``: ``iter_symbols()`` runs at
+~45 k symbols/s and a kernel has hundreds of thousands, and importing
+pyelftools' ``ELFFile`` (which brings its DWARF and construct modules) costs
+20 ms, a fifth of summarising a 1 MB library.  So ``ELFFile`` is made, and
+imported, only when DWARF is asked for.
 
 The image's ISA (``generator.isa``) comes from ``e_machine``; it says which
 relocation types exist and how to apply them.
@@ -34,19 +37,15 @@ from __future__ import annotations
 import bisect
 import functools
 import gc
-import hashlib
 import io
 import itertools
 import mmap
 import operator
 import os
 import struct
-from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from elftools.common.exceptions import ELFError
-from elftools.construct.core import ConstructError
-from elftools.elf.elffile import ELFFile
 
 from generator import isa
 from generator.common.errors import UserError
@@ -61,16 +60,18 @@ _SHF_EXECINSTR = 0x4
 _STT_FUNC = 2
 _STT_SECTION = 3
 _STT_FILE = 4
-_FUNC_OR_FILE = (_STT_FUNC, _STT_FILE)
 _STB_NAMES = {0: "local", 1: "global", 2: "weak"}
 _SHN_UNDEF = 0
 _SHN_ABS = 0xFFF1
 _SHN_COMMON = 0xFFF2
+_NOT_HERE = (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON)  # a symbol with this st_shndx is no function of the image
 
 # What pyelftools and struct raise on malformed bytes.  Caught where the file
 # is parsed (eagerly in ``open``, lazily in the guarded methods) and turned into
-# a one-line UserError: bad input is never a traceback.
-_PARSE_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError, OverflowError)
+# a one-line UserError: bad input is never a traceback.  pyelftools' construct
+# errors join them once ``ELFFile`` is imported (``_elffile``): before that
+# nothing can raise one.
+_PARSE_ERRORS: Tuple[type, ...] = (ELFError, struct.error, ValueError, IndexError, KeyError, OverflowError)
 
 _T = TypeVar("_T")
 
@@ -95,9 +96,8 @@ class _Malformed(ValueError):
 # What a parse error from pyelftools or ``struct`` means, in plain words: their
 # own texts ("unpack_from requires a buffer of at least 64 bytes", "Python int
 # too large to convert to C ssize_t") talk about Python, not about the file.
-_MEANINGS = (
+_MEANINGS: Tuple[Tuple[type, str], ...] = (
     (struct.error, "a header or table runs past the end of the file"),
-    (ConstructError, "a header runs past the end of the file"),
     (OverflowError, "an offset or size is larger than any file"),
     (IndexError, "an index points past the end of its table"),
     (KeyError, "a header field holds a value no ELF file has"),
@@ -206,10 +206,80 @@ _SHT_REL = 9
 _SHT_DYNSYM = 11
 
 
-def _section_headers(data: Sequence[int], elf: ELFFile) -> List[_Shdr]:
+class _Ehdr(NamedTuple):
+    """The ELF64 header fields kinstkit reads."""
+
+    e_type: int
+    e_machine: int
+    e_phoff: int
+    e_shoff: int
+    e_phentsize: int
+    e_phnum: int
+    e_shentsize: int
+    e_shnum: int
+    e_shstrndx: int
+
+
+_EHDR = struct.Struct("<16xHHIQQQIHHHHHH")
+
+
+def _elf_header(data: Sequence[int]) -> _Ehdr:
+    """The ELF64 header (``_check_ident`` has seen that the file is long enough for it)."""
+    e_type, e_machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx = \
+        _EHDR.unpack_from(data, 0)
+    return _Ehdr(e_type, e_machine, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx)
+
+
+class _Phdr(NamedTuple):
+    """A raw ELF64 program header."""
+
+    p_type: int
+    p_flags: int
+    p_offset: int
+    p_vaddr: int
+    p_paddr: int
+    p_filesz: int
+    p_memsz: int
+    p_align: int
+
+
+_PT_LOAD = 1
+_PT_NOTE = 4
+_PN_XNUM = 0xFFFF
+_PHDR = struct.Struct("<IIQQQQQQ")
+
+
+def _program_headers(data: Sequence[int], hdr: _Ehdr, shdrs: List["_Shdr"]) -> List[_Phdr]:
+    """Every program header (none in an ET_REL file), extended numbering included."""
+    phnum = hdr.e_phnum
+    if phnum == _PN_XNUM and shdrs:
+        phnum = shdrs[0].sh_info
+    if hdr.e_phoff == 0 or phnum == 0:
+        return []
+    if hdr.e_phentsize != _PHDR.size:
+        raise _Malformed(f"the program header size is {hdr.e_phentsize} bytes; ELF64 program headers are 56")
+    end = hdr.e_phoff + phnum * _PHDR.size
+    if end > len(data):
+        raise _Malformed(f"the program headers end at byte {end}, past the file's end ({len(data)} bytes)")
+    return [_Phdr(*_PHDR.unpack_from(data, hdr.e_phoff + i * _PHDR.size)) for i in range(phnum)]
+
+
+def _elffile(data: Sequence[int]):
+    """pyelftools' ``ELFFile`` over ``data``, imported on first use; from then on its construct errors are
+    parse errors too."""
+    global _PARSE_ERRORS, _MEANINGS
+    from elftools.construct.core import ConstructError
+    from elftools.elf.elffile import ELFFile
+
+    if ConstructError not in _PARSE_ERRORS:
+        _PARSE_ERRORS += (ConstructError,)
+        _MEANINGS += ((ConstructError, "a header runs past the end of the file"),)
+    return ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
+
+
+def _section_headers(data: Sequence[int], hdr: _Ehdr) -> List[_Shdr]:
     """Every section header, read with ``struct`` (extended numbering included)."""
-    hdr = elf.header
-    shoff, shnum, shentsize, shstrndx = hdr["e_shoff"], hdr["e_shnum"], hdr["e_shentsize"], hdr["e_shstrndx"]
+    shoff, shnum, shentsize, shstrndx = hdr.e_shoff, hdr.e_shnum, hdr.e_shentsize, hdr.e_shstrndx
     if shoff == 0:
         return []
     if shentsize != 64:
@@ -240,9 +310,11 @@ def _section_headers(data: Sequence[int], elf: ELFFile) -> List[_Shdr]:
     return out
 
 
-@dataclass(frozen=True)
-class Section:
-    """One SHF_ALLOC section, with the address it has (or was given)."""
+class Section(NamedTuple):
+    """One SHF_ALLOC section, with the address it has (or was given).
+
+    A NamedTuple, as the other records here: ``dataclasses`` imports
+    ``inspect``, which costs a small image's summary 8 ms."""
 
     name: str
     index: int
@@ -310,14 +382,14 @@ class _Sym(NamedTuple):
 class KernelImage:
     """A read-only view of one ELF image.  Open it with ``KernelImage.open``."""
 
-    def __init__(self, path: str, data: bytes, elf: ELFFile):
+    def __init__(self, path: str, data: bytes):
         self.path = path
         self._data = data
-        self._elf = elf
-        self.e_type: str = elf["e_type"]
-        self.machine: str = elf["e_machine"]
+        self._ehdr = _elf_header(data)
+        self._elf = None  # pyelftools' ELFFile, made for DWARF only (``_elffile``)
+        self.e_type: str = ET_NAMES.get(self._ehdr.e_type, str(self._ehdr.e_type))
         self.isa: Isa  # set by _check_shape: the image's ISA (stage 2); None only with open(any_machine=True)
-        self._shdrs: List[_Shdr] = _section_headers(data, elf)
+        self._shdrs: List[_Shdr] = _section_headers(data, self._ehdr)
         self.sections: List[Section] = self._layout_sections()
         self._starts = [s.addr for s in self.sections]
         self._by_index: Dict[int, Section] = {s.index: s for s in self.sections}
@@ -357,8 +429,7 @@ class KernelImage:
             raise UserError(f"{path}: cannot read: {e.strerror}")
         _check_ident(path, data)
         try:
-            elf = ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
-            img = cls(path, data, elf)
+            img = cls(path, data)
             img._check_shape(any_machine)
         except _PARSE_ERRORS as e:
             raise _corrupt(path, e) from None
@@ -406,6 +477,17 @@ class KernelImage:
     # -- identity ---------------------------------------------------------
 
     @property
+    def machine(self) -> str:
+        """pyelftools' name of ``e_machine`` (``EM_X86_64``), or its number where pyelftools has no name."""
+        raw = self._ehdr.e_machine
+        if raw in EM_NAMES:
+            return EM_NAMES[raw]
+        from elftools.elf.enums import ENUM_E_MACHINE  # only for a machine kinstkit does not read
+
+        names = {v: k for k, v in ENUM_E_MACHINE.items() if isinstance(v, int)}
+        return names.get(raw, str(raw))
+
+    @property
     def arch(self) -> str:
         """The ISA's name (``amd64``)."""
         return self.isa.name
@@ -431,29 +513,31 @@ class KernelImage:
         return None
 
     def sha256(self) -> str:
+        import hashlib
+
         return hashlib.sha256(self._data).hexdigest()
 
     @_guarded
     def segments(self) -> List[Segment]:
         """The PT_LOAD segments (none in an ET_REL file)."""
-        return [Segment(seg["p_vaddr"], seg["p_memsz"], seg["p_flags"])
-                for seg in self._elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
+        return [Segment(ph.p_vaddr, ph.p_memsz, ph.p_flags)
+                for ph in _program_headers(self._data, self._ehdr, self._shdrs) if ph.p_type == _PT_LOAD]
 
     @_guarded
     def build_id_note(self) -> Tuple[int, bytes]:
         """(link-time address, bytes) of the NT_GNU_BUILD_ID descriptor in a PT_NOTE segment, or (0, b"")."""
-        for seg in self._elf.iter_segments():
-            if seg["p_type"] != "PT_NOTE":
+        for ph in _program_headers(self._data, self._ehdr, self._shdrs):
+            if ph.p_type != _PT_NOTE:
                 continue
-            data = self._data[seg["p_offset"] : seg["p_offset"] + seg["p_filesz"]]
-            align = max(4, seg["p_align"] or 4)
+            data = self._data[ph.p_offset : ph.p_offset + ph.p_filesz]
+            align = max(4, ph.p_align or 4)
             off = 0
             while off + 12 <= len(data):
                 namesz, descsz, ntype = struct.unpack_from("<III", data, off)
                 name_off = off + 12
                 desc_off = name_off + ((namesz + align - 1) & ~(align - 1))
                 if ntype == 3 and bytes(data[name_off : name_off + namesz]) == b"GNU\0":
-                    return seg["p_vaddr"] + desc_off, bytes(data[desc_off : desc_off + descsz])
+                    return ph.p_vaddr + desc_off, bytes(data[desc_off : desc_off + descsz])
                 off = desc_off + ((descsz + align - 1) & ~(align - 1))
         return 0, b""
 
@@ -517,6 +601,8 @@ class KernelImage:
     def dwarf_info(self):
         """pyelftools' ``DWARFInfo`` of this file (compressed sections inflated); the caller checks
         ``has_section(".debug_info")`` first."""
+        if self._elf is None:
+            self._elf = _elffile(self._data)
         return self._elf.get_dwarf_info(relocate_dwarf_sections=self.e_type == "ET_REL")
 
     @_guarded
@@ -668,12 +754,12 @@ class KernelImage:
     def functions(self) -> List[Function]:
         """Every STT_FUNC with a size, aliases folded, sorted by address."""
         if self._functions is None:
-            syms = self._symbols
-            if syms is None and self.e_type != "ET_REL":
+            if self._symbols is None and self.e_type != "ET_REL":
                 # Linked images: only the functions' entries (ET_REL keeps every entry: relocations index them).
                 sec = self._symbol_table()
-                syms = [] if sec is None else _unpack_symbols(self._data, self._shdrs, sec, functions_only=True)
-            self._functions = _fold_functions(self, syms if syms is not None else self.symbols())
+                self._functions = [] if sec is None else _linked_functions(self, sec)
+            else:
+                self._functions = _fold_functions(self, self.symbols())
         return self._functions
 
     def function_at(self, address: int) -> Optional[Function]:
@@ -875,28 +961,33 @@ def _without_gc(fn: Callable[..., _T]) -> Callable[..., _T]:
     return wrapper
 
 
-@_without_gc
-def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr, functions_only: bool = False) -> List[_Sym]:
-    """Every entry of the symbol table ``sec``, or with ``functions_only`` its STT_FUNC and STT_FILE entries
-    alone (what ``functions()`` reads: a kernel's 130,000 symbols hold 50,000 functions)."""
+def _symbol_table_bytes(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> Tuple[bytes, bytes]:
+    """(string table, entries) of the symbol table ``sec``."""
     if not 0 <= sec.sh_link < len(shdrs):
         raise _Malformed(f"symbol table {sec.name or '(unnamed)'} names string table section {sec.sh_link}, "
                          f"but there are {len(shdrs)} sections")
     st = shdrs[sec.sh_link]
-    strtab = bytes(raw[st.sh_offset : st.sh_offset + st.sh_size])
     data = bytes(raw[sec.sh_offset : sec.sh_offset + sec.sh_size])
-    names = {} if functions_only else _string_starts(strtab)
+    return bytes(raw[st.sh_offset : st.sh_offset + st.sh_size]), data[: len(data) // 24 * 24]
+
+
+def _symbol_name(strtab: bytes, offset: int) -> str:
+    """The string at ``offset`` of a string table ("" past its end)."""
+    end = strtab.find(b"\0", offset)
+    return strtab[offset:end].decode("utf-8", "replace") if end >= 0 else ""
+
+
+@_without_gc
+def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
+    """Every entry of the symbol table ``sec``."""
+    strtab, data = _symbol_table_bytes(raw, shdrs, sec)
+    names = _string_starts(strtab)
     out: List[_Sym] = []
     file: Optional[str] = None
-    for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack(
-        "<IBBHQQ", data[: len(data) // 24 * 24]
-    ):
-        if functions_only and (st_info & 0xF) not in _FUNC_OR_FILE:
-            continue
+    for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack("<IBBHQQ", data):
         name = names.get(st_name)
         if name is None:  # a shared tail ("init" inside "do_init"), or past the table
-            end = strtab.find(b"\0", st_name)
-            name = strtab[st_name:end].decode("utf-8", "replace") if end >= 0 else ""
+            name = _symbol_name(strtab, st_name)
         stype, bind = st_info & 0xF, st_info >> 4
         if stype == _STT_FILE:
             file = name
@@ -923,52 +1014,80 @@ def _string_starts(strtab: bytes) -> Dict[int, str]:
     return dict(zip(offsets, parts))
 
 
+# Functions by (address, size, file of a local), each with its symbols' (name, binding).
+_Groups = Dict[Tuple[int, int, Optional[str]], List[Tuple[str, int]]]
+
+
 @_without_gc
 def _fold_functions(img: KernelImage, syms: List[_Sym]) -> List[Function]:
     """Group STT_FUNC symbols by (address, size); pick a stable primary name."""
-    groups: Dict[Tuple[int, int, Optional[str]], List[_Sym]] = {}
+    groups: _Groups = {}
     rel = img.e_type == "ET_REL"
     for s in syms:
-        if s.type != _STT_FUNC or s.size == 0 or s.shndx in (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON):
+        name, addr, size, stype, bind, shndx, file = s
+        if stype != _STT_FUNC or size == 0 or shndx in _NOT_HERE:
             continue
         if rel:
             addr, ok = img._symbol_address(s)
             if not ok:
                 continue
-        else:
-            addr = s.value
-        # Locals of different files never alias each other, even at one address.
-        key = (addr, s.size, s.file if s.bind == 0 else None)
+        # Locals of different files never alias each other, even at one address (``_Sym.file`` is None
+        # for a global).
+        key = (addr, size, file)
         group = groups.get(key)
         if group is None:
-            groups[key] = [s]
+            groups[key] = [(name, bind)]
         else:
-            group.append(s)
+            group.append((name, bind))
+    return _group_functions(img, groups)
+
+
+@_without_gc
+def _linked_functions(img: KernelImage, sec: _Shdr) -> List[Function]:
+    """``_fold_functions`` of a linked image's symbol table ``sec``, read in one pass with no record per entry.
+
+    A kernel's 130,000 symbols hold 50,000 functions, and a shared library's
+    dynamic symbols are a third imports; what ``functions()`` of a small
+    library costs is mostly this loop.  ``tests/toolchain/test_image.py``
+    holds it equal to folding every entry.
+    """
+    strtab, data = _symbol_table_bytes(img._data, img._shdrs, sec)
+    groups: _Groups = {}
+    file: Optional[str] = None
+    for st_name, st_info, _other, shndx, value, size in struct.iter_unpack("<IBBHQQ", data):
+        stype = st_info & 0xF
+        if stype == _STT_FILE:
+            file = _symbol_name(strtab, st_name)
+            continue
+        if stype != _STT_FUNC or size == 0 or shndx in _NOT_HERE:
+            continue
+        bind = st_info >> 4
+        key = (value, size, file if bind == 0 else None)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [(_symbol_name(strtab, st_name), bind)]
+        else:
+            group.append((_symbol_name(strtab, st_name), bind))
+    return _group_functions(img, groups)
+
+
+def _group_functions(img: KernelImage, groups: _Groups) -> List[Function]:
+    """One Function per group, sorted by address: the primary name a global's, then a weak one's, then the
+    first by name; the other names its aliases."""
     out = []
-    section_name = _SectionNames(img)
-    for (addr, size, _), group in groups.items():
+    make = tuple.__new__  # Function's own __new__ is a Python function, a third of this loop
+    binding = tuple(_STB_NAMES.get(b, "other") for b in range(16))
+    lo = hi = 0
+    section = "?"
+    for (addr, size, file), group in groups.items():
         aliases: Tuple[str, ...] = ()
         if len(group) > 1:
-            group.sort(key=lambda s: (s.bind == 0, s.bind == 2, s.name))
-            aliases = tuple(sorted({s.name for s in group[1:]} - {group[0].name}))
-        primary = group[0]
-        out.append(Function(primary.name, addr, size, _STB_NAMES.get(primary.bind, "other"), primary.file,
-                            section_name(addr), aliases))
+            group.sort(key=lambda e: (e[1] == 0, e[1] == 2, e[0]))
+            aliases = tuple(sorted({name for name, _ in group[1:]} - {group[0][0]}))
+        name, bind = group[0]
+        if not lo <= addr < hi:  # functions come mostly in address order: look a section up when they leave it
+            sec = img.section_at(addr)
+            lo, hi, section = (sec.addr, sec.addr + sec.size, sec.name) if sec else (addr, addr + 1, "?")
+        out.append(make(Function, (name, addr, size, binding[bind], file, section, aliases)))
     out.sort(key=operator.attrgetter("address", "name"))
     return out
-
-
-class _SectionNames:
-    """The name of the section holding an address, remembering the last one:
-    functions come in symbol-table order, which is mostly address order."""
-
-    def __init__(self, img: KernelImage) -> None:
-        self.img = img
-        self.lo = self.hi = 0
-        self.name = "?"
-
-    def __call__(self, addr: int) -> str:
-        if not self.lo <= addr < self.hi:
-            sec = self.img.section_at(addr)
-            self.lo, self.hi, self.name = (sec.addr, sec.addr + sec.size, sec.name) if sec else (addr, addr + 1, "?")
-        return self.name

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import pytest
+from elftools.elf.elffile import ELFFile
 
 from generator.common.errors import UserError
 from generator.image.elf import REL_BASE, KernelImage
@@ -318,10 +319,12 @@ def test_stripped_image_has_no_functions(built, tmp_path):
 
 def test_relocation_outside_its_section(built, tmp_path):
     """A relocation whose field lies past its section's end is corruption."""
-    img = KernelImage.open(str(built["mod"]))
-    rela = img._elf.get_section_by_name(".rela.text")
-    text = img._elf.get_section_by_name(".text")
-    off = rela["sh_offset"]  # first entry's r_offset
+    KernelImage.open(str(built["mod"]))  # whole, it opens
+    with open(built["mod"], "rb") as f:
+        elf = ELFFile(f)
+        rela = elf.get_section_by_name(".rela.text")
+        text = elf.get_section_by_name(".text")
+        off = rela["sh_offset"]  # first entry's r_offset
     bad = _patched(built["mod"], tmp_path / "badrel.o", {off: struct.pack("<Q", text["sh_size"] - 2)})
     _assert_user_error(bad, "corrupt relocation")
 
@@ -440,3 +443,16 @@ def test_functions_read_from_function_entries_alone_equal_the_full_table(name):
     full = _fold_functions(img, img.symbols())
     assert fast == full and len(fast) > 500
     assert any(f.aliases for f in fast)
+
+
+def test_functions_read_in_one_pass_keep_local_files(sample_kernel):
+    """The sample kernel's .symtab has STT_FILE entries and two local functions of one name in different
+    files: the one-pass read of a linked image keeps them apart, with their files, as folding every entry
+    does."""
+    from generator.image.elf import _fold_functions
+    img = KernelImage.open(str(sample_kernel))
+    fast = img.functions()
+    full = _fold_functions(img, img.symbols())
+    assert fast == full
+    copies = [f for f in fast if f.name == "sysctl_handle"]
+    assert len(copies) == 2 and len({f.file for f in copies}) == 2 and all(f.binding == "local" for f in copies)
