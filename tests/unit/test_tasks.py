@@ -20,7 +20,7 @@ import pytest
 from invoke import Context, Program
 
 import tasks
-from generator.cli import make_parser
+from generator.cli import COMMANDS, make_parser
 from generator.common.paths import REPO
 from helpers.paths import TESTS, TIERS
 
@@ -39,6 +39,20 @@ def _run(argv: List[str], monkeypatch) -> List[List[str]]:
     monkeypatch.setattr(tasks, "main", lambda words: calls.append(list(words)) or 0)
     Program(namespace=tasks.ns).run(["invoke", *argv], exit=False)
     return calls
+
+
+def _commands_of(parser: argparse.ArgumentParser) -> list:
+    return list(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+def test_command_map_is_what_the_modules_define():
+    """``cli.COMMANDS`` names, in order, the commands the modules define; each command alone builds the
+    parser of its own module and no other's."""
+    assert _commands_of(make_parser()) == list(COMMANDS)
+    for command, module in COMMANDS.items():
+        alone = _commands_of(make_parser(command))
+        assert command in alone and set(alone) == {c for c, m in COMMANDS.items() if m == module}, command
+    assert _commands_of(make_parser("no-such-command")) == list(COMMANDS)
 
 
 def test_every_command_is_a_task():
