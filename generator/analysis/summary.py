@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from types import ModuleType
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from generator.analysis.exclusions import excluded
 from generator.analysis.probes import MAX_INSN, analyse, function_code
@@ -25,12 +25,20 @@ from generator.image.elf import Function, KernelImage, Section
 from generator.isa.contract import Isa
 
 
-def from_report(rep: FunctionReport) -> Dict[str, Any]:
+# What a summary is made into: ``record`` (a dict, for JSON and text alike) or, for
+# ``--json``, ``report.summary_json_fields`` (its JSON line, with no dict between).
+Make = Callable[[str, int, int, str, str, int, Dict[str, int]], Any]
+
+
+def from_report(rep: FunctionReport, make: Optional[Make] = None) -> Any:
     kinds = Counter(p.kind for p in rep.probes if p.status == STATUS_OK)
-    return _record(rep.qualified, rep.address, rep.size, rep.reason, rep.walk_error, len(rep.probes), kinds)
+    return (make or record)(rep.qualified, rep.address, rep.size, rep.reason, rep.walk_error, len(rep.probes),
+                            {k: kinds[k] for k in sorted(kinds) if kinds[k]})
 
 
-def _record(name, address, size, reason, walk_error, n, kinds) -> Dict[str, Any]:
+def record(name: str, address: int, size: int, reason: str, walk_error: str, n: int,
+           kinds: Dict[str, int]) -> Dict[str, Any]:
+    """One function's summary: ``kinds`` counts its probes by kind, in name order."""
     ok = sum(kinds.values())
     return {
         "function": name,
@@ -42,7 +50,7 @@ def _record(name, address, size, reason, walk_error, n, kinds) -> Dict[str, Any]
         "instructions": n,
         "probes": ok,
         "skipped": n - ok,
-        "kinds": {k: kinds[k] for k in sorted(kinds) if kinds[k]},
+        "kinds": kinds,
     }
 
 
@@ -51,73 +59,91 @@ def accelerator(isa: Isa) -> Optional[ModuleType]:
     return importlib.import_module(isa.accelerator) if isa.accelerator else None
 
 
-def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[ModuleType]) -> Dict[str, Any]:
+def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[ModuleType],
+         make: Optional[Make] = None) -> Any:
     """The summary via the accelerator; the capstone path if it declines."""
     sec = img.section_at(func.address)
     if accel is None or sec is None:
-        return from_report(analyse(img, func, rule, isa))
+        return from_report(analyse(img, func, rule, isa), make)
     code = function_code(img, func, sec)
     s = accel.summarise(code, func.address, func.size)
     if s is None:
-        return from_report(analyse(img, func, rule, isa))
+        return from_report(analyse(img, func, rule, isa), make)
     reason = excluded(func.name, isa.name, isa.md_excluded)
     if not reason and rule not in s.frame_rules:
         reason = isa.prologue_reasons[rule]
     kinds = {} if reason else s.kinds
-    return _record(func.qualified, func.address, func.size, reason, s.walk_error, s.instructions, kinds)
+    return (make or record)(func.qualified, func.address, func.size, reason, s.walk_error, s.instructions, kinds)
 
 
 def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
-               accel: ModuleType) -> List[Dict[str, Any]]:
+               accel: ModuleType, make: Optional[Make] = None) -> List[Any]:
     """``fast`` over consecutive functions, the way ``probes --all --summary`` asks.
 
     The same records, with the work that does not change from one function to
     the next done once: the section is looked up only when a function leaves
     the last one, and the bytes are read from it directly.  A kernel has
     50,000 functions, and these per-function steps cost as much as decoding
-    them.  An accelerator with ``summarise_many`` gets the whole chunk in one
-    call.  Anything unusual (no section, a function past its end, bytes the
-    accelerator declines) goes through ``fast`` itself, which says what is
-    wrong or asks capstone.
+    them.  An accelerator with ``summarise_span`` gets each run of functions
+    in one section as one buffer, one with ``summarise_many`` the chunk's
+    functions in one call.  Anything unusual (no section, a function past its
+    end, bytes the accelerator declines) goes through ``fast`` itself, which
+    says what is wrong or asks capstone.
     """
-    md_excluded = isa.md_excluded
+    make = make or record
+    md_excluded, isa_name = isa.md_excluded, isa.name
     prologue = isa.prologue_reasons[rule]
-    sec: Optional[Section] = None
-    lo = hi = 0
-    items, inline = [], []
-    for f in funcs:
-        a, size = f.address, f.size
-        if not lo <= a < hi:
-            sec = img.section_at(a)
-            lo, hi = (sec.addr, sec.addr + sec.size) if sec is not None else (0, 0)
-        fits = sec is not None and not sec.nobits and a + size <= hi
-        inline.append(fits)
-        if fits:
-            items.append((img.read_in(sec, a, min(size + MAX_INSN, hi - a)), a, size))
-    many = getattr(accel, "summarise_many", None)
-    sums = iter(many(items) if many else [accel.summarise(*it) for it in items])
-    out: List[Dict[str, Any]] = []
-    for f, fits in zip(funcs, inline):
-        s = next(sums) if fits else None
+    out: List[Any] = []
+    for f, s in zip(funcs, _accelerated(img, funcs, accel)):
         if s is None:
-            out.append(fast(img, f, rule, isa, accel))
+            out.append(fast(img, f, rule, isa, accel, make))
             continue
-        reason = excluded(f.name, isa.name, md_excluded)
+        reason = excluded(f.name, isa_name, md_excluded)
         if not reason and rule not in s.frame_rules:
             reason = prologue
-        n = s.instructions
-        kinds = {} if reason else s.kinds
-        ok = sum(kinds.values())
-        out.append({
-            "function": f.qualified,
-            "address": f.address,
-            "size": f.size,
-            "eligible": not reason,
-            "reason": reason,
-            "walk_error": s.walk_error,
-            "instructions": n,
-            "probes": ok,
-            "skipped": n - ok,
-            "kinds": kinds,  # the accelerator's, already in name order
-        })
+        # The accelerator's kinds are already in name order.
+        out.append(make(f.qualified, f.address, f.size, reason, s.walk_error, s.instructions, {} if reason else s.kinds))
+    return out
+
+
+def _accelerated(img: KernelImage, funcs: Sequence[Function], accel: ModuleType) -> List[Optional[Any]]:
+    """The accelerator's summary of each function, None for one it declines or that does not fit its section.
+
+    Consecutive functions of one section are one run: the accelerator reads
+    them from one slice of the file (``summarise_span``) or, lacking that,
+    gets each function's own bytes (``summarise_many``, ``summarise``).
+    """
+    span_fn = getattr(accel, "summarise_span", None)
+    many = getattr(accel, "summarise_many", None)
+    out: List[Optional[Any]] = [None] * len(funcs)
+    sec: Optional[Section] = None
+    lo = hi = 0
+    run: List[int] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        first = funcs[run[0]].address
+        end = min(max(funcs[k].address + funcs[k].size for k in run) + MAX_INSN, hi)
+        if span_fn is not None:
+            span = img.read_in(sec, first, end - first)
+            got = span_fn(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
+                          MAX_INSN)
+        else:
+            items = [(img.read_in(sec, f.address, min(f.size + MAX_INSN, hi - f.address)), f.address, f.size)
+                     for f in (funcs[k] for k in run)]
+            got = many(items) if many else [accel.summarise(*it) for it in items]
+        for k, s in zip(run, got):
+            out[k] = s
+        run.clear()
+
+    for k, f in enumerate(funcs):
+        a = f.address
+        if not lo <= a < hi:
+            flush()
+            sec = img.section_at(a)
+            lo, hi = (sec.addr, sec.addr + sec.size) if sec is not None and not sec.nobits else (0, 0)
+        if lo <= a and a + f.size <= hi:
+            run.append(k)
+    flush()
     return out

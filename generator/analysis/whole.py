@@ -13,11 +13,8 @@ import contextlib
 import functools
 import gc
 import io
-import multiprocessing
 import os
 import shutil
-import tempfile
-from dataclasses import dataclass
 from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from generator.analysis import report, summary
@@ -79,6 +76,8 @@ def map_chunks(img: KernelImage, funcs: Sequence[Function], fn: Callable[[Kernel
             # workers: frozen, the collector never walks it again and the
             # workers' pages stay shared with ours.
             gc.freeze()
+            import multiprocessing  # here, not at the top: a small image never forks, and the import costs 8 ms
+
             ctx = multiprocessing.get_context("fork")
             with ctx.Pool(min(jobs, len(chunks))) as pool:
                 yield from pool.imap(_work, chunks)
@@ -101,7 +100,6 @@ def _json_writer(img: KernelImage, rule: str) -> ImageJson:
     return _JSON[key]
 
 
-@dataclass(frozen=True)
 class Spilled:
     """A worker's chunk of output lines, left in a file for the parent to copy out.
 
@@ -111,8 +109,11 @@ class Spilled:
     the kernel, once each way.
     """
 
-    path: str
-    lines: int
+    __slots__ = ("path", "lines")
+
+    def __init__(self, path: str, lines: int) -> None:
+        self.path = path
+        self.lines = lines
 
     def __len__(self) -> int:
         return self.lines
@@ -138,6 +139,8 @@ class Spilled:
 
 
 def _spill(writer: ImageJson, funcs: Sequence[Function], spill_dir: str) -> Spilled:
+    import tempfile
+
     fd, path = tempfile.mkstemp(dir=spill_dir, suffix=".jsonl")
     try:
         writer.write(funcs, fd)
@@ -157,10 +160,11 @@ def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: boo
         return [writer.function_bytes(f) for f in funcs]
     if as_summary:
         accel = summary.accelerator(isa)
-        recs = summary.fast_chunk(img, funcs, rule, isa, accel) if accel else \
-            [summary.fast(img, f, rule, isa, None) for f in funcs]
-        line = report.summary_json if as_json else report.summary_text
-        out = [line(r) for r in recs]
+        make = report.summary_json_fields if as_json else summary.record
+        out = summary.fast_chunk(img, funcs, rule, isa, accel, make) if accel else \
+            [summary.fast(img, f, rule, isa, None, make) for f in funcs]
+        if not as_json:
+            out = [report.summary_text(r) for r in out]
     else:
         for f in funcs:
             rep = analyse(img, f, rule, isa)
@@ -187,6 +191,8 @@ def analyse_image(
     if as_json and not as_summary:
         _json_writer(img, rule)  # its native writer loaded once, before any fork
     spill = as_json and not as_summary and workers(funcs, jobs) > 1
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="kinstkit-json-") if spill else contextlib.nullcontext() as spill_dir:
         fn = functools.partial(_format, rule=rule, as_json=as_json, as_summary=as_summary, spill_dir=spill_dir)
         for lines in map_chunks(img, funcs, fn, jobs, serial_below):

@@ -109,7 +109,7 @@ def _default_kernel(explicit: Optional[str]) -> str:
         return explicit
     if on_freebsd() and os.path.isfile(HOST_KERNEL):
         return HOST_KERNEL
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
 
     return resolve_kernel(None)
 

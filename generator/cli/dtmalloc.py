@@ -51,7 +51,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_malloc_types(args: argparse.Namespace) -> int:
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
     from generator.providers.dtmalloc import report
     from generator.providers.dtmalloc.generate import listing_lines
     from generator.providers.dtmalloc.mallocs import discover

@@ -25,7 +25,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
 
     kernel = resolve_kernel(args.kernel)
     out = Path(args.out) if args.out else None

@@ -46,7 +46,7 @@ def cmd_probes(args: argparse.Namespace) -> int:
     from generator.analysis import report, summary
     from generator.analysis.probes import analyse, find_offset
     from generator.image.elf import KernelImage
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
 
     img = KernelImage.open(resolve_kernel(args.kernel))
     if args.line or args.inline or args.lines:

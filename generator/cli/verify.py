@@ -20,7 +20,7 @@ def add_parsers(sub) -> None:
 
 def cmd_verify_decoder(args: argparse.Namespace) -> int:
     """Run the check; 0 when objdump agrees everywhere, 1 on any mismatch."""
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
     from generator.verify.objdump import verify_decoder
 
     res = verify_decoder(resolve_kernel(args.kernel), max_report=args.max_report,

@@ -8,3 +8,19 @@
 
 Records handed on: ``Function``, ``Section``, ``Reloc``, ``Segment``.
 """
+
+from typing import Optional
+
+
+def resolve_kernel(path: Optional[str]) -> str:
+    """The image to read: ``path``, or the embedded sample kernel when none is named.
+
+    Here rather than in ``sample``: that module (hashlib, subprocess, the
+    toolchain probing) is imported only when the sample is wanted, not on
+    every command given a ``--kernel``.
+    """
+    if path:
+        return path
+    from generator.image.sample import sample_kernel
+
+    return str(sample_kernel())

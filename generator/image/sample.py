@@ -314,10 +314,3 @@ def sample_kernel(*, rebuild: bool = False, release: Optional[str] = None) -> Pa
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return kernel
-
-
-def resolve_kernel(path: Optional[str]) -> str:
-    """The image to read: ``path``, or the embedded sample kernel when none is named."""
-    if path:
-        return path
-    return str(sample_kernel())

@@ -24,7 +24,6 @@ An ISA provides:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
 STATUS_OK = "ok"
@@ -90,8 +89,12 @@ class RelocType(NamedTuple):
     applied: bool  # False: listed so its field is never read as final, but not applied
 
 
-@dataclass(frozen=True)
-class OracleQuirks:
+# The two records below are NamedTuples rather than frozen dataclasses, like the
+# rest of this module: every command imports them, and ``dataclasses`` brings
+# ``inspect`` with it, 8 ms of a 100 ms ``probes --all --summary``.
+
+
+class OracleQuirks(NamedTuple):
     """How the independent tools see this ISA's code, for the decoder and hit-count proofs."""
 
     objdump: str  # the binutils objdump that decodes it
@@ -116,8 +119,7 @@ class OracleQuirks:
     cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
 
 
-@dataclass(frozen=True)
-class Isa:
+class Isa(NamedTuple):
     """One ISA behind the contract (see the module docstring)."""
 
     name: str  # FreeBSD's MACHINE_CPUARCH: "amd64"

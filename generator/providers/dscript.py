@@ -27,20 +27,19 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from generator.common.errors import UserError
-from generator.providers import dsyntax
-from generator.render import Input, c_header, environment
+
+if TYPE_CHECKING:
+    from generator.render import Input
 
 # Bytes allowed literally in the function part of a generated probe
 # description; any other byte becomes the one-character glob '?'.
 _LITERAL = re.compile(rb"[A-Za-z0-9_.$-]")
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(NamedTuple):
     """What to write: the script and the names it is about."""
 
     script: str  # a key of SCRIPTS
@@ -53,8 +52,7 @@ class Request:
     debug: Optional[str] = None  # kinst-line, kinst-inline: the kernel's separate debug file
 
 
-@dataclass(frozen=True)
-class Script:
+class Script(NamedTuple):
     """One script kind: its template and how its context is built from the request."""
 
     template: str
@@ -112,7 +110,7 @@ def _check_type(args: Request, func: str) -> None:
 
 
 def _kinst_context(args: Request) -> Dict[str, Any]:
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
     from generator.image.elf import KernelImage
     from generator.analysis.probes import analyse, find_offset
 
@@ -150,7 +148,7 @@ def _source_image(args: Request):
     from generator.analysis.indexcache import open_index
     from generator.common.host import progress_wanted
     from generator.image.elf import KernelImage
-    from generator.image.sample import resolve_kernel
+    from generator.image import resolve_kernel
 
     if args.type or args.function or args.offset is not None or args.module:
         raise UserError(f"{args.script} takes {'FILE:LINE' if args.script == 'kinst-line' else 'NAME'} "
@@ -178,7 +176,9 @@ def _refusal(function: Optional[str], offset: Optional[int], status: str, reason
     return f"{where}: {reason}"
 
 
-def _header_inputs(img) -> List[Input]:
+def _header_inputs(img) -> List["Input"]:
+    from generator.render import Input
+
     return [Input(img.path, img.build_id or "", img.sha256())]
 
 
@@ -275,6 +275,10 @@ def command_line(args: Request) -> str:
 
 def render(args: Request) -> str:
     """The script text, checked."""
+    # Imported here: the command line imports this module for SCRIPTS on every command.
+    from generator.providers import dsyntax
+    from generator.render import c_header, environment
+
     script = SCRIPTS[args.script]
     ctx = script.build(args)
     inputs = ctx.pop("_inputs", ())

@@ -15,7 +15,7 @@ NAMES = ["vm_fault", "sysctl_handle@kern_sysctl.c", 'odd"name\\with\ttab', "caf\
 @pytest.mark.parametrize("reason", ["", "excluded by name (dtrace_*): may be called from probe context", "r\u00e9son \"q\""])
 def test_summary_json_is_json_dumps(name, reason):
     kinds = {"call-direct": 3, "riprel": 1, "trampoline": 40}
-    rec = summary._record(name, 0xFFFFFFFF80A01230, 812, reason, "walk stopped at +0x10" if reason else "", 44,
+    rec = summary.record(name, 0xFFFFFFFF80A01230, 812, reason, "walk stopped at +0x10" if reason else "", 44,
                           {} if reason else kinds)
     line = report.summary_json(rec)
     assert line == json.dumps(rec, separators=(",", ":"))
@@ -23,5 +23,5 @@ def test_summary_json_is_json_dumps(name, reason):
 
 
 def test_summary_json_with_no_probes():
-    rec = summary._record("f", 0, 1, "", "", 0, {})
+    rec = summary.record("f", 0, 1, "", "", 0, {})
     assert report.summary_json(rec) == json.dumps(rec, separators=(",", ":"))

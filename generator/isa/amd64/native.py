@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import json
 import os
 import shutil
-import subprocess
+import zlib
 from array import array
+from itertools import compress
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -50,6 +49,9 @@ _ROW_KINDS = tuple((name, 2 + code) for name, code in _KINDS_BY_NAME)
 _ROW_REFUSED = 15
 _ROW_FIRST_KIND = 2 + min(KIND_CODES.values())
 _ROW_TRAMPOLINE = 2 + _TRAMPOLINE
+_KIND_NAMES = tuple(name for name, _ in _ROW_KINDS)
+_KIND_ROWS = tuple(i for _, i in _ROW_KINDS)
+assert _ROW_FIRST_KIND == _ROW_TRAMPOLINE  # the trampoline's column is first, and computed, not counted
 
 
 def _compiler() -> Optional[str]:
@@ -77,6 +79,8 @@ def json_header() -> str:
     Generated next to the build rather than committed, so it cannot go stale;
     reasons are JSON-escaped here, so the C pastes them as they are.
     """
+    import json
+
     from generator.common.cstring import c_string
     from generator.isa.contract import KIND_SKIP, STATUS_OK, STATUS_SKIP
     from generator.isa.amd64 import tables as T
@@ -141,14 +145,21 @@ JSON_LIB = _Library("kk_json", ("kk_accel.c", "kk_opmap.h", "kk_json.c"), lambda
 
 
 def library_path(spec: _Library = SUMMARY_LIB) -> Path:
-    """Where the shared object for the current sources lives (named by their digest)."""
-    h = hashlib.sha256()
-    for name in spec.sources:
-        h.update((SOURCE_DIR / name).read_bytes())
-    for name, text in sorted(spec.generated().items()):
-        h.update(name.encode() + text.encode())
-    h.update(" ".join(spec.flags() or []).encode())
-    return CACHE_DIR / f"{spec.name}-{h.hexdigest()[:16]}.so"
+    """Where the shared object for the current sources lives (named by their digest).
+
+    The digest is zlib's CRC-32 and Adler-32 of everything that goes into the
+    build, with its length: a cache key needs only to change when a byte
+    does, and hashlib's start-up (OpenSSL) costs every process 4 ms, more
+    than the rest of finding the library.
+    """
+    crc, adler = 0, 1  # the two checksums' own starting values
+    length = 0
+    parts = [(SOURCE_DIR / name).read_bytes() for name in spec.sources]
+    parts += [name.encode() + text.encode() for name, text in sorted(spec.generated().items())]
+    parts.append(" ".join(spec.flags() or []).encode())
+    for part in parts:
+        crc, adler, length = zlib.crc32(part, crc), zlib.adler32(part, adler), length + len(part)
+    return CACHE_DIR / f"{spec.name}-{crc:08x}{adler:08x}{length & 0xFFFF:04x}.so"
 
 
 def build(path: Path, cc: str, spec: _Library = SUMMARY_LIB) -> bool:
@@ -157,6 +168,8 @@ def build(path: Path, cc: str, spec: _Library = SUMMARY_LIB) -> bool:
     False when it cannot (no writable cache, a compiler error, no capstone
     headers): the caller then goes without.
     """
+    import subprocess  # only to build: a process that finds the library built does without it
+
     flags = spec.flags()
     if flags is None:
         return False
@@ -235,46 +248,73 @@ def prepare() -> bool:
     return library() is not None
 
 
-def summarise_native(items: Sequence[Tuple[bytes, int, int]]) -> List[Optional[Summary]]:
-    """The C walk's summary of each (code, address, limit), None where it declines (or cannot run)."""
+def walk_span(span: bytes, starts: Sequence[int], limits: Sequence[int]) -> List[Optional[Summary]]:
+    """The C walk's summary of each function ``span[start : start + limit]``, None where it declines (or cannot
+    run).
+
+    One buffer for many functions: a whole-image summary passes a section's
+    run of functions as it lies in the file, with no copy per function.
+    """
     lib = library()
     if lib is None:
-        return [None] * len(items)
-    starts, limits, pos = array("Q"), array("Q"), 0
-    for code, _, limit in items:
-        starts.append(pos)
-        limits.append(min(limit, len(code)))
-        pos += len(code)
-    rows = array("I", bytes(4 * ROW * len(items)))
-    lib.kk_summarise(b"".join(code for code, _, _ in items), len(items), starts.buffer_info()[0],
-                     limits.buffer_info()[0], rows.buffer_info()[0])
+        return [None] * len(starts)
+    starts_a, limits_a = array("Q", starts), array("Q", limits)
+    rows = array("I", bytes(4 * ROW * len(starts_a)))
+    lib.kk_summarise(span, len(starts_a), starts_a.buffer_info()[0], limits_a.buffer_info()[0],
+                     rows.buffer_info()[0])
+    # By column (one slice each), then row by row through zip: no index arithmetic per function.
     vals = rows.tolist()
+    cols = [vals[i::ROW] for i in range(ROW)]
+    n_col, frame_col, refused_col = cols[0], cols[1], cols[_ROW_REFUSED]
+    # The walk counts every kind but the trampoline: that is what remains.
+    counted = map(sum, zip(*cols[_ROW_FIRST_KIND + 1 : _ROW_REFUSED]))
+    cols[_ROW_TRAMPOLINE] = [n - sk - c for n, sk, c in zip(n_col, refused_col, counted)]
     out: List[Optional[Summary]] = []
-    for k, (code, _, limit) in enumerate(items):
-        r = k * ROW
-        n = vals[r]
-        if n == _DECLINED or limit > len(code):
+    for n, frame, skipped, start, counts in zip(n_col, frame_col, refused_col, starts_a,
+                                                zip(*[cols[i] for i in _KIND_ROWS])):
+        if n == _DECLINED:
             out.append(None)
             continue
-        skipped = vals[r + _ROW_REFUSED]
-        # The walk counts every kind but the trampoline: that is what remains.
-        vals[r + _ROW_TRAMPOLINE] = n - skipped - sum(vals[r + _ROW_FIRST_KIND : r + _ROW_REFUSED])
-        kinds = {name: vals[r + i] for name, i in _ROW_KINDS if vals[r + i]}
-        first = code[:1] == b"\x55"
-        rules = ("any", "first") if first else ("any",) if vals[r + 1] else ()
-        out.append(Summary(n, kinds, skipped, rules, ""))
+        rules = ("any", "first") if span[start] == 0x55 else ("any",) if frame else ()
+        out.append(Summary(n, dict(compress(zip(_KIND_NAMES, counts), counts)), skipped, rules, ""))
+    return out
+
+
+def summarise_native(items: Sequence[Tuple[bytes, int, int]]) -> List[Optional[Summary]]:
+    """The C walk's summary of each (code, address, limit), None where it declines (or cannot run)."""
+    starts, pos = [], 0
+    for code, _, _ in items:
+        starts.append(pos)
+        pos += len(code)
+    out = walk_span(b"".join(code for code, _, _ in items), starts,
+                         [min(limit, len(code)) for code, _, limit in items])
+    return [None if limit > len(code) else s for s, (code, _, limit) in zip(out, items)]
+
+
+def _iced(out: List[Optional[Summary]], items: Callable[[int], Tuple[bytes, int, int]]) -> List[Optional[Summary]]:
+    """``out`` with each function the C walk declined summarised by iced-x86 (``fast``) instead."""
+    for k, s in enumerate(out):
+        if s is None:
+            from generator.isa.amd64 import fast
+
+            out[k] = fast.summarise(*items(k))
     return out
 
 
 def summarise_many(items: Sequence[Tuple[bytes, int, int]]) -> List[Optional[Summary]]:
     """``fast.summarise`` of each (code, address, limit), by the C walk where it can."""
-    out = summarise_native(items)
-    for k, s in enumerate(out):
-        if s is None:
-            from generator.isa.amd64 import fast
+    return _iced(summarise_native(items), items.__getitem__)
 
-            out[k] = fast.summarise(*items[k])
-    return out
+
+def summarise_span(span: bytes, base: int, starts: Sequence[int], limits: Sequence[int],
+                    tail: int) -> List[Optional[Summary]]:
+    """``summarise_many`` of functions lying in ``span`` (which starts at address ``base``) at ``starts``, each
+    given ``tail`` bytes past its limit as the per-function path gives them."""
+    def item(k: int) -> Tuple[bytes, int, int]:
+        start, limit = starts[k], limits[k]
+        return span[start : start + limit + tail], base + start, limit
+
+    return _iced(walk_span(span, starts, limits), item)
 
 
 def summarise(code: bytes, address: int, limit: int) -> Optional[Summary]:
