@@ -93,19 +93,24 @@ def summary_json_fields(name: str, address: int, size: int, reason: str, walk_er
     cost a sixth of ``probes --all --summary``, the record dicts another
     tenth.  tests/unit/test_report.py holds it equal to ``json.dumps``.
     """
-    q = _quote
+    q = quote
     ok = sum(kinds.values())
     kv = ",".join([f"{q(k)}:{v}" for k, v in kinds.items()])
     return (
-        f'{{"function":{q(name)},"address":{address},"size":{size},'
+        f'{summary_json_head(name, address, size)}'
         f'"eligible":{"false" if reason else "true"},"reason":{q(reason)},'
         f'"walk_error":{q(walk_error)},"instructions":{instructions},"probes":{ok},'
         f'"skipped":{instructions - ok},"kinds":{{{kv}}}}}'
     )
 
 
+def summary_json_head(name: str, address: int, size: int) -> str:
+    """A summary JSON line up to ``"eligible"``: what the native walk's line ends (``kk_summary.c``) lack."""
+    return f'{{"function":{quote(name)},"address":{address},"size":{size},'
+
+
 # json's own string escaper (C), as json.dumps uses it with ensure_ascii.
-_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 def summary_text(rec: Dict[str, Any]) -> str:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from generator.analysis import report
 from generator.analysis.exclusions import excluded
 from generator.analysis.probes import MAX_INSN, analyse, function_code
 from generator.analysis.records import STATUS_OK, FunctionReport
@@ -106,44 +107,89 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
     return out
 
 
+def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
+                    accel: ModuleType) -> List[str]:
+    """``fast_chunk``'s JSON lines (``make=report.summary_json_fields``), with the accelerator writing each
+    line's end where it offers to (``summary_json_span``).
+
+    What is left per function is its name: the head of the line, and the
+    exclusion list, whose rare verdict replaces the accelerator's.  A function
+    the accelerator declines goes through ``fast``.
+    """
+    span_json = getattr(accel, "summary_json_span", None)
+    if span_json is None:
+        return fast_chunk(img, funcs, rule, isa, accel, report.summary_json_fields)
+    md_excluded, isa_name = isa.md_excluded, isa.name
+    prologue = report.quote(isa.prologue_reasons[rule])
+    head = report.summary_json_head
+    out: List[Optional[str]] = [None] * len(funcs)
+    for run, span, first in _runs(img, funcs):
+        got = span_json(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
+                        rule == "first", prologue)
+        if got is None:
+            break
+        for k, n, tail in zip(run, *got):
+            if tail:
+                f = funcs[k]
+                reason = excluded(f.name, isa_name, md_excluded)
+                out[k] = report.summary_json_fields(f.qualified, f.address, f.size, reason, "", n, {}) if reason \
+                    else head(f.qualified, f.address, f.size) + tail
+    return [line if line is not None else fast(img, f, rule, isa, accel, report.summary_json_fields)
+            for f, line in zip(funcs, out)]
+
+
 def _accelerated(img: KernelImage, funcs: Sequence[Function], accel: ModuleType) -> List[Optional[Any]]:
     """The accelerator's summary of each function, None for one it declines or that does not fit its section.
 
-    Consecutive functions of one section are one run: the accelerator reads
-    them from one slice of the file (``summarise_span``) or, lacking that,
-    gets each function's own bytes (``summarise_many``, ``summarise``).
+    It reads each run of functions from one slice of the file
+    (``summarise_span``) or, lacking that, gets each function's own bytes
+    (``summarise_many``, ``summarise``).
     """
     span_fn = getattr(accel, "summarise_span", None)
     many = getattr(accel, "summarise_many", None)
     out: List[Optional[Any]] = [None] * len(funcs)
-    sec: Optional[Section] = None
-    lo = hi = 0
-    run: List[int] = []
-
-    def flush() -> None:
-        if not run:
-            return
-        first = funcs[run[0]].address
-        end = min(max(funcs[k].address + funcs[k].size for k in run) + MAX_INSN, hi)
+    for run, span, first in _runs(img, funcs):
         if span_fn is not None:
-            span = img.read_in(sec, first, end - first)
             got = span_fn(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
                           MAX_INSN)
         else:
-            items = [(img.read_in(sec, f.address, min(f.size + MAX_INSN, hi - f.address)), f.address, f.size)
-                     for f in (funcs[k] for k in run)]
+            items = []
+            for k in run:
+                start = funcs[k].address - first
+                items.append((span[start : start + funcs[k].size + MAX_INSN], funcs[k].address, funcs[k].size))
             got = many(items) if many else [accel.summarise(*it) for it in items]
         for k, s in zip(run, got):
             out[k] = s
-        run.clear()
+    return out
 
+
+def _runs(img: KernelImage, funcs: Sequence[Function]) -> Iterator[Tuple[List[int], bytes, int]]:
+    """(indexes, bytes, address of the first) of each run of consecutive functions that lie in one section.
+
+    The bytes go from the run's first function to ``MAX_INSN`` past the end
+    of its last (or the section's end): each function's bytes as
+    ``function_code`` reads them, with no copy per function.  A function
+    that does not fit its section (or is in none) is in no run.
+    """
+    sec: Optional[Section] = None
+    lo = hi = 0
+    run: List[int] = []
     for k, f in enumerate(funcs):
         a = f.address
         if not lo <= a < hi:
-            flush()
+            if run:
+                yield _run_bytes(img, funcs, run, sec, hi)
+                run = []
             sec = img.section_at(a)
             lo, hi = (sec.addr, sec.addr + sec.size) if sec is not None and not sec.nobits else (0, 0)
         if lo <= a and a + f.size <= hi:
             run.append(k)
-    flush()
-    return out
+    if run:
+        yield _run_bytes(img, funcs, run, sec, hi)
+
+
+def _run_bytes(img: KernelImage, funcs: Sequence[Function], run: List[int], sec: Section,
+               hi: int) -> Tuple[List[int], bytes, int]:
+    first = funcs[run[0]].address
+    end = min(max(funcs[k].address + funcs[k].size for k in run) + MAX_INSN, hi)
+    return run, img.read_in(sec, first, end - first), first

@@ -160,9 +160,13 @@ def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: boo
         return [writer.function_bytes(f) for f in funcs]
     if as_summary:
         accel = summary.accelerator(isa)
-        make = report.summary_json_fields if as_json else summary.record
-        out = summary.fast_chunk(img, funcs, rule, isa, accel, make) if accel else \
-            [summary.fast(img, f, rule, isa, None, make) for f in funcs]
+        if accel is None:
+            make = report.summary_json_fields if as_json else summary.record
+            out = [summary.fast(img, f, rule, isa, None, make) for f in funcs]
+        elif as_json:
+            out = summary.fast_json_chunk(img, funcs, rule, isa, accel)
+        else:
+            out = summary.fast_chunk(img, funcs, rule, isa, accel)
         if not as_json:
             out = [report.summary_text(r) for r in out]
     else:

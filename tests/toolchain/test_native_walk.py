@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.analysis import summary
+from generator.analysis import report, summary
 from generator.analysis.probes import MAX_INSN
 from generator.image.elf import KernelImage
 from generator.isa.amd64 import fast, native, opmap
@@ -111,6 +111,67 @@ def test_chunked_summaries_equal_per_function(lib, sample_kernel):
     assert chunk == one
 
 
+@pytest.mark.parametrize("name, rule", [("libz.so.1", "any"), ("libcrypto.so.3", "any"),
+                                        ("libcrypto.so.3", "first"), ("libstdc++.so.6", "any")])
+def test_json_lines_written_by_c_equal_the_records(lib, name, rule):
+    """``fast_json_chunk`` (each line's end written by ``kk_summary.c``) gives the lines ``fast_chunk`` makes
+    through ``report.summary_json_fields``, byte for byte, and the C really wrote them."""
+    img = KernelImage.open(str(require_system_library(name)))
+    funcs = img.functions()
+    lines = summary.fast_json_chunk(img, funcs, rule, img.isa, native)
+    assert lines == summary.fast_chunk(img, funcs, rule, img.isa, native, report.summary_json_fields)
+    ends = [tail for run, span, first in summary._runs(img, funcs)
+            for tail in native.summary_json_span(span, [funcs[k].address - first for k in run],
+                                                 [funcs[k].size for k in run], rule == "first", '"x"')[1]]
+    assert sum(1 for t in ends if t) >= 0.99 * len(funcs) > 50
+    eligible = sum(1 for ln in lines if '"eligible":true' in ln)
+    assert eligible and (rule == "first" or eligible < len(lines)), "both verdicts seen"
+
+
+def test_json_lines_of_a_kernel_and_modules(lib, sample_kernel, debian_modules):
+    """The sample kernel (every emulation kind, excluded names, local copies of one name) and Debian's
+    modules (ET_REL, relocated from one buffer per section): the C-written lines equal the records'."""
+    for path in [sample_kernel, *debian_modules[:40]]:
+        img = KernelImage.open(str(path))
+        funcs = img.functions()
+        for rule in ("any", "first"):
+            got = summary.fast_json_chunk(img, funcs, rule, img.isa, native)
+            assert got == [report.summary_json(summary.fast(img, f, rule, img.isa, native)) for f in funcs], \
+                (path.name, rule)
+    img = KernelImage.open(str(sample_kernel))
+    text = "\n".join(summary.fast_json_chunk(img, img.functions(), "any", img.isa, native))
+    assert "excluded by name" in text and '"call-riprel":' in text and '"jcc-widen":' in text
+
+
+def test_json_lines_of_mutated_code_equal_the_records(lib):
+    """Random bytes in real functions, laid out as one section: the C writes the lines of what it walks and
+    leaves the rest to iced and capstone, with the same lines as the records' either way."""
+    rng = random.Random(20261202)
+    sources = _items(str(require_system_library("libcrypto.so.3")), max_size=300)
+    codes = []
+    for _ in range(3000):
+        code = bytearray(rng.choice(sources)[0])
+        for _ in range(rng.randint(0, 3)):
+            code[rng.randrange(len(code))] = rng.randrange(256)
+        codes.append(bytes(code))
+    span = b"".join(codes)
+    starts = [sum(len(c) for c in codes[:k]) for k in range(len(codes))]
+    for rule in ("any", "first"):
+        counts, tails = native.summary_json_span(span, starts, [len(c) for c in codes], rule == "first",
+                                                 '"refused: no frame"')
+        walked = native.walk_span(span, starts, [len(c) for c in codes])
+        assert sum(1 for t in tails if t) > 0.3 * len(codes)
+        for code, n, tail, s in zip(codes, counts, tails, walked):
+            assert bool(tail) == (s is not None), code.hex()
+            if s is None:
+                continue
+            reason = "" if rule in s.frame_rules else "refused: no frame"
+            want = report.summary_json_fields("f", 0, len(code), reason, "", s.instructions,
+                                              {} if reason else s.kinds)
+            assert report.summary_json_head("f", 0, len(code)) + tail == want, code.hex()
+            assert n == s.instructions
+
+
 def test_without_a_compiler_summaries_come_from_iced(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "CACHE_DIR", tmp_path / "accel")
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -137,11 +198,12 @@ def test_disabled_by_environment(monkeypatch):
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_walk_and_json_writer_compile_cleanly(cc, tmp_path):
-    """Both shared objects, warnings as errors, C99, as native.py builds them (the JSON writer with the
-    header it generates and capstone's own headers)."""
+    """Both shared objects, warnings as errors, C99, as native.py builds them (with the headers it
+    generates, and the JSON writer with capstone's own)."""
     require_tool(cc, cc, "compile the native accelerators with warnings as errors")
-    (tmp_path / "kk_amd64.h").write_text(native.json_header())
     for spec in (native.SUMMARY_LIB, native.JSON_LIB):
+        for name, text in spec.generated().items():
+            (tmp_path / name).write_text(text)
         flags = spec.flags()
         if flags is None:
             pytest.skip("the capstone wheel's include/ and lib/ are missing (pip install capstone)")

@@ -13,19 +13,9 @@
 
 #include "kk_opmap.h"
 
-#define	KK_MAXLEN	15
+#include "kk_row.h"
 
-/*
- * One function's result: instructions (KK_DECLINED when the walk gives
- * up), whether an instruction starts with push %rbp, then a counter per
- * kind code (fast.KIND_CODES, 1..10) and the refused count.
- */
-#define	KK_ROW		16
-#define	KK_ROW_N	0
-#define	KK_ROW_FRAME	1
-#define	KK_ROW_KIND(k)	(2 + (k))
-#define	KK_ROW_REFUSED	15
-#define	KK_DECLINED	0xffffffffu
+#define	KK_MAXLEN	15
 
 /* The length of ModR/M, SIB and displacement at p[i]; too long past end. */
 static size_t
