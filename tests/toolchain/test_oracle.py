@@ -7,7 +7,6 @@ decoders are known to differ; and negative tests prove the oracle can fail.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import multiprocessing
 import os
@@ -29,7 +28,7 @@ from helpers.skips import missing, require_system_library, require_tool
 
 def patch_isa(monkeypatch, **fields) -> None:
     """Give images the amd64 ISA with ``fields`` replaced (the contract record is frozen)."""
-    monkeypatch.setattr(amd64_package, "ISA", dataclasses.replace(amd64, **fields))
+    monkeypatch.setattr(amd64_package, "ISA", amd64._replace(**fields))
 
 
 def main_verify(argv) -> int:
@@ -378,7 +377,7 @@ def test_wrong_relocation_is_reported(monkeypatch, tmp_path):
 
 
 def test_missing_objdump_is_a_user_error(monkeypatch):
-    patch_isa(monkeypatch, oracle=dataclasses.replace(amd64.oracle, objdump="objdump-that-does-not-exist"))
+    patch_isa(monkeypatch, oracle=amd64.oracle._replace(objdump="objdump-that-does-not-exist"))
     with pytest.raises(UserError, match="objdump-that-does-not-exist not found; install binutils"):
         verify_decoder(str(require_system_library("libz.so.1")))
 
