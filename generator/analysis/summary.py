@@ -9,6 +9,10 @@ emulation kind.  Two paths compute it and must agree:
   falling back to ``from_report`` for any function it declines.
 
 ``tests/toolchain/test_accelerator.py`` holds the two equal on real images.
+``fast_chunk`` and ``fast_json_chunk`` are ``fast`` over a chunk of
+functions, as a whole image asks for them (the second writes the JSON lines,
+with the accelerator writing their ends); ``test_native_walk.py`` holds them
+equal to ``fast`` one function at a time.
 """
 
 from __future__ import annotations

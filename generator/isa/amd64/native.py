@@ -7,7 +7,9 @@ instruction (``opmap.py`` makes the table from iced-x86 and checks every
 entry against it), so whole-image summaries cost little more than reading
 the symbols.  Wherever it declines (an encoding its table does not cover, a
 VEX prefix, a truncated tail), or no C compiler is found, ``fast`` decides,
-and where that declines, capstone.
+and where that declines, capstone.  ``kk_summary.c`` writes the end of each
+``--summary --json`` line from the walk's counters, so that a small
+library's thousands of lines are not formatted in Python.
 
 ``kk_json.c`` writes ``probes --all --json``'s per-instruction records:
 capstone's own C library (the one its Python binding ships) decodes, and
@@ -42,7 +44,7 @@ ENV_DISABLE = "KINSTKIT_NO_NATIVE"  # set to use the Python paths only (the test
 
 _KINDS_BY_NAME = sorted(KIND_CODES.items())
 _TRAMPOLINE = KIND_CODES[M.KIND_TRAMPOLINE]
-# kk_accel.c's result row per function.
+# kk_accel.c's result row per function (kk_row.h).
 ROW = 16
 _DECLINED = 0xFFFFFFFF
 _ROW_KINDS = tuple((name, 2 + code) for name, code in _KINDS_BY_NAME)
@@ -271,6 +273,16 @@ def prepare() -> bool:
     return library() is not None
 
 
+def _walk(lib: ctypes.CDLL, span: bytes, starts: Sequence[int], limits: Sequence[int]) -> Tuple[array, array]:
+    """(starts, rows): ``kk_summarise`` of each function ``span[start : start + limit]``, ``ROW`` counters
+    each (``kk_row.h``)."""
+    starts_a, limits_a = array("Q", starts), array("Q", limits)
+    rows = array("I", bytes(4 * ROW * len(starts_a)))
+    lib.kk_summarise(span, len(starts_a), starts_a.buffer_info()[0], limits_a.buffer_info()[0],
+                     rows.buffer_info()[0])
+    return starts_a, rows
+
+
 def walk_span(span: bytes, starts: Sequence[int], limits: Sequence[int]) -> List[Optional[Summary]]:
     """The C walk's summary of each function ``span[start : start + limit]``, None where it declines (or cannot
     run).
@@ -281,10 +293,7 @@ def walk_span(span: bytes, starts: Sequence[int], limits: Sequence[int]) -> List
     lib = library()
     if lib is None:
         return [None] * len(starts)
-    starts_a, limits_a = array("Q", starts), array("Q", limits)
-    rows = array("I", bytes(4 * ROW * len(starts_a)))
-    lib.kk_summarise(span, len(starts_a), starts_a.buffer_info()[0], limits_a.buffer_info()[0],
-                     rows.buffer_info()[0])
+    starts_a, rows = _walk(lib, span, starts, limits)
     # By column (one slice each), then row by row through zip: no index arithmetic per function.
     vals = rows.tolist()
     cols = [vals[i::ROW] for i in range(ROW)]
@@ -317,10 +326,8 @@ def summary_json_span(span: bytes, starts: Sequence[int], limits: Sequence[int],
     lib = library()
     if lib is None:
         return None
-    starts_a, limits_a = array("Q", starts), array("Q", limits)
+    starts_a, rows = _walk(lib, span, starts, limits)
     n = len(starts_a)
-    rows = array("I", bytes(4 * ROW * n))
-    lib.kk_summarise(span, n, starts_a.buffer_info()[0], limits_a.buffer_info()[0], rows.buffer_info()[0])
     prologue = prologue_json.encode("ascii")
     size = n * lib.kk_summary_tail_max(len(prologue))
     out = ctypes.create_string_buffer(size)
