@@ -117,6 +117,41 @@ def test_native_json_equals_python_on_mutated_code():
     assert compared > 1000 and handed_back > 50
 
 
+def test_records_of_repeated_instructions_equal_python():
+    """Eligible functions (push %rbp first) made of real and mutated function bodies, one after another in
+    one .text: their instructions recur at other addresses, in other functions, which is where C reuses a
+    record it wrote before.  Every line equals Python's, relative branches (whose records name an address)
+    included, and the reuse happened."""
+    rng = random.Random(1202)
+    lib = KernelImage.open(str(require_system_library("libcrypto.so.3")))
+    bodies = [lib.read(f.address, f.size) for f in lib.functions() if 8 < f.size < 200][:400]
+    codes = []
+    for _ in range(1500):
+        body = bytearray(rng.choice(bodies))
+        if rng.random() < 0.3:
+            body[rng.randrange(len(body))] = rng.randrange(256)
+        codes.append(b"\x55" + bytes(body))
+    img = _Image(b"".join(codes) + b"\xcc" * MAX_INSN)
+    fast, slow = ImageJson(img, "any"), ImageJson(img, "any")
+    slow.native = None
+    hits = native.json_library().kk_json_cache_hits()
+    address, compared, branches = BASE, 0, 0
+    for i, code in enumerate(codes):
+        func = Function(name=f"r{i}", address=address, size=len(code), binding="global", file=None,
+                        section=".text")
+        address += len(code)
+        try:
+            want = slow.function(func)
+        except ClassifierError:
+            continue
+        got = fast.function(func)
+        assert got == want, code.hex()
+        compared += 1
+        branches += want.count('"target":') - want.count('"target":null')
+    assert compared > 1000 and branches > 100
+    assert native.json_library().kk_json_cache_hits() - hits > 10000
+
+
 @pytest.mark.parametrize("hexcode, why", [
     ("55 0f0b c3", None),  # ud2: refused by name, written natively
     ("55 c4e2f9f7c0 c3", None),  # VEX shlx: the table walk declines it, capstone decodes it, C writes it

@@ -44,7 +44,7 @@ ENV_DISABLE = "KINSTKIT_NO_NATIVE"  # set to use the Python paths only (the test
 
 _KINDS_BY_NAME = sorted(KIND_CODES.items())
 _TRAMPOLINE = KIND_CODES[M.KIND_TRAMPOLINE]
-# kk_accel.c's result row per function (kk_row.h).
+# kk_accel.c's result row per function (kk_accel.h).
 ROW = 16
 _DECLINED = 0xFFFFFFFF
 _ROW_KINDS = tuple((name, 2 + code) for name, code in _KINDS_BY_NAME)
@@ -157,9 +157,9 @@ def kinds_header() -> str:
         + [f"\t{code}," for _, code in _KINDS_BY_NAME] + ["};", ""])
 
 
-SUMMARY_LIB = _Library("kk_accel", ("kk_accel.c", "kk_row.h", "kk_opmap.h", "kk_summary.c"),
+SUMMARY_LIB = _Library("kk_accel", ("kk_accel.c", "kk_accel.h", "kk_opmap.h", "kk_summary.c"),
                        lambda: {"kk_kinds.h": kinds_header()}, list, list)
-JSON_LIB = _Library("kk_json", ("kk_accel.c", "kk_row.h", "kk_opmap.h", "kk_json.c"),
+JSON_LIB = _Library("kk_json", ("kk_accel.c", "kk_accel.h", "kk_opmap.h", "kk_json.c"),
                     lambda: {"kk_amd64.h": json_header()}, _capstone_flags, _capstone_lib)
 
 
@@ -265,6 +265,8 @@ def json_library() -> Optional[ctypes.CDLL]:
         lib.kk_json_flush.restype = ctypes.c_int
         lib.kk_json_discard.argtypes = ()
         lib.kk_json_discard.restype = None
+        lib.kk_json_cache_hits.argtypes = ()
+        lib.kk_json_cache_hits.restype = ctypes.c_ulong
     return lib
 
 
@@ -275,7 +277,7 @@ def prepare() -> bool:
 
 def _walk(lib: ctypes.CDLL, span: bytes, starts: Sequence[int], limits: Sequence[int]) -> Tuple[array, array]:
     """(starts, rows): ``kk_summarise`` of each function ``span[start : start + limit]``, ``ROW`` counters
-    each (``kk_row.h``)."""
+    each (``kk_accel.h``)."""
     starts_a, limits_a = array("Q", starts), array("Q", limits)
     rows = array("I", bytes(4 * ROW * len(starts_a)))
     lib.kk_summarise(span, len(starts_a), starts_a.buffer_info()[0], limits_a.buffer_info()[0],

@@ -23,6 +23,7 @@
 
 #include <capstone/capstone.h>
 
+#include "kk_accel.h"
 #include "kk_amd64.h"
 
 #define	KK_DECLINE	(-1)
@@ -34,7 +35,6 @@
 #define	F_JMP		0x08
 #define	F_MODDIR	0x10
 
-int kk_walk_frame(const uint8_t *, size_t, int *);
 
 static csh kk_cs;
 static cs_insn *kk_insn;
@@ -313,11 +313,13 @@ kk_ends(const char *s, const char *suffix)
 	return (n >= m && strcmp(s + n - m, suffix) == 0);
 }
 
-/* One instruction's record; 0 to decline the function. */
+/*
+ * One instruction's record from its "length" on (the caller writes its
+ * offset and address); 0 to decline the function.
+ */
 static int
 kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
-    size_t off, unsigned id, const char *mnem, const char *ops,
-    const char *refused)
+    unsigned id, const char *mnem, const char *ops, const char *refused)
 {
 	uint8_t tmpl[16];
 	const char *base, *kind, *refusal, *sp;
@@ -493,9 +495,6 @@ kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
 					refusal = KK_SEGMENT_CALL_REASON;
 	}
 
-	kk_field(o, "{\"offset\":", (long long)off);
-	KK_LIT(o, ",\"address\":");
-	kk_uint(o, address);
 	kk_field(o, ",\"length\":", ilen);
 	KK_LIT(o, ",\"bytes\":\"");
 	kk_hex(o, b, (size_t)ilen);
@@ -540,6 +539,80 @@ kk_record(struct kk_out *o, const uint8_t *b, int ilen, uint64_t address,
 }
 
 /*
+ * Records already written, by the instruction's bytes: a kernel's
+ * instructions are two thirds repeats (mov %rsp,%rbp, push, pop, a load
+ * through %rdi...), and a repeat's record from "length" on is the same
+ * text, as long as nothing in it depends on where the instruction is.  So
+ * only an eligible function's instructions are kept (a refused function's
+ * records carry its reason), and no relative branch (its operands and
+ * target name an address).  The table walk's length finds the bytes to
+ * look up without capstone; a record is kept only where capstone decoded
+ * that same length, and x86 decoding depends on the bytes read alone.
+ * Direct-mapped: a collision replaces the older record.
+ */
+#define	KK_CACHE_SLOTS	16384
+#define	KK_CACHE_TEXT	440
+
+struct kk_cached {
+	uint8_t		len;	/* 0: empty */
+	uint8_t		bytes[KK_MAXLEN];
+	uint16_t	tlen;
+	char		text[KK_CACHE_TEXT];
+};
+
+static struct kk_cached *kk_cache;
+static unsigned long kk_cache_hits;
+
+/* How many records came from the cache: the tests check that it is used. */
+unsigned long
+kk_json_cache_hits(void)
+{
+
+	return (kk_cache_hits);
+}
+
+static struct kk_cached *
+kk_cache_slot(const uint8_t *b, size_t len)
+{
+	uint32_t h;
+	size_t i;
+
+	if (kk_cache == NULL &&
+	    (kk_cache = calloc(KK_CACHE_SLOTS, sizeof(*kk_cache))) == NULL)
+		return (NULL);
+	h = 2166136261u;	/* FNV-1a */
+	for (i = 0; i < len; i++)
+		h = (h ^ b[i]) * 16777619u;
+	return (&kk_cache[h & (KK_CACHE_SLOTS - 1)]);
+}
+
+static const struct kk_cached *
+kk_cache_find(const uint8_t *b, size_t len)
+{
+	const struct kk_cached *c;
+
+	c = kk_cache_slot(b, len);
+	if (c == NULL || c->len != len || memcmp(c->bytes, b, len) != 0)
+		return (NULL);
+	kk_cache_hits++;
+	return (c);
+}
+
+static void
+kk_cache_add(const uint8_t *b, size_t len, const char *text, size_t tlen)
+{
+	struct kk_cached *c;
+
+	if (len > KK_MAXLEN || tlen > KK_CACHE_TEXT ||
+	    (c = kk_cache_slot(b, len)) == NULL)
+		return;
+	c->len = (uint8_t)len;
+	memcpy(c->bytes, b, len);
+	c->tlen = (uint16_t)tlen;
+	memcpy(c->text, text, tlen);
+}
+
+/*
  * Whether an instruction of code[0, limit) starts with push %rbp, from
  * capstone's walk: for what the table walk declines (VEX, say).
  */
@@ -580,11 +653,12 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
     const char *prologue, const char *head_ok, const char *head_refused,
     const char *tail, int *eligible)
 {
+	const struct kk_cached *c;
 	const uint8_t *p;
-	const char *head, *refused;
+	const char *head, *refused, *mark;
 	uint64_t a;
-	size_t off, n;
-	int frame;
+	size_t off, n, step;
+	int frame, relative;
 
 	if (kk_insn == NULL) {
 		if (cs_open(CS_ARCH_X86, CS_MODE_64, &kk_cs) != CS_ERR_OK ||
@@ -605,7 +679,22 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 	head = *eligible ? head_ok : head_refused;
 	if (head != NULL)
 		kk_puts(o, head);
-	for (off = 0; off < limit; off += kk_insn->size) {
+	for (off = 0; off < limit; off += step) {
+		if (off > 0)
+			kk_put(o, ",", 1);
+		kk_field(o, "{\"offset\":", (long long)off);
+		KK_LIT(o, ",\"address\":");
+		kk_uint(o, address + off);
+		relative = 0;
+		step = refused == NULL ? kk_insn_length(code + off,
+		    limit - off, &relative) : 0;
+		if (step != 0 && !relative &&
+		    (c = kk_cache_find(code + off, step)) != NULL) {
+			kk_put(o, c->text, c->tlen);
+			if (o->full)
+				return (KK_SHORT);
+			continue;
+		}
 		p = code + off;
 		n = len - off;
 		a = address + off;
@@ -616,14 +705,15 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 		    kk_ends(kk_insn->op_str, "%gs") ||
 		    kk_starts(kk_insn->mnemonic, KK_GS_FAR_LOAD))
 			return (KK_DECLINE);
-		if (off > 0)
-			kk_put(o, ",", 1);
+		mark = o->p;
 		if (!kk_record(o, code + off, kk_insn->size, address + off,
-		    off, kk_insn->id, kk_insn->mnemonic, kk_insn->op_str,
-		    refused))
+		    kk_insn->id, kk_insn->mnemonic, kk_insn->op_str, refused))
 			return (KK_DECLINE);
 		if (o->full)
 			return (KK_SHORT);
+		if (step == kk_insn->size && !relative)
+			kk_cache_add(code + off, step, mark, (size_t)(o->p - mark));
+		step = kk_insn->size;
 	}
 	if (tail != NULL)
 		kk_puts(o, tail);

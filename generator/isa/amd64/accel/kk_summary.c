@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * The end of each function's "probes --all --summary --json" line, from
- * "eligible" on, written from the summary walk's rows (kk_row.h).  A small
+ * "eligible" on, written from the summary walk's rows (kk_accel.h).  A small
  * library has thousands of functions, and formatting their lines in Python
  * cost more than walking them.  The format is generator/analysis/report.py's
  * summary_json_fields(); tests/toolchain/test_native_walk.py holds the two
@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kk_row.h"
+#include "kk_accel.h"
 #include "kk_kinds.h"
 
 /* Fixed text of one line's end, beside the kinds and the prologue reason. */
