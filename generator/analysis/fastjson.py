@@ -17,10 +17,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from generator.analysis.exclusions import excluded
-from generator.analysis.probes import function_code, function_reason, refused_regions, reloc_target
+from generator.analysis.probes import MAX_INSN, code_runs, function_code, function_reason, refused_regions, reloc_target
 from generator.analysis.records import KIND_SKIP, STATUS_OK, STATUS_SKIP
 from generator.image.elf import Function, KernelImage
 
@@ -83,10 +83,18 @@ class ImageJson:
         chunk = native.chunk(rule == "first", _verdict("", ""), _verdict(isa.prologue_reasons[rule], ""),
                              self.prologue_json)
         funcs = list(funcs)
+        # Each run of functions in one section is one slice of the file in the chunk's buffer.
+        where: Dict[int, Tuple[int, int]] = {}
+        for run, code, first in code_runs(self.img, funcs):
+            base = chunk.add_code(code)
+            for k in run:
+                off = funcs[k].address - first
+                where[k] = (base + off, len(code) - off)
         try:
-            for f in funcs:
+            for k, f in enumerate(funcs):
+                start, avail = where.get(k) or self._lone(chunk, f)
                 reason = excluded(f.name, isa.name, isa.md_excluded)
-                chunk.add(function_code(self.img, f), f.size, f.address, _head(f),
+                chunk.add(start, min(avail, f.size + MAX_INSN), f.size, f.address, _head(f),
                           _verdict(reason, "") if reason else None,
                           _quote(f"function refused: {reason}") if reason else None)
             chunk.seal()
@@ -100,6 +108,12 @@ class ImageJson:
         except BaseException:
             native.discard()
             raise
+
+    def _lone(self, chunk, func: Function) -> Tuple[int, int]:
+        """A function in no run (it does not fit its section): its own bytes, as ``function_code`` reads them
+        (and says what is wrong with it)."""
+        code = function_code(self.img, func)
+        return chunk.add_code(code), len(code)
 
     def function_bytes(self, func: Function) -> bytes:
         """``function``'s line as bytes: the native writer's are written out without a round trip through str."""

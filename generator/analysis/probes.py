@@ -10,7 +10,7 @@ and never branches on which one it is.
 from __future__ import annotations
 
 import bisect
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from generator.analysis import records as R
 from generator.analysis.exclusions import excluded
@@ -33,6 +33,39 @@ def function_code(img: KernelImage, func: Function, sec: Optional[Section] = Non
     if sec is None or avail < func.size:
         raise corrupt_function(img.path, func)
     return img.read(func.address, avail)
+
+
+def code_runs(img: KernelImage, funcs: Sequence[Function]) -> Iterator[Tuple[List[int], bytes, int]]:
+    """(indexes, bytes, address of the first) of each run of consecutive functions that lie in one section,
+    for whole-image work: one slice of the file per run, not one per function.
+
+    The bytes go from the run's first function to ``MAX_INSN`` past the end
+    of its last (or the section's end): each function's bytes as
+    ``function_code`` reads them, with no copy per function.  A function
+    that does not fit its section (or is in none) is in no run.
+    """
+    sec: Optional[Section] = None
+    lo = hi = 0
+    run: List[int] = []
+    for k, f in enumerate(funcs):
+        a = f.address
+        if not lo <= a < hi:
+            if run:
+                yield _run_code(img, funcs, run, sec, hi)
+                run = []
+            sec = img.section_at(a)
+            lo, hi = (sec.addr, sec.addr + sec.size) if sec is not None and not sec.nobits else (0, 0)
+        if lo <= a and a + f.size <= hi:
+            run.append(k)
+    if run:
+        yield _run_code(img, funcs, run, sec, hi)
+
+
+def _run_code(img: KernelImage, funcs: Sequence[Function], run: List[int], sec: Section,
+              hi: int) -> Tuple[List[int], bytes, int]:
+    first = funcs[run[0]].address
+    end = min(max(funcs[k].address + funcs[k].size for k in run) + MAX_INSN, hi)
+    return run, img.read_in(sec, first, end - first), first
 
 
 def function_reason(func: Function, isa: Isa, insns: List[Insn], code: bytes, rule: str) -> str:

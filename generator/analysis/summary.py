@@ -20,13 +20,13 @@ from __future__ import annotations
 import importlib
 from collections import Counter
 from types import ModuleType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from generator.analysis import report
 from generator.analysis.exclusions import excluded
-from generator.analysis.probes import MAX_INSN, analyse, function_code
+from generator.analysis.probes import MAX_INSN, analyse, code_runs, function_code
 from generator.analysis.records import STATUS_OK, FunctionReport
-from generator.image.elf import Function, KernelImage, Section
+from generator.image.elf import Function, KernelImage
 from generator.isa.contract import Isa
 
 
@@ -107,7 +107,8 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
         if not reason and rule not in s.frame_rules:
             reason = prologue
         # The accelerator's kinds are already in name order.
-        out.append(make(f.qualified, f.address, f.size, reason, s.walk_error, s.instructions, {} if reason else s.kinds))
+        out.append(make(f.qualified, f.address, f.size, reason, s.walk_error, s.instructions,
+                        {} if reason else s.kinds))
     return out
 
 
@@ -127,7 +128,7 @@ def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa:
     prologue = report.quote(isa.prologue_reasons[rule])
     head = report.summary_json_head
     out: List[Optional[str]] = [None] * len(funcs)
-    for run, span, first in _runs(img, funcs):
+    for run, span, first in code_runs(img, funcs):
         got = span_json(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
                         rule == "first", prologue)
         if got is None:
@@ -152,7 +153,7 @@ def _accelerated(img: KernelImage, funcs: Sequence[Function], accel: ModuleType)
     span_fn = getattr(accel, "summarise_span", None)
     many = getattr(accel, "summarise_many", None)
     out: List[Optional[Any]] = [None] * len(funcs)
-    for run, span, first in _runs(img, funcs):
+    for run, span, first in code_runs(img, funcs):
         if span_fn is not None:
             got = span_fn(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
                           MAX_INSN)
@@ -165,35 +166,3 @@ def _accelerated(img: KernelImage, funcs: Sequence[Function], accel: ModuleType)
         for k, s in zip(run, got):
             out[k] = s
     return out
-
-
-def _runs(img: KernelImage, funcs: Sequence[Function]) -> Iterator[Tuple[List[int], bytes, int]]:
-    """(indexes, bytes, address of the first) of each run of consecutive functions that lie in one section.
-
-    The bytes go from the run's first function to ``MAX_INSN`` past the end
-    of its last (or the section's end): each function's bytes as
-    ``function_code`` reads them, with no copy per function.  A function
-    that does not fit its section (or is in none) is in no run.
-    """
-    sec: Optional[Section] = None
-    lo = hi = 0
-    run: List[int] = []
-    for k, f in enumerate(funcs):
-        a = f.address
-        if not lo <= a < hi:
-            if run:
-                yield _run_bytes(img, funcs, run, sec, hi)
-                run = []
-            sec = img.section_at(a)
-            lo, hi = (sec.addr, sec.addr + sec.size) if sec is not None and not sec.nobits else (0, 0)
-        if lo <= a and a + f.size <= hi:
-            run.append(k)
-    if run:
-        yield _run_bytes(img, funcs, run, sec, hi)
-
-
-def _run_bytes(img: KernelImage, funcs: Sequence[Function], run: List[int], sec: Section,
-               hi: int) -> Tuple[List[int], bytes, int]:
-    first = funcs[run[0]].address
-    end = min(max(funcs[k].address + funcs[k].size for k in run) + MAX_INSN, hi)
-    return run, img.read_in(sec, first, end - first), first

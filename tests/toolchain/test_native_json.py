@@ -80,6 +80,9 @@ class _Image:
         off = address - BASE
         return self.code[off : off + size]
 
+    def read_in(self, sec, address, size):
+        return self.read(address, size)
+
 
 def test_native_json_equals_python_on_mutated_code():
     """Real functions with bytes changed and prefixes inserted: the C writer hands back, or writes what Python

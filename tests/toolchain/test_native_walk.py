@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from generator.analysis import report, summary
-from generator.analysis.probes import MAX_INSN
+from generator.analysis.probes import MAX_INSN, code_runs
 from generator.image.elf import KernelImage
 from generator.isa.amd64 import fast, native, opmap
 from helpers.skips import require_system_library, require_tool
@@ -120,7 +120,7 @@ def test_json_lines_written_by_c_equal_the_records(lib, name, rule):
     funcs = img.functions()
     lines = summary.fast_json_chunk(img, funcs, rule, img.isa, native)
     assert lines == summary.fast_chunk(img, funcs, rule, img.isa, native, report.summary_json_fields)
-    ends = [tail for run, span, first in summary._runs(img, funcs)
+    ends = [tail for run, span, first in code_runs(img, funcs)
             for tail in native.summary_json_span(span, [funcs[k].address - first for k in run],
                                                  [funcs[k].size for k in run], rule == "first", '"x"')[1]]
     assert sum(1 for t in ends if t) >= 0.99 * len(funcs) > 50

@@ -467,18 +467,24 @@ class JsonChunk:
         self.text_pos += len(text) + 1
         return at
 
-    def add(self, code: bytes, limit: int, address: int, head: str, excl_head: Optional[str],
-            excl_rec: Optional[str]) -> None:
-        start, ln, lim, addr, h, eh, er = self.arrays
-        start.append(self.pos)
-        ln.append(len(code))
-        lim.append(min(limit, len(code)))
-        addr.append(address)
-        h.append(self._text(head))
-        eh.append(self._text(excl_head))
-        er.append(self._text(excl_rec))
+    def add_code(self, code: bytes) -> int:
+        """Append bytes to the chunk's buffer (a function's, or a run of them); where they start in it."""
+        at = self.pos
         self.codes.append(code)
         self.pos += len(code)
+        return at
+
+    def add(self, start: int, length: int, limit: int, address: int, head: str, excl_head: Optional[str],
+            excl_rec: Optional[str]) -> None:
+        """A function whose bytes (with a tail up to ``length``) are at ``start`` of the chunk's buffer."""
+        starts, ln, lim, addr, h, eh, er = self.arrays
+        starts.append(start)
+        ln.append(length)
+        lim.append(min(limit, length))
+        addr.append(address)
+        h.append(self._text(head))
+        eh.append(-1 if excl_head is None else self._text(excl_head))
+        er.append(-1 if excl_rec is None else self._text(excl_rec))
 
     def seal(self) -> "JsonChunk":
         """Join the pieces; ASCII only (the Python writer takes anything else)."""
