@@ -18,7 +18,8 @@ compares like with like on this machine at this moment:
 Ours uses one worker per core, objdump one: the ratio is given per wall
 second and per CPU-second (user + system of the process and its workers).
 Both, and each run's peak memory, come from GNU time (``_timed`` says why);
-each run is the fastest of three, taken in turns (``bench_image`` says why).
+each run is the fastest of three (ten on a small image), taken in turns
+(``bench_image`` says why).
 Python's own start-up (``python -c pass``) and the CLI's imports are timed
 too: on a small image they are most of the run, and a budget below them
 (objdump's time over two) cannot be met by any Python command.
@@ -171,10 +172,14 @@ def _run(name: str, cmd: List[str], out: Path, count, env: Optional[Dict[str, st
 
 
 ROUNDS = 3  # every run is repeated, the kinds taking turns, and the fastest of each kept
+# An image of less text than this has its runs repeated SMALL_ROUNDS times: they take a
+# fraction of a second, where a drift of the machine's speed is a large part of the time.
+SMALL_TEXT, SMALL_ROUNDS = 2 << 20, 10
 
 
-def bench_image(path: str, full: bool = True, rounds: int = ROUNDS) -> Dict[str, object]:
-    """Ours (summary, and full JSON when ``full``) and objdump on one image, the best of ``rounds`` each.
+def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> Dict[str, object]:
+    """Ours (summary, and full JSON when ``full``) and objdump on one image, the best of ``rounds`` each
+    (``ROUNDS``, or ``SMALL_ROUNDS`` for an image of less than ``SMALL_TEXT``).
 
     This machine's speed drifts by a third within minutes (it shares its
     host), so one run of each, minutes apart, can set a slow objdump against
@@ -182,6 +187,8 @@ def bench_image(path: str, full: bool = True, rounds: int = ROUNDS) -> Dict[str,
     fastest run compares them at the machine's best.
     """
     img = KernelImage.open(path)
+    if rounds is None:
+        rounds = SMALL_ROUNDS if text_bytes(img) < SMALL_TEXT else ROUNDS
     base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
     plan: List[Tuple[str, List[str], object, Optional[Dict[str, str]]]] = [
         ("ours", base + ["--summary"], _count_ours, None),
@@ -205,6 +212,7 @@ def bench_image(path: str, full: bool = True, rounds: int = ROUNDS) -> Dict[str,
         "image_sha256": img.sha256(),
         "text_mib": round(text_bytes(img) / 2**20, 1),
         "functions": len(img.functions()),
+        "rounds": rounds,
         "runs": {k: asdict(v) for k, v in runs.items()},
         # The wall time the summary may take to reach 2x objdump's rate.
         "budget_2x_seconds": round(runs["ours"].instructions / (2 * od.insns_per_second), 3),
@@ -301,8 +309,9 @@ def _write(out_dir: Path, result: dict) -> None:
         "",
         f"Made by `python3 -m invoke bench` (`python -m generator bench`) on {result['date']}, "
         f"{result['cpus']} CPUs, Python {result['python']}.  Ours uses one worker per CPU, objdump one, so each ratio "
-        f"to objdump is given per wall second and per CPU-second.  Each figure is the fastest of {ROUNDS} runs, the "
-        "commands taking turns: this machine's speed drifts within minutes.",
+        f"to objdump is given per wall second and per CPU-second.  Each figure is the fastest of {ROUNDS} runs "
+        f"({SMALL_ROUNDS} for an image of less than {SMALL_TEXT >> 20} MiB of text), the commands taking turns: this "
+        "machine's speed drifts within minutes.",
         "",
         "| image | text MiB | run | seconds | CPU s | instructions | insns/s | peak RSS MiB | x objdump (wall) | x objdump (CPU) |",
         "|---|---|---|---|---|---|---|---|---|---|",

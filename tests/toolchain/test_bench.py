@@ -45,6 +45,7 @@ def test_image_bench_compares_the_c_walk_with_iced_and_objdump(sample_kernel) ->
     """One image: the summary with and without the C walk counts the same instructions; the budget follows."""
     res = analysis.bench_image(str(sample_kernel), full=False, rounds=2)
     runs = res["runs"]
+    assert res["rounds"] == 2
     assert set(runs) == {"ours", "ours_iced", "objdump"}
     assert runs["ours"]["instructions"] == runs["ours_iced"]["instructions"] > 100
     assert runs["ours_iced"]["command"].startswith("KINSTKIT_NO_NATIVE=1 python -m generator probes")
