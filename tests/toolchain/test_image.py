@@ -456,3 +456,23 @@ def test_functions_read_in_one_pass_keep_local_files(sample_kernel):
     assert fast == full
     copies = [f for f in fast if f.name == "sysctl_handle"]
     assert len(copies) == 2 and len({f.file for f in copies}) == 2 and all(f.binding == "local" for f in copies)
+
+
+@pytest.mark.parametrize("which", ["libc", "kern", "mod", "sample"])
+def test_program_headers_read_with_struct_equal_pyelftools(which, built, sample_kernel):
+    """``segments()`` and ``build_id_note()`` read the program headers themselves: the same as pyelftools'
+    ``iter_segments()`` on a shared library, a kernel, the sample kernel and a relocatable module (none)."""
+    path = {"libc": require_system_library("libc.so.6"), "kern": built["kern"], "mod": built["mod"],
+            "sample": sample_kernel}[which]
+    img = KernelImage.open(str(path))
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        loads = [(s["p_vaddr"], s["p_memsz"], s["p_flags"]) for s in elf.iter_segments() if s["p_type"] == "PT_LOAD"]
+        notes = [s for s in elf.iter_segments() if s["p_type"] == "PT_NOTE"]
+        want_id = next((n["n_desc"] for s in notes for n in s.iter_notes() if n["n_type"] == "NT_GNU_BUILD_ID"), None)
+    assert [tuple(s) for s in img.segments()] == loads
+    address, desc = img.build_id_note()
+    assert (desc.hex() or None) == want_id
+    assert bool(loads) == (which != "mod")
+    if desc:  # the address is the descriptor's own: the bytes there are the build-id
+        assert img.read(address, len(desc)) == desc
