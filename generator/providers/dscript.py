@@ -275,7 +275,7 @@ def command_line(args: Request) -> str:
 
 def render(args: Request) -> str:
     """The script text, checked."""
-    # Imported here: the command line imports this module for SCRIPTS on every command.
+    # Imported here: the command line imports this module for SCRIPTS whenever it builds its parsers.
     from generator.providers import dsyntax
     from generator.render import c_header, environment
 
