@@ -1,4 +1,4 @@
-"""The line and inline index, built once per image and cached under ``.cache/dwarf/`` by build-id.
+"""The line and inline index, built once per image and cached under ``<cache>/dwarf/`` by build-id.
 
 Reading DWARF takes seconds to minutes; loading the index takes
 milliseconds.  The file is a magic line, a JSON header (strings, array

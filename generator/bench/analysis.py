@@ -25,7 +25,7 @@ too: on a small image they are most of the run, and a budget below them
 (objdump's time over two) cannot be met by any Python command.
 
 The images: the largest libLLVM (kernel-sized: ~50 MB of text, 3 M probes),
-a Linux kernel with symbols when one is cached (``.cache/bench/``, or
+a Linux kernel with symbols when one is cached (``<cache>/bench/``, or
 ``--with-vmlinux`` fetches Debian's), and the programs a new user tries first
 (qemu-system-x86_64, libstdc++).  Results go to ``bench/results/analysis.json``
 and ``analysis.md``, which name the commands so a result can be reproduced.

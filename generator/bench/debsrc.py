@@ -5,7 +5,7 @@ real compilers' DWARF, with real inlining: split ranges, clones, ``.cold``
 parts, non-statement rows.  The DWARF benchmark and the tests build such
 images from a Debian source package (Lua 5.4 by default: some 700 functions
 and 1500 inlined copies), fetched with ``apt-get source`` into
-``.cache/debsrc/`` through a private copy of the machine's apt source list
+``<cache>/debsrc/`` through a private copy of the machine's apt source list
 (as ``deb-src``), so the system's own lists stay untouched.
 
 Each build compiles the package's library sources with FreeBSD's amd64

@@ -38,10 +38,10 @@ from typing import Dict, List, Optional, Sequence
 
 from generator.common import fetch
 from generator.common.errors import UserError
+from generator.common.paths import CACHE
 
 DEFAULT_MIRROR = "https://download.freebsd.org"  # same variable and meaning as vm/images/freebsd.py's
 ENV_MIRROR = "KINSTKIT_FREEBSD_MIRROR"
-ENV_CACHE = "KINSTKIT_CACHE"
 DISTS = ("src.txz", "kernel.txz", "kernel-dbg.txz")
 # What to unpack of each set: path prefixes (None: everything).
 UNPACK: Dict[str, Optional[Sequence[str]]] = {
@@ -82,12 +82,7 @@ class Release:
 
 
 def cache_root(explicit: Optional[str] = None) -> Path:
-    if explicit:
-        return Path(explicit)
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "kinstkit"
+    return Path(explicit) if explicit else CACHE
 
 
 def release_dir(name: str, cache: Optional[str] = None) -> Release:

