@@ -35,21 +35,18 @@ values reach the C as ``-D`` flags, so the release is part of the key.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 import shlex
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from generator.common.ccache import compile_cached, content_key
 from generator.common.errors import UserError
 from generator.common.paths import BUILD, SAMPLES
-from generator.common.tools import first_error
+from generator.common.tools import checked, run_tool, tool_version
 
 SOURCE_DIR = SAMPLES / "kernel"
 BUILD_DIR = BUILD / "sample"
@@ -216,42 +213,16 @@ def _commands(tc: Toolchain, rel: SampleRelease, srcdir: str, objdir: str) -> Li
     return commands
 
 
-@functools.lru_cache(maxsize=None)
-def _tool_version(path: str) -> str:
-    """``tool --version``, once per process: it is part of the cache key."""
-    try:
-        proc = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
-    except OSError as e:
-        raise UserError(f"cannot run {path}: {e.strerror}") from None
-    return proc.stdout + proc.stderr
-
-
 def _cache_key(tc: Toolchain, rel: SampleRelease) -> str:
-    """Short sha256 over recipe, tool versions, command lines (the release's among them) and source contents."""
-    h = hashlib.sha256()
+    """The content key over recipe, tool versions, command lines (the release's among them) and sources."""
     material = {
         "recipe": _RECIPE_VERSION,
         "toolchain": tc.name,
-        "versions": [_tool_version(tc.cc), _tool_version(tc.ld)],
+        "versions": [tool_version(tc.cc), tool_version(tc.ld)],
         "commands": _commands(tc, rel, "$SRC", "$OBJ"),
-        "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in _sources()},
     }
-    h.update(json.dumps(material, sort_keys=True).encode())
-    return h.hexdigest()[:16]
-
-
-def _run(argv: List[str], cwd: Path) -> None:
-    """Run one build command; a failure becomes a one-line UserError."""
-    what = argv[argv.index("-c") + 1] if "-c" in argv else "link"
-    tool = Path(argv[0]).name
-    try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
-    except OSError as e:
-        raise UserError(f"sample kernel: cannot run {argv[0]}: {e.strerror}") from None
-    if proc.returncode != 0:
-        raise UserError(
-            f"sample kernel: {tool} failed ({what}, exit {proc.returncode}): {first_error(proc.stderr)}"
-        )
+    return content_key([json.dumps(material, sort_keys=True), *(p.name.encode() + b"\0" + p.read_bytes()
+                                                                 for p in _sources())])
 
 
 def _build(tc: Toolchain, rel: SampleRelease, objdir: Path, final: Path) -> None:
@@ -262,31 +233,11 @@ def _build(tc: Toolchain, rel: SampleRelease, objdir: Path, final: Path) -> None
     rerun them by hand.
     """
     for argv in _commands(tc, rel, str(SOURCE_DIR), str(objdir)):
-        _run(argv, SOURCE_DIR)
+        what = argv[argv.index("-c") + 1] if "-c" in argv else "link"
+        checked(run_tool, argv, f"sample kernel ({what})", SOURCE_DIR)
     script = [f"cd {shlex.quote(str(SOURCE_DIR))}"]
     script += [shlex.join(c) for c in _commands(tc, rel, str(SOURCE_DIR), str(final))]
     (objdir / "commands.sh").write_text("".join(line + "\n" for line in script))
-
-
-def _install(tmp: Path, final: Path) -> None:
-    """Move a finished build into place with renames, never leaving a half-written ``final``.
-
-    An existing ``final`` (a forced rebuild, or a directory whose kernel went
-    missing) is renamed aside first.  If another process installs the same key
-    in between, its result is just as good and is kept.
-    """
-    old: Optional[Path] = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old.{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if not (final / "kernel").is_file():
-            raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def sample_kernel(*, rebuild: bool = False, release: Optional[str] = None) -> Path:
@@ -302,15 +253,5 @@ def sample_kernel(*, rebuild: bool = False, release: Optional[str] = None) -> Pa
     rel = sample_release(release)
     key = _cache_key(tc, rel)
     final = BUILD_DIR / key
-    kernel = final / "kernel"
-    if kernel.is_file() and not rebuild:
-        return kernel
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp.", dir=BUILD_DIR))
-    try:
-        os.chmod(tmp, 0o755)  # mkdtemp's 0700 would make the cache private
-        _build(tc, rel, tmp, final)
-        _install(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return kernel
+    built = compile_cached(BUILD_DIR, key, lambda tmp: _build(tc, rel, tmp, final), marker="kernel", rebuild=rebuild)
+    return built / "kernel"

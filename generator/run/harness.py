@@ -25,12 +25,10 @@ is not compiled twice.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import struct
 import shlex
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +37,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from generator import isa as isa_registry
 from generator.analysis.plan import ProbePlan, TableProbe
 from generator.common.cstring import c_blob
+from generator.common.ccache import compile_cached, content_key
 from generator.common.errors import UserError
 from generator.common.paths import BUILD, SYS_MODULES, TEMPLATE_DIR
+from generator.common.tools import checked, run_tool
 from generator.image.elf import KernelImage
 from generator.providers import kinst
 from generator.render import Input, render_tree
@@ -218,32 +218,24 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     ctx = glue_context(elf, lay, target_addr)
     plain = plain_sources(plan.arch)
     sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c"]
-    h = hashlib.sha256()
-    for part in (repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)):
-        h.update(part.encode() + b"\0")
-    for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2")) + sorted((TEMPLATE_DIR / "harness").glob("*.j2")):
-        h.update(t.read_bytes())
-    for f in plain:
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    out = BUILD_DIR / h.hexdigest()[:16]
-    lib = out / LIB_NAME
-    if not lib.exists():
-        inputs = [Input(plan.image, plan.build_id, plan.sha256)]
+    parts = [repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)]
+    parts += [t.read_bytes() for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2"))
+              + sorted((TEMPLATE_DIR / "harness").glob("*.j2"))]
+    parts += [f.name.encode() + b"\0" + f.read_bytes() for f in plain]
+
+    def make(out: Path) -> None:
         # One directory holds everything, so that every #include "..." finds this build's files.
-        out.mkdir(parents=True, exist_ok=True)
         for f in plain:
             shutil.copyfile(f, out / f.name)
         kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
-        render_tree("harness", out, ctx, inputs, command, only=("kinst_harness_target.h.j2",))
-        tmp = out / f".{LIB_NAME}.{os.getpid()}"
-        cmd = [cc, *CFLAGS, "-I.", "-o", str(tmp.name), *sources]
-        shown = " ".join(shlex.quote(w) for w in [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources])
-        (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shown}\n')
-        proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
-        if proc.returncode != 0:
-            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
-            raise UserError(f"compiling the harness library failed in {out}: {first}")
-        os.replace(tmp, lib)
+        render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,
+                    only=("kinst_harness_target.h.j2",))
+        argv = [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources]
+        (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shlex.join(argv)}\n')
+        checked(run_tool, argv, "compiling the harness library", out)
+
+    out = compile_cached(BUILD_DIR, content_key(parts), make, marker=LIB_NAME)
+    lib = out / LIB_NAME
     return Build(elf, out, lib, plan, lay, tuple(plan.probes()), target_addr, tuple(notes))
 
 
