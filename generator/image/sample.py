@@ -8,7 +8,7 @@ a small freestanding C and assembly code base under ``samples/kernel/``,
 compiled on first use with the FreeBSD amd64 kernel flags (frame pointers,
 kernel code model, no red zone, no FPU) so that its code looks like a kernel's.
 
-The result is cached under ``<repo>/build/sample/<key>/kernel``.  ``key`` is a
+The result is cached under ``<cache>/sample/<key>/kernel``.  ``key`` is a
 short sha256 over the sources, the exact command lines and the tools'
 ``--version`` output: a changed source, flag or compiler gets a new key, and a
 cache hit compiles nothing.
@@ -45,11 +45,11 @@ from typing import Dict, List, Optional, Tuple
 
 from generator.common.ccache import compile_cached, content_key
 from generator.common.errors import UserError
-from generator.common.paths import BUILD, SAMPLES
+from generator.common.paths import CACHE, SAMPLES
 from generator.common.tools import checked, run_tool, tool_version
 
 SOURCE_DIR = SAMPLES / "kernel"
-BUILD_DIR = BUILD / "sample"
+BUILD_DIR = CACHE / "sample"
 LINKER_SCRIPT = "kernel.ld"
 
 # Where the first segment of an amd64 kernel is linked (KERNBASE plus the

@@ -17,7 +17,7 @@ same command also runs under callgrind (``generator/callgrind.py``), with the
 audit library in ``locate`` mode (no probes), and every probe's hit count
 must equal callgrind's execution count of that instruction.
 
-Layout: ``build/harness/<key>/`` holds the rendered sources, ``commands.sh``
+Layout: ``<cache>/harness/<key>/`` holds the rendered sources, ``commands.sh``
 and ``libkinst_harness.so``; the key hashes everything the library depends
 on (the plan, the templates and the hand-written C), so an unchanged table
 is not compiled twice.
@@ -39,7 +39,7 @@ from generator.analysis.plan import ProbePlan, TableProbe
 from generator.common.cstring import c_blob
 from generator.common.ccache import compile_cached, content_key
 from generator.common.errors import UserError
-from generator.common.paths import BUILD, SYS_MODULES, TEMPLATE_DIR
+from generator.common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
 from generator.common.tools import checked, run_tool
 from generator.image.elf import KernelImage
 from generator.providers import kinst
@@ -48,7 +48,7 @@ from generator.run import callgrind, qemu
 from generator.run.audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
 from generator.run.process import DEFAULT_TIMEOUT, Run, run_command
 
-BUILD_DIR = BUILD / "harness"
+BUILD_DIR = CACHE / "harness"
 
 # The preload library: position-independent, everything hidden except the
 # rtld-audit entry points (so the handler's calls into the core are direct,
