@@ -226,8 +226,8 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
 
 def bench_generate(path: str, work: Path) -> Dict[str, object]:
     """``generate --all`` on ``path`` and the table compiled as a module build compiles it."""
-    from generator.build.kmodflags import portable_cflags
-    from generator.build.sources import PROVIDERS
+    from generator.kmod.kmodflags import portable_cflags
+    from generator.kmod.sources import PROVIDERS
 
     out_dir = work / "kinst"
     gen = [sys.executable, "-m", "generator", "generate", "--kernel", path, "--all", "--out", str(out_dir)]

@@ -117,7 +117,7 @@ def _default_kernel(explicit: Optional[str]) -> str:
 def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
     """The sys/ tree and kernel a build uses, from the flags, the release cache or the host."""
     if args.release:
-        from generator.build.release import fetched
+        from generator.kmod.release import fetched
 
         rel = fetched(args.release, args.cache)
         return str(rel.sysdir), args.kernel or str(rel.kernel)
@@ -129,7 +129,7 @@ def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from generator.build import kmod as build
+    from generator.kmod import build
     from generator.providers import parse_modules
 
     modules = parse_modules(args.modules)
@@ -157,7 +157,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch_release(args: argparse.Namespace) -> int:
-    from generator.build.release import fetch_release
+    from generator.kmod.release import fetch_release
 
     dists = tuple(d.strip() for d in args.dists.split(",") if d.strip())
     fetch_release(args.release, args.mirror, args.cache, dists, args.force, sys.stdout)
@@ -165,7 +165,7 @@ def cmd_fetch_release(args: argparse.Namespace) -> int:
 
 
 def cmd_check_ko(args: argparse.Namespace) -> int:
-    from generator.build.checkko import print_reports, run_check
+    from generator.kmod.checkko import print_reports, run_check
 
     reports = run_check(args.files, _default_kernel(args.kernel), args.dep_module, args.module_path, args.target)
     return print_reports(reports, args.json, sys.stdout, sys.stderr)
@@ -178,7 +178,7 @@ def _target(args: argparse.Namespace):
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from generator.build import kmod as build
+    from generator.kmod import build
     from generator.run import hostops
     from generator.providers import parse_modules
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import PROVIDERS, stage_sources
 from generator.verify.objdump import verify_decoder
 from helpers import cross
 from helpers.paths import FIXTURES

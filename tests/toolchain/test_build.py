@@ -31,14 +31,14 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from generator.build.kmod import BuildRequest
+from generator.kmod.build import BuildRequest
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
-from generator.build.kmodflags import KmodProfile
-from generator.build.manifest import sha256_file
-from generator.build.mk import ModuleMakefile
-from generator.build.nativebuild import native_build
-from generator.build.sources import PROVIDERS
+from generator.kmod.kmodflags import KmodProfile
+from generator.kmod.manifest import sha256_file
+from generator.kmod.mk import ModuleMakefile
+from generator.kmod.nativebuild import native_build
+from generator.kmod.sources import PROVIDERS
 from generator.common.paths import REPO, SYS_MODULES
 from generator.common.tools import Completed, run_tool
 from helpers import kofixtures, skips, standin
@@ -218,8 +218,8 @@ def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path)
 def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) -> None:
     """The kinst Makefile's ISA files are found through its .PATH, as bmake finds them; a source that
     is nowhere is one line naming where it was looked for."""
-    from generator.build.crossbuild import cross_build
-    from generator.build.sources import stage_sources
+    from generator.kmod.crossbuild import cross_build
+    from generator.kmod.sources import stage_sources
 
     from generator.providers import kinst
 
@@ -376,7 +376,7 @@ def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     """The real thing: a release's sys/ tree and kernel from `invoke fetch-release`."""
     name = skips.require_env("KINSTKIT_TEST_RELEASE", "set it to a release `invoke fetch-release` cached "
                              "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
-    from generator.build.release import fetched
+    from generator.kmod.release import fetched
 
     rel = fetched(name)
     res = run_build("--release", name, "--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"))

@@ -26,7 +26,7 @@ from typing import List
 
 import pytest
 
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import PROVIDERS, stage_sources
 from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import discover, probe_name
 from helpers.dtmalloc_fixtures import (

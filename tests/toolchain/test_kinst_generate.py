@@ -47,7 +47,7 @@ from elftools.elf.elffile import ELFFile
 
 from generator import __version__
 from generator.analysis.plan import ProbePlan
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import PROVIDERS, stage_sources
 from generator.common.paths import REPO, SAMPLES
 from generator.isa.contract import STATUS_OK
 from generator.isa.amd64.probe_md import KinstFlag
@@ -213,7 +213,7 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
         assert (work / "kinst.ko").is_file()
         return
     require_tools("clang", "awk", why="the glue is compiled with clang against $SYSDIR, vnode_if.h made with awk")
-    from generator.build.kmodflags import KmodProfile
+    from generator.kmod.kmodflags import KmodProfile
     from helpers.kmod import kmod_cflags, prepare_objdir
 
     obj = tmp_path / "obj"
@@ -229,7 +229,7 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
 def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None:
     """SRCS: the hand-written and the generated C, as bmake reads the Makefile for each MACHINE_CPUARCH;
     .PATH finds the ISA folder's files (and, on arm64 and riscv, their shared dbp/), -I their headers."""
-    from generator.build.mk import MkReader, ModuleMakefile
+    from generator.kmod.mk import MkReader, ModuleMakefile
 
     module = KINST.source_dir
     text = (module / "Makefile").read_text()

@@ -29,7 +29,7 @@ from typing import Dict, List
 
 import pytest
 
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import PROVIDERS, stage_sources
 from generator.common.paths import REPO
 from generator.image.elf import KernelImage
 from generator.image.sample import ENV_RELEASE, sample_kernel

@@ -27,7 +27,7 @@ from typing import Dict, List
 
 import pytest
 
-from generator.build.sources import PROVIDERS
+from generator.kmod.sources import PROVIDERS
 from generator.common.paths import REPO
 from helpers.paths import hand_written_c
 

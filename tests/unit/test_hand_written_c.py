@@ -47,7 +47,7 @@ def test_generator_fingerprint_covers_the_hand_written_c(tmp_path: Path, monkeyp
     the generated files beside them do not count."""
     import shutil
 
-    from generator.build import sources
+    from generator.kmod import sources
 
     copy = tmp_path / "repo"
     shutil.copytree(sources.MODULES, copy / "sys" / "modules")

@@ -23,7 +23,7 @@ from typing import Dict, Iterator, Optional, Tuple
 import pytest
 
 from generator.common.errors import UserError
-from generator.build.release import DISTS, fetch_release, fetched, parse_manifest
+from generator.kmod.release import DISTS, fetch_release, fetched, parse_manifest
 from generator.common.paths import REPO
 
 RELEASE = "14.3-RELEASE"

@@ -56,22 +56,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 from generator import __version__
-from generator.build.crossbuild import cross_build
+from generator.kmod.crossbuild import cross_build
 from generator.common.defaults import DEFAULT_FUNCTION
 from generator.common.errors import UserError
-from generator.build.kmodflags import FETCH_HINT, KmodProfile
-from generator.build.manifest import RECIPE, input_record, module_up_to_date, read_manifest, sha256_file, stamp_key
+from generator.kmod.kmodflags import FETCH_HINT, KmodProfile
+from generator.kmod.manifest import RECIPE, input_record, module_up_to_date, read_manifest, sha256_file, stamp_key
 from generator.common.files import install, write_json
 from generator.common.paths import BUILD, SYS_MODULES
-from generator.build.nativebuild import native_build
-from generator.build.objdir import Built
-from generator.build.portable import portable_checks
-from generator.build.sources import PROVIDERS, Provider, generate_module, stage_sources, table_names_kernel
-from generator.build.targets import TARGETS
+from generator.kmod.nativebuild import native_build
+from generator.kmod.objdir import Built
+from generator.kmod.portable import portable_checks
+from generator.kmod.sources import PROVIDERS, Provider, generate_module, stage_sources, table_names_kernel
+from generator.kmod.targets import TARGETS
 from generator.common.tools import Runner, run_tool, tool_version
 
 if TYPE_CHECKING:
-    from generator.build.checkko import KoReport
+    from generator.kmod.checkko import KoReport
 
 DEFAULT_OUT = BUILD
 DEFAULT_SRC = SYS_MODULES
@@ -131,7 +131,7 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     date) and passed check-ko, 1 when a check failed.  A missing tree, a
     failing tool or bad input raises UserError after the offline work.
     """
-    from generator.build.checkko import exported_symbols
+    from generator.kmod.checkko import exported_symbols
 
     if req.target not in TARGETS:
         raise UserError(f"--target {req.target}: kinstkit builds {', '.join(TARGETS)} modules "
@@ -169,7 +169,7 @@ def _tree_profile(req: BuildRequest, out) -> Optional[KmodProfile]:
     (warning when it is not the kernel's release), or None for a native build or no tree."""
     if req.sysdir and not req.native:
         profile = KmodProfile.for_tree(Path(req.sysdir), req.target)
-        from generator.build.checkko import kernel_facts
+        from generator.kmod.checkko import kernel_facts
 
         osreldate = kernel_facts(req.kernel).osreldate
         if osreldate is not None and osreldate != profile.osreldate:
@@ -211,7 +211,7 @@ def _emit(res: ModuleResult, out) -> None:
 def _build_module(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Path, profile: Optional[KmodProfile],
                   kernel_sha: str, build_id: Optional[str], res: ModuleResult, run: Runner) -> None:
     """Compile, link and check one module, unless its manifest says the same inputs built it."""
-    from generator.build.checkko import check_ko, kernel_facts
+    from generator.kmod.checkko import check_ko, kernel_facts
 
     manifest_path = bdir / f"{provider.name}.json"
     final = bdir / f"{provider.name}.ko"

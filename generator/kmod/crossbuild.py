@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import List
 
 from generator.common.errors import UserError
-from generator.build.kmodflags import KmodProfile, generated_headers
-from generator.build.mk import ModuleMakefile
-from generator.build.objdir import Built, fresh, headers_read
-from generator.build.sources import Provider
+from generator.kmod.kmodflags import KmodProfile, generated_headers
+from generator.kmod.mk import ModuleMakefile
+from generator.kmod.objdir import Built, fresh, headers_read
+from generator.kmod.sources import Provider
 from generator.common.tools import Runner, checked, require_tool, tool_version
 
 

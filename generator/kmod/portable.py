@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Iterable, List, Sequence, Set
 
 from generator.common.errors import UserError
-from generator.build.kmodflags import portable_cflags
-from generator.build.manifest import RECIPE, read_manifest, sha256_file, stamp_key
+from generator.kmod.kmodflags import portable_cflags
+from generator.kmod.manifest import RECIPE, read_manifest, sha256_file, stamp_key
 from generator.common.files import write_json
-from generator.build.sources import Provider
+from generator.kmod.sources import Provider
 from generator.common.tools import Runner, checked, tool_version
 
 _COMPILERS = ("gcc", "clang")
@@ -88,7 +88,7 @@ def _link_and_resolve(provider: Provider, objs: Sequence[Path], workdir: Path, e
     linked = workdir / f"{provider.name}_portable.o"
     checked(run, ["ld.lld", "-m", "elf_x86_64_fbsd", "-r", "-o", str(linked), *map(str, objs)],
             f"{provider.name}: linking the portable objects")
-    from generator.build.checkko import undefined_symbols
+    from generator.kmod.checkko import undefined_symbols
     from generator.image.elf import KernelImage
 
     undefined = [n for n, weak in undefined_symbols(KernelImage.open(str(linked))) if not weak]

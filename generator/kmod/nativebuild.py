@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Dict, List
 
 from generator.common.errors import UserError
-from generator.build.objdir import Built, fresh, headers_read
-from generator.build.sources import Provider
+from generator.kmod.objdir import Built, fresh, headers_read
+from generator.kmod.sources import Provider
 from generator.common.tools import Runner, checked, tool_version
 
 # What the manifest needs from make after the build.  "-V NAME" prints the

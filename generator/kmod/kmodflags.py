@@ -24,8 +24,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator.common.defaults import EXAMPLE_RELEASE
 from generator.common.errors import UserError
-from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile, mk_block
-from generator.build.targets import TARGETS
+from generator.kmod.mk import MkReader, MkUnsupported, ModuleMakefile, mk_block
+from generator.kmod.targets import TARGETS
 from generator.common.tools import Runner, checked, llvm_version, require_tool
 
 FETCH_HINT = f"invoke fetch-release --release {EXAMPLE_RELEASE}"

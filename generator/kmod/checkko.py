@@ -36,7 +36,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from generator.common.errors import UserError
 from generator.image.elf import EM_NAMES, KernelImage, read_ident
-from generator.build.targets import TARGETS
+from generator.kmod.targets import TARGETS
 
 # ELF symbol bindings and the undefined section index.
 _STB_LOCAL, _STB_GLOBAL, _STB_WEAK = 0, 1, 2

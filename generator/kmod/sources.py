@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator.common.errors import UserError
 from generator import __version__
-from generator.build.manifest import input_record, inputs_current, read_manifest, sha256_file, stamp_key
+from generator.kmod.manifest import input_record, inputs_current, read_manifest, sha256_file, stamp_key
 from generator.common.files import write_json
 from generator.common.paths import REPO, SYS_MODULES
 
