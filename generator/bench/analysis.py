@@ -227,7 +227,8 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
 def bench_generate(path: str, work: Path) -> Dict[str, object]:
     """``generate --all`` on ``path`` and the table compiled as a module build compiles it."""
     from generator.kmod.kmodflags import portable_cflags
-    from generator.kmod.sources import PROVIDERS
+    from generator.kmod.sources import source_dir
+    from generator.providers import PROVIDERS
 
     out_dir = work / "kinst"
     gen = [sys.executable, "-m", "generator", "generate", "--kernel", path, "--all", "--out", str(out_dir)]
@@ -235,10 +236,11 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
     line = (work / "generate.out").read_text().splitlines()[0]
     probes = int(line.split()[0])
     provider = PROVIDERS["kinst"]
-    for rel in provider.plain:
-        src = provider.source_dir / rel
-        (out_dir / Path(rel).name).write_bytes(src.read_bytes())
-    cc = ["clang", *portable_cflags("clang"), "-I", str(out_dir), "-c", str(out_dir / "kinst_table.c"),
+    isa = KernelImage.open(path).isa
+    for rel in provider.plain():  # the machine-independent files and the image's ISA's, side by side
+        if str(Path(rel).parent) in provider.includes(isa.name):
+            (out_dir / Path(rel).name).write_bytes((source_dir(provider) / rel).read_bytes())
+    cc = ["clang", *portable_cflags("clang", isa), "-I", str(out_dir), "-c", str(out_dir / "kinst_table.c"),
           "-o", str(work / "kinst_table.o")]
     csecs, ccpu, crss = _timed(cc, work / "cc.out")
     size = subprocess.run(["size", "-A", str(work / "kinst_table.o")], capture_output=True, text=True).stdout

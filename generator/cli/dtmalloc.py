@@ -28,7 +28,7 @@ def add_parsers(sub) -> None:
     out.add_argument("--list", action="store_true", help="the probes as `dtrace -l -P dtmalloc` would list them")
     mt.set_defaults(run=cmd_malloc_types)
 
-    from generator.providers.dscript import SCRIPTS
+    from generator.dscript.scripts import SCRIPTS
 
     ds = sub.add_parser("dscript", help="write a ready-to-run D script (dtmalloc counts or sizes, kinst trace, "
                         "source line or inline function)")
@@ -46,6 +46,7 @@ def add_parsers(sub) -> None:
     ds.add_argument("--module", action="append", default=[], help="dtmalloc: a .ko for the --type check (repeatable)")
     ds.add_argument("--debug", metavar="FILE", help="kinst-line, kinst-inline: the kernel's separate debug file "
                     "(default: found by build-id, .gnu_debuglink or /usr/lib/debug/<path>.debug)")
+    A.add_prologue_rule(ds)
     ds.add_argument("--out", help="write the script here (mode 0755) instead of to stdout")
     ds.set_defaults(run=cmd_dscript)
 
@@ -71,10 +72,10 @@ def cmd_malloc_types(args: argparse.Namespace) -> int:
 
 def cmd_dscript(args: argparse.Namespace) -> int:
     from generator.common.files import write_all
-    from generator.providers.dscript import Request, render
+    from generator.dscript.scripts import Request, render
 
     req = Request(args.script, args.type, args.function, args.offset, args.kernel, tuple(args.module), args.target,
-                  args.debug)
+                  args.debug, args.prologue_rule)
     text = render(req)
     if args.out:
         path = Path(args.out)

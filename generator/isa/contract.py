@@ -117,6 +117,33 @@ class OracleQuirks(NamedTuple):
     qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
     sysroot: str = ""  # the cross C library's root, for qemu -L
     cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
+    cross_packages: str = ""  # the Debian packages that give the cross toolchain, its C library and qemu-user
+
+
+class Kmod(NamedTuple):
+    """How FreeBSD builds a kernel module for this ISA (``sys/conf/kern.mk``, ``kmod.mk``), and where kinst's C is.
+
+    The build stage (``generator/kmod/``) reads everything ISA-specific from
+    here: adding an ISA adds its record, never a branch in the build.
+    """
+
+    machine: str  # MACHINE ("amd64", "arm64", "riscv")
+    machine_arch: str  # MACHINE_ARCH ("amd64", "aarch64", "riscv64")
+    machine_cpuarch: str  # MACHINE_CPUARCH ("amd64", "aarch64", "riscv")
+    clang_arch: str  # clang --target=<clang_arch>-unknown-freebsdX.Y
+    ld_emulation: str  # ld -m, as kern.mk's LD_EMULATION_<arch> names it
+    shared: bool  # __KLD_SHARED: ld -r into a .kld, then -Bshareable into an ET_DYN .ko; False: ld -r, ET_REL
+    ld_flags: Tuple[str, ...]  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
+    cflags: Tuple[str, ...]  # kern.mk's machine flags (code model, no FPU), before CWARNFLAGS
+    clang_cflags: Tuple[str, ...]  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
+    include_links: Tuple[Tuple[str, str], ...]  # kmod.mk's _ILINKS: (link name, the sys/ folder whose include/)
+    ldscript: str  # sys/conf/<ldscript> the module link uses, "" for none
+    kinst_dirs: Tuple[str, ...]  # folders of sys/modules/kinst/ holding this ISA's C, its own first
+
+    @property
+    def e_type(self) -> str:
+        """The ELF type of a ``.ko`` for this ISA."""
+        return "ET_DYN" if self.shared else "ET_REL"
 
 
 class Isa(NamedTuple):
@@ -134,6 +161,7 @@ class Isa(NamedTuple):
     prologue_reasons: Mapping[str, str]  # prologue rule -> why a function fails it
     reloc_type: Callable[[int], Optional[RelocType]]  # r_type -> its record; None for R_*_NONE
     oracle: OracleQuirks
+    kmod: Kmod  # how FreeBSD builds this ISA's modules, and where its kinst C is
     decode: Callable[[bytes, int, Optional[int]], Tuple[List[Insn], str]]
     classify: Callable[[bytes, int, str, str], Verdict]
     context_refusals: Callable[[Sequence[Insn], bytes], Dict[int, str]]  # the function's insns and code

@@ -3,7 +3,7 @@
 Each provider is hand-written C and a hand-written ``bsd.kmod.mk`` Makefile,
 committed in ``sys/modules/<m>/`` (ISA-specific files in ``<arch>/``), plus
 the C that varies with the target, generated beside them
-(``providers.kinst``, ``providers.dtmalloc``).  ``generate_module`` renders
+(each ``providers/<name>/``'s ``Provider.generate``).  ``generate_module`` renders
 the generated part unless a stamp says the same kernel, options and kinstkit
 code made it already, so an unchanged build does not touch it and nothing
 downstream rebuilds; ``stage_sources`` copies the Makefile and the
@@ -16,74 +16,39 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
-from generator.common.errors import UserError
 from generator import __version__
-from generator.kmod.manifest import input_record, inputs_current, read_manifest, sha256_file, stamp_key
+from generator.common.errors import UserError
 from generator.common.files import write_json
 from generator.common.paths import REPO, SYS_MODULES
+from generator.image.elf import KernelImage
+from generator.kmod.manifest import input_record, inputs_current, read_manifest, stamp_key
+from generator.providers import PROVIDERS
+from generator.providers.contract import Provider, Selection
 
 MODULES = SYS_MODULES  # the committed module directories: Makefiles and hand-written C
 
 
-@dataclass(frozen=True)
-class Provider:
-    """A module kinstkit builds.  Paths are relative to its module directory."""
-
-    name: str
-    plain: Tuple[str, ...]  # hand-written C, committed in sys/modules/<name>/ (ISA files in <arch>/)
-    portable: Tuple[str, ...]  # compile anywhere, without kernel headers: core, table, target data
-    includes: Tuple[str, ...]  # directories the portable sources' headers are in
-    table: str  # the file whose header names the kernel it was made from
-
-    @property
-    def source_dir(self) -> Path:
-        """Where the hand-written files and the Makefile are committed."""
-        return MODULES / self.name
+def source_dir(provider: Provider) -> Path:
+    """Where the provider's hand-written files and Makefile are committed."""
+    return MODULES / provider.name
 
 
-# One record per name in generator.common.defaults.PROVIDER_NAMES (a test holds them equal).
-PROVIDERS: Dict[str, Provider] = {
-    "kinst": Provider(
-        "kinst",
-        plain=("kinst.c", "kinst.h", "kinst_funcs.c", "kinst_funcs.h", "kinst_target.h", "amd64/kinst_core.c",
-               "amd64/kinst_core.h", "amd64/kinst_isa.c", "amd64/kinst_isa.h",
-               *(f"{arch}/{name}" for arch in ("arm64", "riscv")
-                 for name in ("kinst_core.c", "kinst_core.h", "kinst_isa.c", "kinst_isa.h")),
-               "dbp/kinst_tramp.c", "dbp/kinst_tramp.h"),
-        portable=("kinst_funcs.c", "amd64/kinst_core.c", "kinst_table.c", "kinst_target.c"),
-        includes=(".", "amd64"),
-        table="kinst_table.c",
-    ),
-    "dtmalloc": Provider(
-        "dtmalloc",
-        plain=("dtmalloc.c", "dtmalloc_core.c", "dtmalloc_core.h"),
-        portable=("dtmalloc_core.c", "dtmalloc_table.c"),
-        includes=(".",),
-        table="dtmalloc_table.c",
-    ),
-}
-
-
-def generate_module(provider: Provider, srcdir: Path, stampdir: Path, *, kernel: str, functions: Sequence[str],
-                    all_functions: bool, extra_kos: Sequence[str]) -> Tuple[List[Path], bool]:
+def generate_module(provider: Provider, img: KernelImage, sel: Selection, srcdir: Path,
+                    stampdir: Path) -> Tuple[List[Path], bool]:
     """Render the provider's sources into ``srcdir`` unless the same inputs made them already.
 
     Returns the files and whether anything was written.  The key covers the
-    kernel and extra .ko contents, the options and kinstkit's own code.
+    kernel, what the provider says its sources depend on (``Provider.stamp``)
+    and kinstkit's own code.
     """
-    from generator.image.elf import KernelImage
-
     material = {
         "provider": provider.name,
-        "kernel": KernelImage.open(kernel).sha256(),
-        "extra": [sha256_file(Path(k)) for k in extra_kos] if provider.name == "dtmalloc" else [],
-        "functions": list(functions) if provider.name == "kinst" else [],
-        "all": all_functions if provider.name == "kinst" else False,
-        "paths": [kernel, *extra_kos],
+        "kernel": img.sha256(),
+        "path": img.path,
+        **provider.stamp(sel),
         "generator": generator_fingerprint(),
     }
     key = stamp_key(material)
@@ -91,26 +56,10 @@ def generate_module(provider: Provider, srcdir: Path, stampdir: Path, *, kernel:
     old = read_manifest(stamp)
     if old and old.get("key") == key and inputs_current(old.get("files", [])):
         return [Path(f["path"]) for f in old["files"]], False
-    if provider.name == "kinst":
-        paths = _render_kinst(srcdir, kernel, functions, all_functions)
-    else:
-        paths = _render_dtmalloc(srcdir, kernel, extra_kos)
+    paths = list(provider.generate(img, sel, srcdir).paths)
     stampdir.mkdir(parents=True, exist_ok=True)
     write_json(stamp, {"key": key, "files": [input_record(p, "generated") for p in paths]})
-    return list(paths), True
-
-
-def _render_kinst(srcdir: Path, kernel: str, functions: Sequence[str], all_functions: bool) -> List[Path]:
-    from generator.providers import kinst
-
-    return kinst.generate(kernel, functions, all_functions, srcdir)[1]
-
-
-def _render_dtmalloc(srcdir: Path, kernel: str, extra_kos: Sequence[str]) -> List[Path]:
-    """The sources, headed by the ``generate`` command line that would make the same ones."""
-    from generator.providers.dtmalloc import generate as dtmalloc
-
-    return dtmalloc.render(dtmalloc.discover_for(kernel, extra_kos), srcdir)
+    return paths, True
 
 
 def stage_sources(provider: Provider, srcdir: Path) -> List[Path]:
@@ -118,8 +67,8 @@ def stage_sources(provider: Provider, srcdir: Path) -> List[Path]:
     are generated elsewhere (``--src``): a build then reads one complete module directory, as
     ``make`` in ``sys/modules/<m>/`` does.  A copy is rewritten only when it differs."""
     out = []
-    for rel in ("Makefile", *provider.plain):
-        src, dst = provider.source_dir / rel, srcdir / rel
+    for rel in ("Makefile", *provider.plain()):
+        src, dst = source_dir(provider) / rel, srcdir / rel
         if dst.resolve() != src.resolve():
             if not src.is_file():
                 raise UserError(f"{src}: missing; the module's Makefile and hand-written C are part of kinstkit")
@@ -150,7 +99,7 @@ def generator_fingerprint() -> str:
         files += [p for p in sorted(base.rglob("*"))
                   if p.is_file() and p.suffix in (".py", ".j2", ".c", ".h") and "__pycache__" not in p.parts]
     for provider in PROVIDERS.values():
-        files += [provider.source_dir / rel for rel in ("Makefile", *provider.plain)]
+        files += [source_dir(provider) / rel for rel in ("Makefile", *provider.plain())]
     for p in files:
         h.update(str(p.relative_to(REPO)).encode())
         h.update(p.read_bytes() if p.is_file() else b"(missing)")

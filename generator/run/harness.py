@@ -38,11 +38,12 @@ from generator import isa as isa_registry
 from generator.analysis.plan import ProbePlan, TableProbe
 from generator.common.cstring import c_blob
 from generator.common.ccache import compile_cached, content_key
+from generator.common.defaults import DEFAULT_PROLOGUE_RULE
 from generator.common.errors import UserError
 from generator.common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
 from generator.common.tools import checked, run_tool
 from generator.image.elf import KernelImage
-from generator.providers import kinst
+from generator.providers.kinst import generate as kinst
 from generator.render import Input, render_tree
 from generator.run import callgrind, qemu
 from generator.run.audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
@@ -126,10 +127,12 @@ class Build:
         return self.target_addr[p.func] + p.offset
 
 
-def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_from: Optional[str] = None) -> str:
+def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_from: Optional[str] = None,
+                 rule: str = DEFAULT_PROLOGUE_RULE) -> str:
     words = ["python", "-m", "generator", "harness", "--elf", elf]
     words += ["--table-from", table_from] if table_from else []
     words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
+    words += ["--prologue-rule", rule] if rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -194,7 +197,7 @@ def plain_sources(arch: str) -> List[Path]:
 
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
-          table_from: Optional[str] = None) -> Build:
+          table_from: Optional[str] = None, rule: str = DEFAULT_PROLOGUE_RULE) -> Build:
     """Render and compile the audit library for ``elf`` (cached by content).
 
     The table is made from ``elf`` itself, or from ``table_from`` (another
@@ -210,10 +213,10 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     lay = layout(elf)
     given = plan
     if plan is None:
-        plan = kinst.build_plan(table_from or elf, functions, all_functions)
+        plan = kinst.build_plan(KernelImage.open(table_from or elf), functions, all_functions, rule)
     cc = gcc(plan.arch)
     target_addr, notes = resolve_functions(plan, elf)
-    command = command_line(elf, functions, all_functions, table_from)
+    command = command_line(elf, functions, all_functions, table_from, rule)
     command += "" if given is None else " (table supplied by the caller)"
     ctx = glue_context(elf, lay, target_addr)
     plain = plain_sources(plan.arch)
@@ -340,6 +343,7 @@ def run_harness(
     verify: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     table_from: Optional[str] = None,
+    rule: str = DEFAULT_PROLOGUE_RULE,
 ) -> Result:
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
@@ -347,7 +351,7 @@ def run_harness(
     target = KernelImage.open(elf).isa if elf and os.path.exists(elf) else None
     if target is not None and target.oracle.qemu:  # checked before anything is built
         qemu.check_program(target.oracle, target.name, target.e_machine, command[0])
-    b = build(elf, functions, all_functions, plan, table_from)
+    b = build(elf, functions, all_functions, plan, table_from, rule)
     quirks = isa_registry.by_name(b.plan.arch).oracle
     if quirks.qemu:  # a foreign program: both runs under the ISA's qemu-user, QEMU counts
         emulator = qemu.wrap(quirks, command)

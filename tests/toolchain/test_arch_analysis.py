@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.kmod.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import source_dir, stage_sources
+from generator.providers import PROVIDERS
 from generator.verify.objdump import verify_decoder
 from helpers import cross
 from helpers.paths import FIXTURES

@@ -33,12 +33,13 @@ import pytest
 
 from generator.kmod.build import BuildRequest
 from generator.common.errors import UserError
+from generator import isa
 from generator.image.elf import KernelImage
 from generator.kmod.kmodflags import KmodProfile
 from generator.kmod.manifest import sha256_file
 from generator.kmod.mk import ModuleMakefile
 from generator.kmod.nativebuild import native_build
-from generator.kmod.sources import PROVIDERS
+from generator.providers import PROVIDERS
 from generator.common.paths import REPO, SYS_MODULES
 from generator.common.tools import Completed, run_tool
 from helpers import kofixtures, skips, standin
@@ -73,7 +74,7 @@ def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kern
         assert f"{m}: portable {portable} compile with gcc and clang" in res.stdout
         assert f"{m}: portable objects link (ld.lld -r)" in res.stdout
         # The hand-written Makefile and C are staged beside the generated files.
-        for rel in ("Makefile", *PROVIDERS[m].plain):
+        for rel in ("Makefile", *PROVIDERS[m].plain()):
             assert (src / m / rel).read_bytes() == (SYS_MODULES / m / rel).read_bytes(), rel
     assert not list(out.rglob("*.ko")) and not list((out / bid).glob("*.json"))
 
@@ -206,8 +207,11 @@ def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path)
     res = run_build("--sysdir", str(tmp_path), "--out", str(tmp_path / "b"), "--src", str(tmp_path / "s"))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "not a FreeBSD sys/ tree" in res.stderr
-    res = run_build("--target", "arm64", "--out", str(tmp_path / "b"))
-    assert res.returncode == 2 and "kinstkit builds amd64 modules" in res.stderr
+    res = run_build("--target", "arm64", "--out", str(tmp_path / "b"))  # the sample kernel is amd64
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "--target arm64: the kernel" in res.stderr and "is amd64" in res.stderr
+    res = run_build("--target", "sparc64", "--out", str(tmp_path / "b"))
+    assert res.returncode == 2 and "invalid choice: 'sparc64'" in res.stderr
     res = run_build("--modules", "kinst,fbt", "--out", str(tmp_path / "b"))
     assert res.returncode == 2 and "unknown module 'fbt'" in res.stderr
 
@@ -221,12 +225,12 @@ def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) 
     from generator.kmod.crossbuild import cross_build
     from generator.kmod.sources import stage_sources
 
-    from generator.providers import kinst
+    from generator.providers.kinst import generate as kinst
 
     tree = world.tree("kinst", tmp_path / "sys")
-    profile = KmodProfile.for_tree(tree)
+    profile = KmodProfile.for_tree(tree, isa.by_name("amd64"))
     src = tmp_path / "src" / "kinst"
-    kinst.generate(str(world.kernel), ["vm_fault"], False, src)
+    kinst.generate(KernelImage.open(str(world.kernel)), ["vm_fault"], False, src)
     stage_sources(PROVIDERS["kinst"], src)
     vars_ = profile.makefile_vars(ModuleMakefile.read(src / "Makefile"))
     assert vars_[".PATH"] == str(src / "amd64")
@@ -248,7 +252,7 @@ def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) 
 def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorld, tmp_path: Path) -> None:
     tree = world.tree("dtmalloc", tmp_path / "sys")
     (tree / "conf" / "kern.mk").write_text(".for _x in a b\nCFLAGS+= -D${_x}\n.endfor\n")
-    profile = KmodProfile.for_tree(tree)
+    profile = KmodProfile.for_tree(tree, isa.by_name("amd64"))
     makefile = ModuleMakefile.read(SYS_MODULES / "dtmalloc" / "Makefile")
     flags = profile.cflags(tmp_path / "obj", makefile)
     assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
@@ -259,12 +263,12 @@ def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorl
 def test_tree_facts(world: StandinWorld, tmp_path: Path) -> None:
     tree = world.tree("kinst", tmp_path / "sys")
     (tree / "sys" / "param.h").write_text("#define\t__FreeBSD_version\t1403000\n")
-    profile = KmodProfile.for_tree(tree)
+    profile = KmodProfile.for_tree(tree, isa.by_name("amd64"))
     assert profile.osreldate == 1403000 and profile.triple == "x86_64-unknown-freebsd14.3"
     assert [n for n, _ in profile.ilinks()] == ["machine", "x86", "i386"]
     (tree / "sys" / "param.h").write_text("/* no version */\n")
     with pytest.raises(UserError, match="no __FreeBSD_version"):
-        KmodProfile.for_tree(tree)
+        KmodProfile.for_tree(tree, isa.by_name("amd64"))
 
 
 # -- the FreeBSD path, with a runner that plays make ------------------------------------------

@@ -359,9 +359,9 @@ def _with_record(plan, probe, kind=None, length=None):
 
 def test_a_call_recorded_as_a_plain_instruction_makes_the_run_fail(kfix):
     """call rel32 run from the trampoline reaches the wrong place: a wrong record is caught, whatever it does."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_asm_calls", "e8")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="trampoline"), timeout=60)
     assert not res.ok and res.differences
@@ -369,9 +369,9 @@ def test_a_call_recorded_as_a_plain_instruction_makes_the_run_fail(kfix):
 
 def test_a_wrong_length_makes_the_run_fail(kfix):
     """One record a byte short: every later probe of the function lands inside an instruction."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_leaf", "488d447f01")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, length=p.length - 1), timeout=60)
     assert not res.ok
@@ -379,9 +379,9 @@ def test_a_wrong_length_makes_the_run_fail(kfix):
 
 def test_a_record_that_contradicts_the_bytes_is_refused(kfix):
     """A direct call recorded as a jmp rel32: the core checks the opcode and refuses that probe, with why."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_asm_calls", "e8")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="jmp-rel32"))
     assert res.identical and not res.errors
@@ -392,9 +392,9 @@ def test_a_record_that_contradicts_the_bytes_is_refused(kfix):
 
 def test_a_digest_mismatch_skips_the_function_and_names_it(kfix):
     """The table's digest of kfix_leaf is off by one: its probes are refused, the rest still run."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     fi = next(i for i, f in enumerate(plan.funcs) if f.name == "kfix_leaf")
     funcs = list(plan.funcs)
     funcs[fi] = funcs[fi]._replace(digest=funcs[fi].digest ^ 1)
@@ -549,7 +549,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
     from generator.run.harness import build, command_line, glue_context, layout
-    from generator.providers.kinst import CORE_TEMPLATES, render_plan
+    from generator.providers.kinst.generate import CORE_TEMPLATES, render_plan
     from generator.render import Input, render_tree
 
     b = build(str(kfix["lib"]), all_functions=True)

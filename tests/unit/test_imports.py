@@ -118,6 +118,8 @@ ALLOWED = {
     "generator.verify": {"generator.common", "generator.isa", "generator.image", "generator.analysis"},
     "generator.providers": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
                             "generator.render", "generator.providers"},
+    "generator.dscript": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
+                          "generator.render", "generator.providers", "generator.dscript"},
     "generator.kmod": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
                         "generator.render", "generator.providers", "generator.kmod"},
     "generator.run": {"generator.common", "generator.isa", "generator.image", "generator.analysis",

@@ -69,7 +69,8 @@ def test_builtin_kern_flags_are_freebsd_14s() -> None:
     """The cross build's fallback when a tree's kern.mk cannot be read is kern.mk as FreeBSD 14 evaluates it
     for amd64 and clang -- the same flags, in the same order, as the tests' own spelling of the kmod line:
     no -Wredundant-decls/-Wnested-externs (gone from CWARNFLAGS), CSTD gnu99."""
-    from generator.kmod.kmodflags import BUILTIN_KERN_FLAGS
+    from generator import isa
+    from generator.kmod.kmodflags import builtin_kern_flags
     from helpers.kmod import KERN_MK
 
-    assert list(BUILTIN_KERN_FLAGS) == KERN_MK
+    assert list(builtin_kern_flags(isa.by_name("amd64"))) == KERN_MK

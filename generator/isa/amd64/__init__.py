@@ -22,7 +22,7 @@ from generator.isa.amd64 import probe_md as _md
 from generator.isa.amd64 import table as _table
 from generator.isa.amd64.oracle import QUIRKS
 from generator.isa.amd64.relocs import branch_field, reloc_type
-from generator.isa.contract import Isa
+from generator.isa.contract import Isa, Kmod
 
 ISA = Isa(
     name="amd64",
@@ -37,6 +37,15 @@ ISA = Isa(
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=reloc_type,
     oracle=QUIRKS,
+    kmod=Kmod(
+        machine="amd64", machine_arch="amd64", machine_cpuarch="amd64", clang_arch="x86_64",
+        ld_emulation="elf_x86_64_fbsd", shared=False, ld_flags=(),
+        cflags=("-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float",
+                "-fno-asynchronous-unwind-tables"),
+        clang_cflags=("-mno-aes", "-mno-avx"),
+        include_links=(("machine", "amd64"), ("x86", "x86"), ("i386", "i386")),
+        ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),
+    ),
     decode=_decode.decode,
     classify=_classify.classify,
     context_refusals=_classify.context_refusals,

@@ -18,7 +18,7 @@ from generator.isa.arm64 import probe_md as _md
 from generator.isa.arm64 import relocs as _relocs
 from generator.isa.arm64 import table as _table
 from generator.isa.arm64.oracle import QUIRKS
-from generator.isa.contract import Isa
+from generator.isa.contract import Isa, Kmod
 
 ISA = Isa(
     name="arm64",
@@ -33,6 +33,12 @@ ISA = Isa(
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=_relocs.reloc_type,
     oracle=QUIRKS,
+    kmod=Kmod(
+        machine="arm64", machine_arch="aarch64", machine_cpuarch="aarch64", clang_arch="aarch64",
+        ld_emulation="aarch64elf", shared=True, ld_flags=("--no-relax",),
+        cflags=("-mgeneral-regs-only", "-ffixed-x18", "-mbranch-protection=standard", "-mno-outline-atomics"),
+        clang_cflags=(), include_links=(("machine", "arm64"),), ldscript="", kinst_dirs=("arm64", "dbp"),
+    ),
     decode=_decode.decode,
     classify=_classify.classify,
     context_refusals=_classify.context_refusals,

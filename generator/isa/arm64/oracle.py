@@ -64,4 +64,5 @@ QUIRKS = OracleQuirks(
     qemu="qemu-aarch64",
     sysroot="/usr/aarch64-linux-gnu",
     cross_prefix="aarch64-linux-gnu-",
+    cross_packages="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static",
 )

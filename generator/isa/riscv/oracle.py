@@ -66,4 +66,5 @@ QUIRKS = OracleQuirks(
     qemu="qemu-riscv64",
     sysroot="/usr/riscv64-linux-gnu",
     cross_prefix="riscv64-linux-gnu-",
+    cross_packages="gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user-static",
 )

@@ -29,6 +29,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from generator.common.defaults import DEFAULT_PROLOGUE_RULE
 from generator.common.errors import UserError
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class Request(NamedTuple):
     module: Tuple[str, ...] = ()  # dtmalloc: .ko files for the --type check
     target: Optional[str] = None  # kinst-line: FILE:LINE; kinst-inline: the inline function's name
     debug: Optional[str] = None  # kinst-line, kinst-inline: the kernel's separate debug file
+    prologue_rule: str = DEFAULT_PROLOGUE_RULE  # kinst scripts: kinst's frame-pointer rule the sites are judged by
 
 
 class Script(NamedTuple):
@@ -121,7 +123,7 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
         raise UserError("kinst-trace needs --function NAME")
     kernel = resolve_kernel(args.kernel)
     img = KernelImage.open(kernel)
-    rep = analyse(img, img.lookup(args.function))
+    rep = analyse(img, img.lookup(args.function), args.prologue_rule)
     if not rep.eligible:
         raise UserError(f"{rep.qualified}: kinst refuses the whole function: {rep.reason}")
     if args.offset is None:
@@ -186,7 +188,7 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
     from generator.analysis.lines import line_sites
 
     img, index = _source_image(args)
-    sites = line_sites(img, index, args.target)
+    sites = line_sites(img, index, args.target, args.prologue_rule)
     clauses, refused = [], []
     for s in sites:
         probe = _clause(s.function, s.offset, s.status)
@@ -214,7 +216,7 @@ def _kinst_inline_context(args: Request) -> Dict[str, Any]:
     from generator.analysis.inlines import ENTRY, inline_copies
 
     img, index = _source_image(args)
-    copies = inline_copies(img, index, args.target)
+    copies = inline_copies(img, index, args.target, args.prologue_rule)
     clauses, refused, fbt = [], [], []
     for c in copies:
         if c.caller is None:
@@ -270,13 +272,14 @@ def command_line(args: Request) -> str:
         if value is not None:
             words.append(f"--{flag} {value}")
     words += [f"--module {m}" for m in args.module]
+    words += [f"--prologue-rule {args.prologue_rule}"] if args.prologue_rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(words)
 
 
 def render(args: Request) -> str:
     """The script text, checked."""
     # Imported here: the command line imports this module for SCRIPTS whenever it builds its parsers.
-    from generator.providers import dsyntax
+    from generator.dscript import syntax as dsyntax
     from generator.render import c_header, environment
 
     script = SCRIPTS[args.script]
