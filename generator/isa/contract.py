@@ -136,6 +136,7 @@ class Kmod(NamedTuple):
     ld_flags: Tuple[str, ...]  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
     cflags: Tuple[str, ...]  # kern.mk's machine flags (code model, no FPU), before CWARNFLAGS
     clang_cflags: Tuple[str, ...]  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
+    gcc_spelling: Tuple[Tuple[str, str], ...]  # (clang's flag, gcc's name for it, "": gcc has none) where they differ
     include_links: Tuple[Tuple[str, str], ...]  # kmod.mk's _ILINKS: (link name, the sys/ folder whose include/)
     ldscript: str  # sys/conf/<ldscript> the module link uses, "" for none
     kinst_dirs: Tuple[str, ...]  # folders of sys/modules/kinst/ holding this ISA's C, its own first

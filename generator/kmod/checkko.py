@@ -165,7 +165,7 @@ class KoReport:
 
 
 def _pointer(img: KernelImage, address: int) -> Tuple[int, Optional[str]]:
-    """The pointer stored at ``address`` and, in an ET_REL file, the symbol its relocation names.
+    """The pointer stored at ``address`` and, in an ET_REL or ET_DYN module, the symbol its relocation names.
 
     ``KernelImage.read`` returns the bytes with the relocations it could
     resolve applied, so a pointer to data of the same file reads as that
@@ -173,6 +173,13 @@ def _pointer(img: KernelImage, address: int) -> Tuple[int, Optional[str]]:
     and only the relocation says what it designates.
     """
     value = struct.unpack("<Q", img.read(address, _PTR))[0]
+    if img.e_type == "ET_DYN":  # a -Bshareable module (arm64, riscv): the loader's relocation decides
+        dyn = img.dynamic_relocations().get(address)
+        if dyn is None:
+            return value, None
+        if not dyn.symbol:
+            return dyn.addend, None  # *_RELATIVE: the addend is the address
+        return (value if dyn.resolved else 0), dyn.symbol
     if img.e_type != "ET_REL":
         return value, None
     for r in img.relocs_in(address, _PTR):
@@ -267,10 +274,9 @@ def _registered_modules(img: KernelImage) -> Set[int]:
     for addr, _ in _set_entries(img, SYSINIT_SET):
         if not addr:
             continue
-        for r in img.relocs_in(addr, 32):
-            if r.symbol == MODULE_REGISTER_INIT and (r.address - addr) % _PTR == 0:
-                udata, _ = _pointer(img, r.address + _PTR)
-                out.add(udata)
+        for field in range(addr, addr + 32, _PTR):
+            if _pointer(img, field)[1] == MODULE_REGISTER_INIT:
+                out.add(_pointer(img, field + _PTR)[0])
     return out
 
 

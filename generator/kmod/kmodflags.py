@@ -258,16 +258,18 @@ def portable_cflags(compiler: str, isa: Isa) -> List[str]:
     ISA.  gcc gets ``-fno-pic`` where the ISA's modules are not shared,
     because Debian's gcc builds PIE by default and amd64's
     ``-mcmodel=kernel`` refuses PIC (FreeBSD's cc does not default to it);
-    and none of the warning options gcc does not know.
+    and none of the warning options gcc does not know, and gcc's names for
+    the ISA's flags where they differ from clang's (``Kmod.gcc_spelling``).
     """
     base = ["-O2", "-pipe", "-fno-strict-aliasing", "-Werror", "-D_KERNEL", "-DKLD_MODULE", "-nostdinc",
             "-fno-common", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"]
     base += ["-fPIC"] if isa.kmod.shared else []
     if compiler == "clang":
         return [f"--target={isa.kmod.clang_arch}-unknown-freebsd14.0", *base, *builtin_kern_flags(isa)]
-    gcc_kern = [f for f in builtin_kern_flags(isa) if not (
-        f.startswith("-Wno-error=") or f.startswith("-D__printf__") or f == "-Wno-address-of-packed-member")]
-    return [*base, *([] if isa.kmod.shared else ["-fno-pic"]), *gcc_kern]
+    spelled = dict(isa.kmod.gcc_spelling)
+    gcc = [spelled.get(f, f) for f in (*base, *([] if isa.kmod.shared else ["-fno-pic"]), *builtin_kern_flags(isa))
+           if not (f.startswith("-Wno-error=") or f.startswith("-D__printf__") or f == "-Wno-address-of-packed-member")]
+    return [f for f in gcc if f]
 
 
 # -- what kmod.mk generates in the object directory ----------------------------------

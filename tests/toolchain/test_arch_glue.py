@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from generator.kmod.checkko import undefined_symbols
-from generator.kmod.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import stage_sources
+from generator.providers import PROVIDERS
 from generator.image.elf import KernelImage
 from helpers import cross
 from helpers.freebsd_arch_headers import prepare_objdir, sys_tree

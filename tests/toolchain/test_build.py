@@ -389,3 +389,30 @@ def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     for m in ("kinst", "dtmalloc"):
         man = manifest(tmp_path / "build", bid, m)
         assert man["check_ko"]["ok"] and not man["check_ko"]["assumed"]
+
+
+@pytest.mark.parametrize("arch, machine", [("arm64", "EM_AARCH64"), ("riscv", "EM_RISCV")])
+def test_cross_build_for_a_shared_module_isa(arch: str, machine: str, tmp_path: Path) -> None:
+    """arm64 and riscv modules are ET_DYN (kmod.mk's __KLD_SHARED): ``build`` with an ISA's kernel links
+    ``ld -r`` into a .kld, then ``-Bshareable``, from the ISA's own record, and check-ko reads the result's
+    module records through its dynamic relocations.  The kernel is kfix linked as a FreeBSD kernel of that
+    ISA, the tree FreeBSD 14.3's installed headers for it (the ziglang wheel)."""
+    from helpers import cross
+    from helpers.freebsd_arch_headers import sys_tree
+
+    cross.require_cross(arch, f"the {arch} module's portable core is also compiled with the ISA's gcc")
+    kernel = cross.freebsd_module(arch)["kernel"]
+    out = tmp_path / "out"
+    res = run_build("--kernel", str(kernel), "--sysdir", str(sys_tree(arch)), "--modules", "kinst", "--all",
+                    "--out", str(out), "--src", str(tmp_path / "src"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    ko = next(out.glob("*/kinst.ko"))
+    img = KernelImage.open(str(ko))
+    assert (img.e_type, img.machine) == ("ET_DYN", machine)
+    manifest = json.loads(ko.with_suffix(".json").read_text())
+    links = [c for c in manifest["commands"] if "ld.lld" in Path(c[0]).name]
+    assert [("-r" in c, "-Bshareable" in c) for c in links] == [(True, False), (False, True)]
+    assert all(isa.by_name(arch).kmod.ld_emulation in c for c in links)
+    report = manifest["check_ko"]
+    assert report["ok"] and report["modules"] == ["kinst"] and report["versions"] == [{"name": "kinst", "version": 1}]
+    assert {d["name"] for d in report["depends"]} == {"kernel", "dtrace", "opensolaris"}

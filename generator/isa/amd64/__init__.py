@@ -42,6 +42,7 @@ ISA = Isa(
         ld_emulation="elf_x86_64_fbsd", shared=False, ld_flags=(),
         cflags=("-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float",
                 "-fno-asynchronous-unwind-tables"),
+        gcc_spelling=(),
         clang_cflags=("-mno-aes", "-mno-avx"),
         include_links=(("machine", "amd64"), ("x86", "x86"), ("i386", "i386")),
         ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),

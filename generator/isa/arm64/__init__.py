@@ -37,6 +37,7 @@ ISA = Isa(
         machine="arm64", machine_arch="aarch64", machine_cpuarch="aarch64", clang_arch="aarch64",
         ld_emulation="aarch64elf", shared=True, ld_flags=("--no-relax",),
         cflags=("-mgeneral-regs-only", "-ffixed-x18", "-mbranch-protection=standard", "-mno-outline-atomics"),
+        gcc_spelling=(),
         clang_cflags=(), include_links=(("machine", "arm64"),), ldscript="", kinst_dirs=("arm64", "dbp"),
     ),
     decode=_decode.decode,

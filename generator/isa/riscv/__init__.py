@@ -42,6 +42,7 @@ ISA = Isa(
         # FreeBSD's -march is rv64imafdch_zifencei, which clang < 19 rejects; the extensions it adds (h,
         # zifencei) change no instruction kinst's C is compiled to.
         cflags=("-march=rv64imafdc", "-mabi=lp64", "-mcmodel=medium", "-mno-relax"),
+        gcc_spelling=(("-mcmodel=medium", "-mcmodel=medany"), ("-mno-omit-leaf-frame-pointer", "")),
         clang_cflags=(), include_links=(("machine", "riscv"),), ldscript="", kinst_dirs=("riscv", "dbp"),
     ),
     decode=_decode.decode,
