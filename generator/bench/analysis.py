@@ -45,16 +45,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from generator import isa as isa_registry
 from generator.common.errors import UserError
 from generator.common.files import write_all
 from generator.common.paths import CACHE
 from generator.image.elf import KernelImage
 
-_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+_HOST = isa_registry.host().oracle
+_LIBDIR = Path("/usr/lib", _HOST.gnu_triple)  # the host's libraries, where Debian installs them
 _OBJDUMP_INSN = re.compile(rb"^ *[0-9a-f]+:\t", re.M)  # a kernel's 16-digit addresses have no indent
 VMLINUX_DIR = CACHE / "bench"
-VMLINUX_PACKAGE = "linux-image-amd64-dbg"  # its vmlinux has symbols: a real kernel, ~2.7 M instructions in functions
-EXTRA_IMAGES = ("/usr/bin/qemu-system-x86_64", str(_LIBDIR / "libstdc++.so.6"))
+# Debian's kernel with symbols for the host's ISA: a real kernel, ~2.7 M instructions in functions on amd64
+VMLINUX_PACKAGE = f"linux-image-{_HOST.debian_arch}-dbg"
+# What a new user tries first: QEMU for the host's own machine, and the C++ library.
+EXTRA_IMAGES = (f"/usr/bin/qemu-system-{_HOST.gnu_triple.split('-')[0]}", str(_LIBDIR / "libstdc++.so.6"))
 
 
 @dataclass(frozen=True)
@@ -264,7 +268,8 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
 
 def bench_startup() -> Dict[str, float]:
     """Seconds before any work: the interpreter alone, and the interpreter importing the summary's modules."""
-    imports = "import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa.amd64.native"
+    imports = ("import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa; "
+               "generator.isa.host()")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in (("python", "pass"), ("python_and_imports", imports)):

@@ -208,7 +208,7 @@ def debian_image(package: str = DEFAULT_PROJECT, variant: str = "gcc") -> Path:
     def make(work: Path) -> None:
         objects = _compile(var, sources, work, package)
         (work / "kernel.ld").write_text(LINKER_SCRIPT)
-        _run(["ld.lld", "-m", "elf_x86_64", "-static", "-nostdlib", "--build-id=sha1",
+        _run(["ld.lld", "-static", "-nostdlib", "--build-id=sha1",
               "--unresolved-symbols=ignore-all", "-e", "0", "-T", str(work / "kernel.ld"),
               "-o", str(work / image_name), *map(str, objects)], work, f"{package} image: link")
         for o in objects:

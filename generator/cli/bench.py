@@ -24,7 +24,7 @@ def add_parsers(sub) -> None:
     be.add_argument("--dwarf-image", help="image with DWARF for that benchmark (default: the largest the tests "
                     "build, Lua 5.4 from its Debian source package)")
     be.add_argument("--skip-arch", action="store_true",
-                    help="skip arm64/riscv64 (analysis against the cross objdump, harness hits under qemu-user)")
+                    help="skip the ISAs that run under qemu-user here (analysis against the cross objdump, harness hits under qemu-user)")
     be.set_defaults(run=cmd_bench)
 
 

@@ -63,6 +63,8 @@ def add_parsers(sub) -> None:
     f.add_argument("--dists", default="src.txz,kernel.txz,kernel-dbg.txz", help="comma-separated sets "
                    "(default: all three)")
     f.add_argument("--force", action="store_true", help="download again even when the cache is complete")
+    f.add_argument("--target", choices=isa_registry.SUPPORTED, help="the architecture whose release to fetch "
+                   "(default: this machine's)")
     f.set_defaults(run=cmd_fetch_release)
 
     c = sub.add_parser("check-ko", help="offline checks of .ko files against the target kernel")
@@ -116,7 +118,7 @@ def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
     if args.release:
         from generator.kmod.release import fetched
 
-        rel = fetched(args.release, args.cache)
+        rel = fetched(args.release, args.cache, args.target)
         return str(rel.sysdir), args.kernel or str(rel.kernel)
     if args.sysdir:
         return args.sysdir, _default_kernel(args.kernel)
@@ -159,7 +161,7 @@ def cmd_fetch_release(args: argparse.Namespace) -> int:
     from generator.kmod.release import fetch_release
 
     dists = tuple(d.strip() for d in args.dists.split(",") if d.strip())
-    fetch_release(args.release, args.mirror, args.cache, dists, args.force, sys.stdout)
+    fetch_release(args.release, args.mirror, args.cache, dists, args.force, sys.stdout, args.target)
     return 0
 
 

@@ -962,9 +962,9 @@ def _check_ident(path: str, data: Sequence[int]) -> None:
         raise UserError(f"{path}: corrupt ELF file: its class byte is {data[4]} and its byte-order byte {data[5]}, "
                         "and ELF has only 1 and 2 for each; re-copy the file or rebuild it")
     if data[4] != 2:
-        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 images (amd64, arm64, riscv64)")
+        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 images ({', '.join(isa.SUPPORTED)})")
     if data[5] != 1:
-        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian images (amd64, arm64, riscv64)")
+        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian images ({', '.join(isa.SUPPORTED)})")
     if len(data) < 64:
         raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
 

@@ -30,6 +30,18 @@ def by_name(name: str) -> Isa:
     return importlib.import_module(f"{__name__}.{name}").ISA
 
 
+def host() -> Isa:
+    """The ISA this machine runs (by ``platform.machine()``); UserError on one kinstkit has no decoder for."""
+    import platform
+
+    cpu = platform.machine()
+    for name in SUPPORTED:
+        isa = by_name(name)
+        if isa.oracle.gnu_triple.split("-")[0] == cpu:
+            return isa
+    raise UserError(f"this machine is {cpu}; kinstkit has no decoder for it (supported: {', '.join(SUPPORTED)})")
+
+
 def for_machine(e_machine: str) -> Isa:
     """The ISA of an ELF ``e_machine``; UserError when kinstkit has none for it."""
     if e_machine not in MACHINES:

@@ -118,6 +118,8 @@ class OracleQuirks(NamedTuple):
     sysroot: str = ""  # the cross C library's root, for qemu -L
     cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
     cross_packages: str = ""  # the Debian packages that give the cross toolchain, its C library and qemu-user
+    gnu_triple: str = ""  # Debian's multiarch name of the ISA (x86_64-linux-gnu): library folders, cross tools
+    debian_arch: str = ""  # Debian's architecture name (amd64, arm64, riscv64): package names
 
 
 class Kmod(NamedTuple):

@@ -366,8 +366,8 @@ def test_fetch_release_then_build_release(world: StandinWorld, tmp_path: Path) -
                     "--src", str(tmp_path / "src"))
     assert res.returncode == 0, res.stdout + res.stderr
     m = manifest(out, world.build_id, "kinst")
-    assert m["kernel"]["path"] == str(cache / "releases" / name / "boot" / "kernel" / "kernel")
-    assert m["sysdir"] == str(cache / "releases" / name / "usr" / "src" / "sys")
+    assert m["kernel"]["path"] == str(cache / "releases" / "amd64" / name / "boot" / "kernel" / "kernel")
+    assert m["sysdir"] == str(cache / "releases" / "amd64" / name / "usr" / "src" / "sys")
     # dtrace.ko and opensolaris.ko came with kernel.txz, next to the kernel: every symbol was checked.
     assert m["check_ko"]["ok"] and not m["check_ko"]["assumed"]
     assert m["check_ko"]["resolved"]["dtrace_register"] == "dtrace.ko"

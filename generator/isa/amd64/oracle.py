@@ -72,4 +72,6 @@ QUIRKS = OracleQuirks(
     conditional_kinds=(KIND_JCC_WIDEN, KIND_JCC32),
     fused=fused_wait,
     fused_note="objdump fuses fwait into the x87 instruction after it",
+    gnu_triple="x86_64-linux-gnu",
+    debian_arch="amd64",
 )

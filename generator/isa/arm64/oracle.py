@@ -65,4 +65,6 @@ QUIRKS = OracleQuirks(
     sysroot="/usr/aarch64-linux-gnu",
     cross_prefix="aarch64-linux-gnu-",
     cross_packages="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static",
+    gnu_triple="aarch64-linux-gnu",
+    debian_arch="arm64",
 )

@@ -67,4 +67,6 @@ QUIRKS = OracleQuirks(
     sysroot="/usr/riscv64-linux-gnu",
     cross_prefix="riscv64-linux-gnu-",
     cross_packages="gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user-static",
+    gnu_triple="riscv64-linux-gnu",
+    debian_arch="riscv64",
 )
