@@ -45,11 +45,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import CACHE
-from generator.image.elf import KernelImage
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import CACHE
+from ..image.elf import KernelImage
 
 _HOST = isa_registry.host().oracle
 _LIBDIR = Path("/usr/lib", _HOST.gnu_triple)  # the host's libraries, where Debian installs them
@@ -230,9 +230,9 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
 
 def bench_generate(path: str, work: Path) -> Dict[str, object]:
     """``generate --all`` on ``path`` and the table compiled as a module build compiles it."""
-    from generator.kmod.kmodflags import portable_cflags
-    from generator.kmod.sources import source_dir
-    from generator.providers import PROVIDERS
+    from ..kmod.kmodflags import portable_cflags
+    from ..kmod.sources import source_dir
+    from ..providers import PROVIDERS
 
     out_dir = work / "kinst"
     gen = [sys.executable, "-m", "generator", "generate", "--kernel", path, "--all", "--out", str(out_dir)]

@@ -30,16 +30,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List
 
-from generator import isa as isa_registry
-from generator.bench.analysis import Run, _count_objdump, _count_ours, _run, text_bytes
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import BENCH_RESULTS, REPO
-from generator.image.elf import KernelImage
-from generator.run import qemu
-from generator.run.audit import audit_env, read_hits
-from generator.run.harness import BUILD_DIR, build, gcc
-from generator.run.process import run_command
+from .. import isa as isa_registry
+from .analysis import Run, _count_objdump, _count_ours, _run, text_bytes
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import BENCH_RESULTS, REPO
+from ..image.elf import KernelImage
+from ..run import qemu
+from ..run.audit import audit_env, read_hits
+from ..run.harness import BUILD_DIR, build, gcc
+from ..run.process import run_command
 
 # The ISAs whose programs run under qemu-user here: the host's own is benched by ``bench.analysis``.
 ARCHES = tuple(name for name in isa_registry.SUPPORTED if isa_registry.by_name(name).oracle.qemu)

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
-from generator.common.ccache import compile_cached, content_key
-from generator.common.errors import UserError
-from generator.common.paths import CACHE
-from generator.common.tools import first_error, tool_version
+from ..common.ccache import compile_cached, content_key
+from ..common.errors import UserError
+from ..common.paths import CACHE
+from ..common.tools import first_error, tool_version
 
 CACHE_DIR = CACHE / "debsrc"
 APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")

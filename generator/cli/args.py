@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from generator.common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULE_HELP, PROLOGUE_RULES
+from ..common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULE_HELP, PROLOGUE_RULES
 
 KERNEL_HELP = "ELF image: kernel, .ko or shared object (default: the embedded sample kernel)"
 

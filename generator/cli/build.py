@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from generator import isa as isa_registry
-from generator.common.errors import UserError
-from generator.common.host import on_freebsd
-from generator.providers import PROVIDER_NAMES, PROVIDERS
-from generator.providers.contract import add_options, options_given, selection
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..common.host import on_freebsd
+from ..providers import PROVIDER_NAMES, PROVIDERS
+from ..providers.contract import add_options, options_given, selection
 
 HOST_KERNEL = "/boot/kernel/kernel"
 HOST_SYSDIR = "/usr/src/sys"
@@ -108,7 +108,7 @@ def _default_kernel(explicit: Optional[str]) -> str:
         return explicit
     if on_freebsd() and os.path.isfile(HOST_KERNEL):
         return HOST_KERNEL
-    from generator.image import resolve_kernel
+    from ..image import resolve_kernel
 
     return resolve_kernel(None)
 
@@ -116,7 +116,7 @@ def _default_kernel(explicit: Optional[str]) -> str:
 def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
     """The sys/ tree and kernel a build uses, from the flags, the release cache or the host."""
     if args.release:
-        from generator.kmod.release import fetched
+        from ..kmod.release import fetched
 
         rel = fetched(args.release, args.cache, args.target)
         return str(rel.sysdir), args.kernel or str(rel.kernel)
@@ -128,8 +128,8 @@ def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from generator.kmod import build
-    from generator.providers import parse_modules
+    from ..kmod import build
+    from ..providers import parse_modules
 
     modules = parse_modules(args.modules)
     sysdir, kernel = _tree_and_kernel(args)
@@ -158,7 +158,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch_release(args: argparse.Namespace) -> int:
-    from generator.kmod.release import fetch_release
+    from ..kmod.release import fetch_release
 
     dists = tuple(d.strip() for d in args.dists.split(",") if d.strip())
     fetch_release(args.release, args.mirror, args.cache, dists, args.force, sys.stdout, args.target)
@@ -166,22 +166,22 @@ def cmd_fetch_release(args: argparse.Namespace) -> int:
 
 
 def cmd_check_ko(args: argparse.Namespace) -> int:
-    from generator.kmod.checkko import print_reports, run_check
+    from ..kmod.checkko import print_reports, run_check
 
     reports = run_check(args.files, _default_kernel(args.kernel), args.dep_module, args.module_path, args.target)
     return print_reports(reports, args.json, sys.stdout, sys.stderr)
 
 
 def _target(args: argparse.Namespace):
-    from generator.run.hostops import Target
+    from ..run.hostops import Target
 
     return Target.choose(args.host, args.vm)
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from generator.kmod import build
-    from generator.run import hostops
-    from generator.providers import parse_modules
+    from ..kmod import build
+    from ..run import hostops
+    from ..providers import parse_modules
 
     modules = parse_modules(args.modules)
     root = Path(args.out) if args.out else build.DEFAULT_OUT
@@ -189,14 +189,14 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_unload(args: argparse.Namespace) -> int:
-    from generator.run import hostops
-    from generator.providers import parse_modules
+    from ..run import hostops
+    from ..providers import parse_modules
 
     return hostops.unload(parse_modules(args.modules), _target(args), out=sys.stdout)
 
 
 def cmd_ci_config(args: argparse.Namespace) -> int:
-    from generator.kmod.ciconfig import DEFAULT_OUT, DEFAULT_RELEASES, render_ci
+    from ..kmod.ciconfig import DEFAULT_OUT, DEFAULT_RELEASES, render_ci
 
     paths: List[Path] = render_ci(args.release or list(DEFAULT_RELEASES), Path(args.out) if args.out else DEFAULT_OUT,
                                   args.modules)

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from generator.common.defaults import DEFAULT_PROVIDER
-from generator.common.errors import UserError
-from generator.providers import PROVIDER_NAMES, PROVIDERS
-from generator.providers.contract import add_options, options_given, selection
+from ..common.defaults import DEFAULT_PROVIDER
+from ..common.errors import UserError
+from ..providers import PROVIDER_NAMES, PROVIDERS
+from ..providers.contract import add_options, options_given, selection
 
 
 def add_parsers(sub) -> None:
@@ -23,8 +23,8 @@ def add_parsers(sub) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from generator.image import resolve_kernel
-    from generator.image.elf import KernelImage
+    from ..image import resolve_kernel
+    from ..image.elf import KernelImage
 
     provider = PROVIDERS[args.provider]
     sel = selection(args)

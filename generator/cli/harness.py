@@ -7,9 +7,9 @@ import json
 import shlex
 import sys
 
-from generator.cli import args as A
-from generator.common.defaults import RUN_TIMEOUT
-from generator.common.errors import UserError
+from . import args as A
+from ..common.defaults import RUN_TIMEOUT
+from ..common.errors import UserError
 
 
 def add_parsers(sub) -> None:
@@ -43,7 +43,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_harness(args: argparse.Namespace) -> int:
-    from generator.run.harness import run_harness, text_report
+    from ..run.harness import run_harness, text_report
 
     command = list(args.command)
     if command and command[0] == "--":

@@ -29,11 +29,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-from generator.common.errors import UserError
+from ..common.defaults import DEFAULT_PROLOGUE_RULE
+from ..common.errors import UserError
 
 if TYPE_CHECKING:
-    from generator.render import Input
+    from ..render import Input
 
 # Bytes allowed literally in the function part of a generated probe
 # description; any other byte becomes the one-character glob '?'.
@@ -87,7 +87,7 @@ def _no_target(args: Request) -> None:
 
 
 def _dtmalloc_context(args: Request) -> Dict[str, Any]:
-    from generator.providers.dtmalloc.mallocs import probe_bytes
+    from ..providers.dtmalloc.mallocs import probe_bytes
 
     _no_target(args)
     if args.function or args.offset is not None:
@@ -101,7 +101,7 @@ def _dtmalloc_context(args: Request) -> Dict[str, Any]:
 
 
 def _check_type(args: Request, func: str) -> None:
-    from generator.providers.dtmalloc.mallocs import discover
+    from ..providers.dtmalloc.mallocs import discover
 
     d = discover(args.kernel, args.module)
     probes = [t.probe for t in d.probed]
@@ -112,9 +112,9 @@ def _check_type(args: Request, func: str) -> None:
 
 
 def _kinst_context(args: Request) -> Dict[str, Any]:
-    from generator.image import resolve_kernel
-    from generator.image.elf import KernelImage
-    from generator.analysis.probes import analyse, find_offset
+    from ..image import resolve_kernel
+    from ..image.elf import KernelImage
+    from ..analysis.probes import analyse, find_offset
 
     _no_target(args)
     if args.type:
@@ -147,10 +147,10 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
 
 def _source_image(args: Request):
     """The kernel and its line and inline index, for kinst-line and kinst-inline."""
-    from generator.analysis.indexcache import open_index
-    from generator.common.host import progress_wanted
-    from generator.image.elf import KernelImage
-    from generator.image import resolve_kernel
+    from ..analysis.indexcache import open_index
+    from ..common.host import progress_wanted
+    from ..image.elf import KernelImage
+    from ..image import resolve_kernel
 
     if args.type or args.function or args.offset is not None or args.module:
         raise UserError(f"{args.script} takes {'FILE:LINE' if args.script == 'kinst-line' else 'NAME'} "
@@ -179,13 +179,13 @@ def _refusal(function: Optional[str], offset: Optional[int], status: str, reason
 
 
 def _header_inputs(img) -> List["Input"]:
-    from generator.render import Input
+    from ..render import Input
 
     return [Input(img.path, img.build_id or "", img.sha256())]
 
 
 def _kinst_line_context(args: Request) -> Dict[str, Any]:
-    from generator.analysis.lines import line_sites
+    from ..analysis.lines import line_sites
 
     img, index = _source_image(args)
     sites = line_sites(img, index, args.target, args.prologue_rule)
@@ -213,7 +213,7 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
 
 
 def _kinst_inline_context(args: Request) -> Dict[str, Any]:
-    from generator.analysis.inlines import ENTRY, inline_copies
+    from ..analysis.inlines import ENTRY, inline_copies
 
     img, index = _source_image(args)
     copies = inline_copies(img, index, args.target, args.prologue_rule)
@@ -279,8 +279,8 @@ def command_line(args: Request) -> str:
 def render(args: Request) -> str:
     """The script text, checked."""
     # Imported here: the command line imports this module for SCRIPTS whenever it builds its parsers.
-    from generator.dscript import syntax as dsyntax
-    from generator.render import c_header, environment
+    from . import syntax as dsyntax
+    from ..render import c_header, environment
 
     script = SCRIPTS[args.script]
     ctx = script.build(args)

@@ -47,9 +47,9 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequenc
 
 from elftools.common.exceptions import ELFError
 
-from generator import isa
-from generator.common.errors import UserError
-from generator.isa.contract import Isa
+from .. import isa
+from ..common.errors import UserError
+from ..isa.contract import Isa
 
 # Base address given to the first section of an ET_REL file.  Nonzero so that
 # a zero displacement or a null pointer never looks like a valid address.

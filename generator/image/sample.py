@@ -43,11 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from generator import isa
-from generator.common.ccache import compile_cached, content_key
-from generator.common.errors import UserError
-from generator.common.paths import CACHE, SAMPLES
-from generator.common.tools import checked, run_tool, tool_version
+from .. import isa
+from ..common.ccache import compile_cached, content_key
+from ..common.errors import UserError
+from ..common.paths import CACHE, SAMPLES
+from ..common.tools import checked, run_tool, tool_version
 
 SOURCE_DIR = SAMPLES / "kernel"
 BUILD_DIR = CACHE / "sample"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
-from generator.common.errors import UserError
-from generator.isa.contract import Isa
+from ..common.errors import UserError
+from .contract import Isa
 
 # ELF e_machine (pyelftools' name) -> the ISA package that reads it.
 MACHINES: Dict[str, str] = {

@@ -55,29 +55,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
-from generator import __version__
-from generator import isa as isa_registry
-from generator.common.errors import UserError
-from generator.common.files import install, sha256_file, write_json
-from generator.common.paths import BUILD, SYS_MODULES
-from generator.common.tools import Runner, run_tool, tool_version
-from generator.image.elf import KernelImage
-from generator.isa.contract import Isa
-from generator.kmod.crossbuild import cross_build
-from generator.kmod.kmodflags import FETCH_HINT, KmodProfile
-from generator.kmod.manifest import RECIPE, input_record, module_up_to_date, read_manifest, stamp_key
-from generator.kmod.nativebuild import native_build
-from generator.kmod.objdir import Built
-from generator.kmod.portable import portable_checks
-from generator.kmod.sources import generate_module, stage_sources, table_names_kernel
-from generator.providers import PROVIDERS
-from generator.providers.contract import Provider, Selection
+from .. import __version__
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..common.files import install, sha256_file, write_json
+from ..common.paths import BUILD, MODULES_OUT
+from ..common.tools import Runner, run_tool, tool_version
+from ..image.elf import KernelImage
+from ..isa.contract import Isa
+from .crossbuild import cross_build
+from .kmodflags import FETCH_HINT, KmodProfile
+from .manifest import RECIPE, input_record, module_up_to_date, read_manifest, stamp_key
+from .nativebuild import native_build
+from .objdir import Built
+from .portable import portable_checks
+from .sources import generate_module, stage_sources, table_names_kernel
+from ..providers import PROVIDERS
+from ..providers.contract import Provider, Selection
 
 if TYPE_CHECKING:
-    from generator.kmod.checkko import KoReport
+    from .checkko import KoReport
 
 DEFAULT_OUT = BUILD
-DEFAULT_SRC = SYS_MODULES
+DEFAULT_SRC = MODULES_OUT
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     date) and passed check-ko, 1 when a check failed.  A missing tree, a
     failing tool or bad input raises UserError after the offline work.
     """
-    from generator.kmod.checkko import exported_symbols
+    from .checkko import exported_symbols
 
     img = KernelImage.open(req.kernel)
     isa = target_isa(img, req.target)
@@ -174,7 +174,7 @@ def _tree_profile(req: BuildRequest, isa: Isa, out) -> Optional[KmodProfile]:
     (warning when it is not the kernel's release), or None for a native build or no tree."""
     if req.sysdir and not req.native:
         profile = KmodProfile.for_tree(Path(req.sysdir), isa)
-        from generator.kmod.checkko import kernel_facts
+        from .checkko import kernel_facts
 
         osreldate = kernel_facts(req.kernel).osreldate
         if osreldate is not None and osreldate != profile.osreldate:
@@ -217,7 +217,7 @@ def _build_module(req: BuildRequest, isa: Isa, provider: Provider, srcdir: Path,
                   profile: Optional[KmodProfile], kernel_sha: str, build_id: Optional[str], res: ModuleResult,
                   run: Runner) -> None:
     """Compile, link and check one module, unless its manifest says the same inputs built it."""
-    from generator.kmod.checkko import check_ko, kernel_facts
+    from .checkko import check_ko, kernel_facts
 
     manifest_path = bdir / f"{provider.name}.json"
     final = bdir / f"{provider.name}.ko"

@@ -34,9 +34,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from generator.common.errors import UserError
-from generator import isa as isa_registry
-from generator.image.elf import EM_NAMES, ET_NAMES, KernelImage, read_ident
+from ..common.errors import UserError
+from .. import isa as isa_registry
+from ..image.elf import EM_NAMES, ET_NAMES, KernelImage, read_ident
 
 # ELF symbol bindings and the undefined section index.
 _STB_LOCAL, _STB_GLOBAL, _STB_WEAK = 0, 1, 2

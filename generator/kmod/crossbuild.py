@@ -27,12 +27,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
-from generator.common.errors import UserError
-from generator.kmod.kmodflags import KmodProfile, generated_headers
-from generator.kmod.mk import ModuleMakefile
-from generator.kmod.objdir import Built, fresh, headers_read
-from generator.common.tools import Runner, checked, require_tool, tool_version
-from generator.providers.contract import Provider
+from ..common.errors import UserError
+from .kmodflags import KmodProfile, generated_headers
+from .mk import ModuleMakefile
+from .objdir import Built, fresh, headers_read
+from ..common.tools import Runner, checked, require_tool, tool_version
+from ..providers.contract import Provider
 
 
 def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodProfile, run: Runner) -> Built:
@@ -103,7 +103,7 @@ def _localize(ko: Path, objcopy: str, export: str, run: Runner) -> List[List[str
     Defined means neither SHN_UNDEF (0) nor SHN_COMMON (0xFFF2); global means
     STB_GLOBAL (1) or STB_WEAK (2).  Names in a non-NO ``EXPORT_SYMS`` list stay global.
     """
-    from generator.image.elf import KernelImage
+    from ..image.elf import KernelImage
 
     keep = set(export.split()) if export not in ("", "NO") else set()
     names = sorted({s.name for s in KernelImage.open(str(ko)).symbols()

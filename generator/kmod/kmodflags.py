@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.common.defaults import EXAMPLE_RELEASE
-from generator.common.errors import UserError
-from generator.kmod.mk import MkReader, MkUnsupported, ModuleMakefile, mk_block
-from generator.isa.contract import Isa
-from generator.common.tools import Runner, checked, llvm_version, require_tool
+from ..common.defaults import EXAMPLE_RELEASE
+from ..common.errors import UserError
+from .mk import MkReader, MkUnsupported, ModuleMakefile, mk_block
+from ..isa.contract import Isa
+from ..common.tools import Runner, checked, llvm_version, require_tool
 
 FETCH_HINT = f"invoke fetch-release --release {EXAMPLE_RELEASE}"
 

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from generator.common.files import sha256_file
+from ..common.files import sha256_file
 
 
 

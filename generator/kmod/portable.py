@@ -18,13 +18,13 @@ import shutil
 from pathlib import Path
 from typing import Iterable, List, Sequence, Set, Tuple
 
-from generator.common.errors import UserError
-from generator.common.files import sha256_file, write_json
-from generator.common.tools import Runner, checked, tool_version
-from generator.isa.contract import Isa
-from generator.kmod.kmodflags import portable_cflags
-from generator.kmod.manifest import RECIPE, read_manifest, stamp_key
-from generator.providers.contract import Provider
+from ..common.errors import UserError
+from ..common.files import sha256_file, write_json
+from ..common.tools import Runner, checked, tool_version
+from ..isa.contract import Isa
+from .kmodflags import portable_cflags
+from .manifest import RECIPE, read_manifest, stamp_key
+from ..providers.contract import Provider
 
 
 def _compilers(isa: Isa) -> Tuple[str, ...]:
@@ -93,8 +93,8 @@ def _link_and_resolve(provider: Provider, isa: Isa, objs: Sequence[Path], workdi
     linked = workdir / f"{provider.name}_portable.o"
     checked(run, ["ld.lld", "-m", isa.kmod.ld_emulation, "-r", "-o", str(linked), *map(str, objs)],
             f"{provider.name}: linking the portable objects")
-    from generator.kmod.checkko import undefined_symbols
-    from generator.image.elf import KernelImage
+    from .checkko import undefined_symbols
+    from ..image.elf import KernelImage
 
     undefined = [n for n, weak in undefined_symbols(KernelImage.open(str(linked))) if not weak]
     unresolved = [n for n in undefined if n not in exports]

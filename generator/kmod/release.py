@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from generator import isa as isa_registry
-from generator.common import fetch
-from generator.common.errors import UserError
-from generator.common.paths import CACHE
-from generator.isa.contract import Isa
+from .. import isa as isa_registry
+from ..common import fetch
+from ..common.errors import UserError
+from ..common.paths import CACHE
+from ..isa.contract import Isa
 
 DEFAULT_MIRROR = "https://download.freebsd.org"  # same variable and meaning as vm/images/freebsd.py's
 ENV_MIRROR = "KINSTKIT_FREEBSD_MIRROR"

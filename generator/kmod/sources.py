@@ -19,14 +19,14 @@ import shutil
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from generator import __version__
-from generator.common.errors import UserError
-from generator.common.files import write_json
-from generator.common.paths import REPO, SYS_MODULES
-from generator.image.elf import KernelImage
-from generator.kmod.manifest import input_record, inputs_current, read_manifest, stamp_key
-from generator.providers import PROVIDERS
-from generator.providers.contract import Provider, Selection
+from .. import __version__
+from ..common.errors import UserError
+from ..common.files import write_json
+from ..common.paths import PACKAGE, SYS_MODULES, TEMPLATE_DIR
+from ..image.elf import KernelImage
+from .manifest import input_record, inputs_current, read_manifest, stamp_key
+from ..providers import PROVIDERS
+from ..providers.contract import Provider, Selection
 
 MODULES = SYS_MODULES  # the committed module directories: Makefiles and hand-written C
 
@@ -95,12 +95,12 @@ def generator_fingerprint() -> str:
     to any of them regenerates.  The generated files there are not part of it."""
     h = hashlib.sha256(__version__.encode())
     files = []
-    for base in (REPO / "generator", REPO / "templates"):
-        files += [p for p in sorted(base.rglob("*"))
+    for base in (PACKAGE, TEMPLATE_DIR):
+        files += [(base, p) for p in sorted(base.rglob("*"))
                   if p.is_file() and p.suffix in (".py", ".j2", ".c", ".h") and "__pycache__" not in p.parts]
     for provider in PROVIDERS.values():
-        files += [source_dir(provider) / rel for rel in ("Makefile", *provider.plain())]
-    for p in files:
-        h.update(str(p.relative_to(REPO)).encode())
+        files += [(SYS_MODULES, source_dir(provider) / rel) for rel in ("Makefile", *provider.plain())]
+    for base, p in files:
+        h.update(str(p.relative_to(base.parent)).encode())
         h.update(p.read_bytes() if p.is_file() else b"(missing)")
     return h.hexdigest()

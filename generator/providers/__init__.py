@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from generator.common.errors import UserError
-from generator.providers import dtmalloc, kinst
-from generator.providers.contract import Provider
+from ..common.errors import UserError
+from . import dtmalloc, kinst
+from .contract import Provider
 
 PROVIDERS: Dict[str, Provider] = {p.name: p for p in (
     kinst.PROVIDER,

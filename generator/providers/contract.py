@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, NamedTuple, Optional, Tu
 if TYPE_CHECKING:  # the record names the image type; importing it here would load the ELF reader
     import argparse
 
-    from generator.image.elf import KernelImage
+    from ..image.elf import KernelImage
 
 
 class Selection(NamedTuple):

@@ -34,20 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.analysis.plan import ProbePlan, TableProbe
-from generator.common.cstring import c_blob
-from generator.common.ccache import compile_cached, content_key
-from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-from generator.common.errors import UserError
-from generator.common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
-from generator.common.tools import checked, run_tool
-from generator.image.elf import KernelImage
-from generator.providers.kinst import generate as kinst
-from generator.render import Input, render_tree
-from generator.run import callgrind, qemu
-from generator.run.audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
-from generator.run.process import DEFAULT_TIMEOUT, Run, run_command
+from .. import isa as isa_registry
+from ..analysis.plan import ProbePlan, TableProbe
+from ..common.cstring import c_blob
+from ..common.ccache import compile_cached, content_key
+from ..common.defaults import DEFAULT_PROLOGUE_RULE
+from ..common.errors import UserError
+from ..common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
+from ..common.tools import checked, run_tool
+from ..image.elf import KernelImage
+from ..providers.kinst import generate as kinst
+from ..render import Input, render_tree
+from . import callgrind, qemu
+from .audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
+from .process import DEFAULT_TIMEOUT, Run, run_command
 
 BUILD_DIR = CACHE / "harness"
 

@@ -16,13 +16,13 @@
 
 from __future__ import annotations
 
-from generator.isa.amd64 import classify as _classify
-from generator.isa.amd64 import decode as _decode
-from generator.isa.amd64 import probe_md as _md
-from generator.isa.amd64 import table as _table
-from generator.isa.amd64.oracle import QUIRKS
-from generator.isa.amd64.relocs import branch_field, reloc_type
-from generator.isa.contract import Isa, Kmod
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import table as _table
+from .oracle import QUIRKS
+from .relocs import branch_field, reloc_type
+from ..contract import Isa, Kmod
 
 ISA = Isa(
     name="amd64",
@@ -56,6 +56,6 @@ ISA = Isa(
     stream_record=_table.record,
     stream_decode=_table.decode,
     stream_masks=_table.with_masks,
-    accelerator="generator.isa.amd64.native",
+    accelerator=f"{__name__}.native",  # the package, under whatever name it is installed
     branch_reloc=branch_field,
 )

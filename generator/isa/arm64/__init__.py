@@ -12,13 +12,13 @@
 
 from __future__ import annotations
 
-from generator.isa.arm64 import classify as _classify
-from generator.isa.arm64 import decode as _decode
-from generator.isa.arm64 import probe_md as _md
-from generator.isa.arm64 import relocs as _relocs
-from generator.isa.arm64 import table as _table
-from generator.isa.arm64.oracle import QUIRKS
-from generator.isa.contract import Isa, Kmod
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import relocs as _relocs
+from . import table as _table
+from .oracle import QUIRKS
+from ..contract import Isa, Kmod
 
 ISA = Isa(
     name="arm64",

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from generator.isa.arm64.probe_md import CONDITIONAL_KINDS
-from generator.isa.contract import OracleQuirks
+from .probe_md import CONDITIONAL_KINDS
+from ..contract import OracleQuirks
 
 DIRECT_BRANCHES = frozenset({"b", "bl", "cbz", "cbnz", "tbz", "tbnz"})
 _RELOC = re.compile(r"^[0-9a-f]+: R_")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from generator.isa.contract import RelocType
+from ..contract import RelocType
 
 R_AARCH64_NONE = 0
 

@@ -13,13 +13,13 @@
 
 from __future__ import annotations
 
-from generator.isa.contract import Isa, Kmod
-from generator.isa.riscv import classify as _classify
-from generator.isa.riscv import decode as _decode
-from generator.isa.riscv import probe_md as _md
-from generator.isa.riscv import relocs as _relocs
-from generator.isa.riscv import table as _table
-from generator.isa.riscv.oracle import QUIRKS
+from ..contract import Isa, Kmod
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import relocs as _relocs
+from . import table as _table
+from .oracle import QUIRKS
 
 ISA = Isa(
     name="riscv",

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from generator.isa.contract import OracleQuirks
-from generator.isa.riscv.probe_md import CONDITIONAL_KINDS
+from ..contract import OracleQuirks
+from .probe_md import CONDITIONAL_KINDS
 
 DIRECT_BRANCHES = frozenset({"j", "jal", "beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez",
                              "bltz", "bgtz", "bgt", "ble", "bgtu", "bleu"})

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Tuple
 
-from generator.isa.contract import RelocType
+from ..contract import RelocType
 
 R_RISCV_NONE = 0
 R_RISCV_RELAX = 51

@@ -14,16 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
-from generator.providers.contract import Generated, Provider, ProviderOption, Selection
+from ..contract import Generated, Provider, ProviderOption, Selection
 
 if TYPE_CHECKING:
-    from generator.image.elf import KernelImage
+    from ...image.elf import KernelImage
 
 
 def _generate(img: "KernelImage", sel: Selection, out: Optional[Path]) -> Generated:
     import sys
 
-    from generator.providers.dtmalloc import generate
+    from . import generate
 
     d = generate.discover_for(img.path, sel.malloc_modules)
     for w in d.warnings:
@@ -32,7 +32,7 @@ def _generate(img: "KernelImage", sel: Selection, out: Optional[Path]) -> Genera
 
 
 def _stamp(sel: Selection) -> Dict[str, object]:
-    from generator.common.files import sha256_file
+    from ...common.files import sha256_file
 
     return {"extra": [sha256_file(Path(k)) for k in sel.malloc_modules], "extra_paths": list(sel.malloc_modules)}
 

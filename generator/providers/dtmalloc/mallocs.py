@@ -32,9 +32,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from generator.providers.dtmalloc import layouts as L
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
+from . import layouts as L
+from ...common.errors import UserError
+from ...image.elf import KernelImage
 
 _STT_OBJECT = 1
 _STT_FUNC = 2

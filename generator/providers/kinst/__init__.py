@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
-from generator import isa as isa_registry
-from generator.common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULE_HELP, PROLOGUE_RULES
-from generator.common.paths import SYS_MODULES, TEMPLATE_DIR
-from generator.providers.contract import Generated, Provider, ProviderOption, Selection
+from ... import isa as isa_registry
+from ...common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULE_HELP, PROLOGUE_RULES
+from ...common.paths import SYS_MODULES, TEMPLATE_DIR
+from ..contract import Generated, Provider, ProviderOption, Selection
 
 if TYPE_CHECKING:
-    from generator.image.elf import KernelImage
+    from ...image.elf import KernelImage
 
 NAME = "kinst"
 MODULE_DIR = SYS_MODULES / NAME
@@ -54,7 +54,7 @@ def _includes(target: str) -> Tuple[str, ...]:
 
 
 def _generate(img: "KernelImage", sel: Selection, out: Optional[Path]) -> Generated:
-    from generator.providers.kinst import generate
+    from . import generate
 
     functions = sel.functions or (() if sel.all_functions else (DEFAULT_FUNCTION,))
     plan, paths = generate.generate(img, functions, sel.all_functions, out, sel.prologue_rule or DEFAULT_PROLOGUE_RULE)

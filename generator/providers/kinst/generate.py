@@ -21,16 +21,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
-from generator.analysis.plan import ProbePlan, make_plan
-from generator.common.cstring import c_blob
-from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-from generator.common.paths import SYS_MODULES
-from generator.image.elf import KernelImage
-from generator.render import Input, remove_outdated, render_tree
+from ... import isa as isa_registry
+from ...analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
+from ...analysis.plan import ProbePlan, make_plan
+from ...common.cstring import c_blob
+from ...common.defaults import DEFAULT_PROLOGUE_RULE
+from ...common.paths import MODULES_OUT
+from ...image.elf import KernelImage
+from ...render import Input, remove_outdated, render_tree
 
-DEFAULT_OUT = SYS_MODULES / "kinst"
+DEFAULT_OUT = MODULES_OUT / "kinst"
 # What kinstkit generated before the fixed C was committed; removed from the output directory.
 OUTDATED = ("kinst_glue.c", "kinst_core.c", "kinst_core.h")
 # What the harness renders for the hand-written core: everything but kinst_target.c (module glue data).
