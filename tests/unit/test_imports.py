@@ -206,3 +206,15 @@ def test_the_isa_name_scan_finds_one(tmp_path: Path) -> None:
     mod.write_text('"""A docstring may say amd64."""\nR = "R_X86_64_PC32"\n'
                    'FLAGS = ["-m", "elf_x86_64_fbsd", "--target=aarch64"]\n')
     assert [f.split(": ", 1)[1].split(" ")[0] for f in isa_names_in(mod, words)] == ["'x86_64'", "'aarch64'"]
+
+
+def test_the_package_imports_itself_relatively() -> None:
+    """Installed, generator/ is ``kinstkit`` (setup.py): an absolute ``generator`` import would fail there."""
+    absolute = []
+    for path in sorted((REPO / "generator").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            absolute += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names
+                         if n == "generator" or n.startswith("generator.")]
+    assert not absolute, "absolute imports of generator: " + ", ".join(absolute)
