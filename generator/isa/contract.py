@@ -95,31 +95,43 @@ class RelocType(NamedTuple):
 
 
 class OracleQuirks(NamedTuple):
-    """How the independent tools see this ISA's code, for the decoder and hit-count proofs."""
+    """How the independent tools see this ISA's code, for the decoder and hit-count proofs.
+
+    The defaults are a fixed-width ISA's: no prefixes, nothing objdump prints
+    or valgrind counts differently from the CPU.
+    """
 
     objdump: str  # the binutils objdump that decodes it
     branch_mnemonic: Callable[[str], bool]  # objdump's mnemonics of (possibly) direct branches
-    prefix_words: FrozenSet[str]  # words objdump may print before a mnemonic
-    no_target_branches: FrozenSet[str]  # direct branches classify gives no target for (they are refused)
     pcrel32_relocs: Tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
-    lone_prefix: Optional[Pattern[str]]  # objdump's pseudo-instruction for a prefix the CPU ignores
-    lone_prefix_note: str  # what that tolerance is called in the verify-decoder report
-    repeats_in_place: Callable[[bytes], bool]  # valgrind counts each iteration; the CPU traps once
     conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
+    prefix_words: FrozenSet[str] = frozenset()  # words objdump may print before a mnemonic
+    no_target_branches: FrozenSet[str] = frozenset()  # direct branches classify gives no target for (refused)
+    lone_prefix: Optional[Pattern[str]] = None  # objdump's pseudo-instruction for a prefix the CPU ignores
+    lone_prefix_note: str = ""  # what that tolerance is called in the verify-decoder report
+    repeats_in_place: Callable[[bytes], bool] = lambda orig: False  # valgrind counts each iteration; the CPU traps once
     # objdump prints as one instruction what the CPU runs as two: the length of the first, else 0
-    fused: Callable[[bytes], int]
-    fused_note: str  # what that tolerance is called in the verify-decoder report
+    fused: Callable[[bytes], int] = lambda code: 0
+    fused_note: str = ""  # what that tolerance is called in the verify-decoder report
     # objdump's text after "ADDR:\t" -> ("mnemonic operands", inline relocations); None: split at the first tab
     insn_text: Optional[Callable[[str], Tuple[str, str]]] = None
     # objdump's "mnemonic operands" -> a direct branch's target; None: the first operand, in hex
     branch_target: Optional[Callable[[str], Optional[int]]] = None
     reloc_target_bias: int = 4  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
     qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
-    sysroot: str = ""  # the cross C library's root, for qemu -L
-    cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
     cross_packages: str = ""  # the Debian packages that give the cross toolchain, its C library and qemu-user
     gnu_triple: str = ""  # Debian's multiarch name of the ISA (x86_64-linux-gnu): library folders, cross tools
     debian_arch: str = ""  # Debian's architecture name (amd64, arm64, riscv64): package names
+
+    @property
+    def cross_prefix(self) -> str:
+        """The cross toolchain's prefix (gcc, objdump) for an ISA run under qemu-user; "": the host's own."""
+        return f"{self.gnu_triple}-" if self.qemu else ""
+
+    @property
+    def sysroot(self) -> str:
+        """The cross C library's root (qemu -L), where Debian's cross packages install it; "" for the host."""
+        return f"/usr/{self.gnu_triple}" if self.qemu else ""
 
 
 class Kmod(NamedTuple):
