@@ -53,7 +53,8 @@ PROVIDERS: Dict[str, Provider] = {
                "amd64/kinst_core.h", "amd64/kinst_isa.c", "amd64/kinst_isa.h",
                *(f"{arch}/{name}" for arch in ("arm64", "riscv")
                  for name in ("kinst_core.c", "kinst_core.h", "kinst_isa.c", "kinst_isa.h")),
-               "dbp/kinst_tramp.c", "dbp/kinst_tramp.h"),
+               *(f"dbp/{name}" for name in ("kinst_core_dbp.c", "kinst_core_dbp.h", "kinst_dbp.c", "kinst_dbp.h",
+                                            "kinst_tramp.c"))),
         portable=("kinst_funcs.c", "amd64/kinst_core.c", "kinst_table.c", "kinst_target.c"),
         includes=(".", "amd64"),
         table="kinst_table.c",

@@ -180,17 +180,32 @@ def glue_context(elf: str, lay: Layout, target_addr: Sequence[int]) -> Dict[str,
     }
 
 
+def c_folders(arch: str) -> Tuple[str, ...]:
+    """The folders of ``arch``'s C, shared ones first: the same names under ``sys/modules/kinst/`` (the module's
+    portable core) and ``harness_c/`` (the harness glue); ``dbp`` is what arm64 and riscv share."""
+    return isa_registry.by_name(arch).harness_glue or (arch,)
+
+
+def core_sources(arch: str) -> List[Path]:
+    """The module's portable core for ``arch``, hand-written: ``kinst_funcs.[ch]`` and each C folder's
+    ``kinst_core*.[ch]`` (the ISA's own, and ``dbp/kinst_core_dbp.[ch]`` on arm64 and riscv)."""
+    out = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
+    for d in c_folders(arch):
+        found = sorted((CORE_DIR / d).glob("kinst_core*.[ch]"))
+        if not found:
+            raise UserError(f"{CORE_DIR / d}: no hand-written kinst core for {arch}")
+        out += found
+    return out
+
+
 def plain_sources(arch: str) -> List[Path]:
     """The hand-written C the library is built from: the module's portable core and the harness glue."""
-    core_dir = CORE_DIR / arch
     # common/ (kh_audit.h: what does not depend on how a probe traps), then the ISA's own.
-    glue_dirs = [GLUE_DIR / d for d in ("common", *(isa_registry.by_name(arch).harness_glue or (arch,)))]
-    for d, what in [(core_dir, "kinst core")] + [(g, "harness glue") for g in glue_dirs]:
-        if not d.is_dir():
-            raise UserError(f"{d}: no hand-written {what} for {arch}")
-    core = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
-    core += [core_dir / n for n in ("kinst_core.c", "kinst_core.h")]
-    return core + [p for g in glue_dirs for p in sorted(g.iterdir()) if p.suffix in (".c", ".h")]
+    glue_dirs = [GLUE_DIR / d for d in ("common", *c_folders(arch))]
+    for g in glue_dirs:
+        if not g.is_dir():
+            raise UserError(f"{g}: no hand-written harness glue for {arch}")
+    return core_sources(arch) + [p for g in glue_dirs for p in sorted(g.iterdir()) if p.suffix in (".c", ".h")]
 
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,

@@ -33,8 +33,8 @@ from helpers.kmod import KERN_MK, kmod_cflags
 from helpers.skips import require_tools
 
 # The module's SRCS (its Makefile), as staged; <arch>/ for the ISA's two, dbp/ for what arm64 and riscv share.
-C_FILES = ("kinst.c", "kinst_funcs.c", "{arch}/kinst_isa.c", "{arch}/kinst_core.c", "dbp/kinst_tramp.c",
-           "kinst_target.c", "kinst_table.c")
+C_FILES = ("kinst.c", "kinst_funcs.c", "{arch}/kinst_isa.c", "{arch}/kinst_core.c", "dbp/kinst_dbp.c",
+           "dbp/kinst_tramp.c", "dbp/kinst_core_dbp.c", "kinst_target.c", "kinst_table.c")
 # kern.mk for the ISA: its code-generation flags (cross.FREEBSD_KFLAGS, with kmod.mk's -fPIC for a module
 # of these ISAs), then kern.mk's common ones and CWARNFLAGS as KERN_MK has them for amd64, CSTD last; and
 # -Wextra and the older releases' -Wredundant-decls -Wnested-externs on top.

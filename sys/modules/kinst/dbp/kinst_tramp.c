@@ -4,9 +4,9 @@
  * kinst_tramp.c: the trampoline pages of the "double breakpoint" ISAs,
  * arm64 and riscv, behind kinst.h's kinst_tramp_*() functions.  A
  * trampoline holds the probed instruction and then the trampoline's own
- * breakpoint (kinst_core_tramp_fill()); the ISA's breakpoint handler
- * (<arch>/kinst_isa.c) sends a thread into it with kinst_tramp_enter() and,
- * at its breakpoint, asks kinst_tramp_leave() where the thread resumes.
+ * breakpoint (kinst_core_tramp_fill()); the breakpoint handler
+ * (kinst_dbp.c) sends a thread into it with kinst_tramp_enter() and, at its
+ * breakpoint, asks kinst_tramp_leave() where the thread resumes.
  *
  * The breakpoint is known by its address: each slot records where its
  * thread resumes.  So nothing ties the two breakpoints to a CPU or a thread
@@ -56,7 +56,7 @@
 
 #include "kinst_core.h"
 #include "kinst.h"
-#include "kinst_tramp.h"
+#include "kinst_dbp.h"
 
 #define	KINST_SLOTS	(PAGE_SIZE / KINST_TRAMP_SIZE)
 #define	KINST_SLOTHASH	1024
@@ -81,6 +81,21 @@ struct kinst_tslot {
 static struct kinst_tpage *volatile kinst_tpages;
 static struct kinst_tslot *kinst_tslots[KINST_SLOTHASH];
 static volatile u_int kinst_tramp_inflight;	/* see the top comment */
+
+/*
+ * A new trampoline page: a breakpoint nobody answers in every
+ * kinst_patchval_t, so that a stray jump traps.
+ */
+static void
+kinst_tramp_page(uint8_t *page)
+{
+	u_int i;
+
+	for (i = 0; i < PAGE_SIZE; i += sizeof(kinst_patchval_t))
+		kinst_core_put(page + i, KINST_PATCHVAL,
+		    sizeof(kinst_patchval_t));
+	kinst_isa_tramp_sync(page, PAGE_SIZE);
+}
 
 /*
  * The trampoline for 'md' at 'patchpoint': the pair's slot if it has one,
@@ -108,7 +123,7 @@ kinst_tramp_get(const struct kinst_md *md, uintptr_t patchpoint)
 		tp = malloc(sizeof(*tp), M_KINST, M_WAITOK | M_ZERO);
 		tp->tp_page = (uint8_t *)kmem_malloc(PAGE_SIZE,
 		    M_WAITOK | M_EXEC);
-		kinst_isa_tramp_page(tp->tp_page);
+		kinst_tramp_page(tp->tp_page);
 		tp->tp_next = kinst_tpages;
 		atomic_store_rel_ptr((volatile uintptr_t *)&kinst_tpages,
 		    (uintptr_t)tp);
