@@ -18,12 +18,14 @@ DTrace functions: nothing of kinst's own, so the module links.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from generator import isa as isa_registry
 from generator.build.checkko import undefined_symbols
 from generator.build.sources import PROVIDERS, stage_sources
 from generator.image.elf import KernelImage
@@ -68,7 +70,7 @@ KERNEL = {
 DTRACE = {"dtrace_register", "dtrace_unregister", "dtrace_condense", "dtrace_probe_create", "dtrace_probe",
           "dtrace_sync", "dtrace_invop_add", "dtrace_invop_remove", "solaris_cpu"}
 ISA_KERNEL = {"arm64": {"arm64_get_writable_addr", "arm64_icache_sync_range", "lse_supported", "panic"},
-              "riscv": set()}
+              "riscv": {"pmap_sync_icache", "kernel_pmap_store"}}
 
 
 @pytest.fixture(scope="module", params=("arm64", "riscv"))
@@ -137,3 +139,99 @@ def test_the_private_interface_is_gone(arch, linked):
     img = KernelImage.open(str(linked))
     names = {s.name for s in img.symbols()}
     assert not {"kinst_isa_lookup", "kinst_isa_fire", "kinst_isa_prepare", "kinst_isa_fini"} & names
+
+
+# --- the order of a text write, read from the compiled module (issue 20 items 3 and 4) ---------------------
+#
+# kinst.c stores a probe's state with release order and then has the ISA write the breakpoint; release orders
+# earlier accesses before the state store, not the later text store, so another CPU could take the breakpoint
+# and still read the probe as idle.  And a riscv fence.i is local to its hart: another hart could go on
+# fetching the old text (the trampoline's filler breakpoint, or the instruction under a probe) from a stale
+# line.  So: a store barrier right before the text store; every CPU's instruction fetch synced after it and
+# after every trampoline fill.  What the compiler made of the C is read back with the ISA's GNU objdump.
+
+# Per ISA: the store barrier; the text store's mnemonic and every store mnemonic; the kernel function that
+# makes every CPU's instruction fetch see new text (riscv: pmap_sync_icache(), the SBI remote fence.i after a
+# fence; arm64: cpu_icache_sync_range(), whose ic ivau is broadcast to the inner-shareable domain); and the
+# registers a stack access is based on.
+ORDER = {
+    "arm64": {"barrier": "dmb\tishst", "store": "str", "sync": "arm64_icache_sync_range", "stack": ("sp", "x29"),
+              "stores": ("str", "strh", "strb", "stur", "sturh", "sturb", "stp", "stlr", "stlrh", "stlrb")},
+    "riscv": {"barrier": "fence\tw,w", "store": "sh", "sync": "pmap_sync_icache", "stack": ("sp", "s0"),
+              "stores": ("sd", "sw", "sh", "sb")},
+}
+
+
+def disassembly(arch: str, obj: Path) -> dict:
+    """Each function of ``obj``: its instructions and relocations in order, as the ISA's GNU objdump prints
+    them (``("insn", "mnemonic\\toperands")`` or ``("reloc", "TYPE\\tsymbol")``)."""
+    objdump = isa_registry.by_name(arch).oracle.objdump
+    require_tools(objdump, why="the compiled module is read back with the ISA's GNU objdump")
+    text = subprocess.run([objdump, "-dr", "--no-show-raw-insn", str(obj)], capture_output=True, text=True,
+                          check=True).stdout
+    funcs: dict = {}
+    body = None
+    for line in text.splitlines():
+        m = re.match(r"^[0-9a-f]+ <([^>]+)>:$", line)
+        if m and not m.group(1).startswith(".L"):  # a local label (riscv's pcrel pairs) is not a function
+            body = funcs.setdefault(m.group(1), [])
+        elif body is not None and re.match(r"^\s+[0-9a-f]+: R_", line):
+            body.append(("reloc", line.split(": ", 1)[1].strip()))
+        elif body is not None and re.match(r"^\s+[0-9a-f]+:\t", line):
+            body.append(("insn", line.split(":\t", 1)[1].split("\t#")[0].split(" //")[0].strip()))
+    return funcs
+
+
+def _index(body: list, pred) -> int:
+    return next((i for i, x in enumerate(body) if pred(x)), -1)
+
+
+def _text_stores(arch: str, body: list) -> list:
+    """The stores of ``body`` that are not to the stack frame: (index, mnemonic)."""
+    o = ORDER[arch]
+    out = []
+    for i, (kind, text) in enumerate(body):
+        mnemonic, _, operands = text.partition("\t")
+        base = re.search(r"\[(\w+)|\((\w+)\)", operands)
+        if kind == "insn" and mnemonic in o["stores"] and base and (base.group(1) or base.group(2)) not in o["stack"]:
+            out.append((i, mnemonic))
+    return out
+
+
+def _sync_call(arch: str, body: list, after: int) -> int:
+    """Where ``body`` calls the ISA's sync after index ``after``, -1 if it does not: riscv calls
+    pmap_sync_icache() directly; arm64's cpu_icache_sync_range() is an indirect call through the function
+    pointer arm64_icache_sync_range, which the function must load."""
+    o = ORDER[arch]
+    names = [i for i, x in enumerate(body) if x[0] == "reloc" and x[1].endswith("\t" + o["sync"])]
+    if arch == "riscv":
+        return next((i for i in names if i > after), -1)
+    calls = [i for i, x in enumerate(body) if x[0] == "insn" and x[1].startswith(("blr\t", "br\t")) and i > after]
+    return calls[0] if names and calls else -1
+
+
+def test_a_text_write_is_ordered_after_the_probe_state_and_synced_on_every_cpu(arch, linked):
+    o = ORDER[arch]
+    funcs = disassembly(arch, linked)
+    body = funcs["kinst_isa_write"]
+    stores = _text_stores(arch, body)
+    assert [m for _, m in stores] == [o["store"]], body  # one store: the breakpoint or the original
+    store = stores[0][0]
+    barrier = _index(body, lambda x: x == ("insn", o["barrier"]))
+    assert 0 <= barrier < store, f"no {o['barrier']} before the text store: {body}"
+    assert _sync_call(arch, body, store) > store, f"no {o['sync']} after the text store: {body}"
+    if arch == "riscv":
+        assert store < _index(body, lambda x: x == ("insn", "fence.i")), body  # and this hart's own
+
+
+def test_a_trampoline_is_synced_on_every_cpu_after_it_is_filled(arch, linked):
+    funcs = disassembly(arch, linked)
+    assert _sync_call(arch, funcs["kinst_isa_tramp_sync"], -1) >= 0, funcs["kinst_isa_tramp_sync"]
+    fills = [name for name, body in funcs.items() if any(x[0] == "reloc" and x[1].endswith("\tkinst_core_tramp_fill")
+                                                         for x in body)]
+    assert fills
+    for name in fills:
+        body = funcs[name]
+        fill = _index(body, lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_core_tramp_fill"))
+        sync = _index(body[fill:], lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_isa_tramp_sync"))
+        assert sync > 0, f"{name}: a trampoline filled and not synced: {body}"

@@ -27,6 +27,7 @@
 #include <vm/vm.h>
 #include <vm/vm_extern.h>
 
+#include <machine/atomic.h>
 #include <machine/cpufunc.h>
 #include <machine/frame.h>
 
@@ -42,7 +43,13 @@
 
 /*
  * Write 'val' over the word at 'patchpoint' through the kernel's writable
- * alias of the text, then make the instruction cache of every CPU see it.
+ * alias of the text, then make the instruction cache of every CPU see it
+ * (cpu_icache_sync_range()'s ic ivau is broadcast to the inner-shareable
+ * domain).  The store barrier first: kinst.c stores the probe's state with
+ * release order just before, and release orders what comes before that
+ * store, not the text store after it; without the barrier another CPU
+ * could take the new brk and still find the probe idle (or its trampoline
+ * unfilled) and pass the trap on as someone else's.
  */
 void
 kinst_isa_write(uint8_t *patchpoint, kinst_patchval_t val)
@@ -51,6 +58,7 @@ kinst_isa_write(uint8_t *patchpoint, kinst_patchval_t val)
 
 	if (!arm64_get_writable_addr((vm_offset_t)patchpoint, &addr))
 		panic("kinst: no writable address for %p", patchpoint);
+	dmb(ishst);
 	*(volatile uint32_t *)addr = val;
 	cpu_icache_sync_range((vm_offset_t)patchpoint, KINST_INSN_SIZE);
 }

@@ -26,6 +26,7 @@
 #include <sys/dtrace.h>
 
 #include <vm/vm.h>
+#include <vm/pmap.h>
 #include <vm/vm_extern.h>
 
 #include <machine/cpufunc.h>
@@ -40,6 +41,22 @@
 #endif
 
 #define	KINST_ISA_NOP	0x0001		/* MATCH_C_NOP: SEPC stays as set */
+
+/*
+ * New text at [va, va + len) for every hart's instruction fetch: fence.i
+ * is local to the hart that runs it, so this hart's, and then
+ * pmap_sync_icache(), which fences and asks the SBI for a remote fence.i on
+ * every other hart; without it another hart could go on running a stale
+ * line (the filler c.ebreak of a trampoline page, and trap forever, or the
+ * instruction a probe has just replaced).
+ */
+static void
+kinst_isa_sync(uint8_t *va, size_t len)
+{
+
+	fence_i();
+	pmap_sync_icache(kernel_pmap, (vm_offset_t)va, len);
+}
 
 /* The trapframe slot of x1-x31, in the order struct trapframe keeps them. */
 static uint64_t *
@@ -69,25 +86,31 @@ kinst_isa_reg(struct trapframe *frame, int n)
 }
 
 /*
- * Write 'val' over the first halfword of the instruction at 'patchpoint',
- * then fence.i.  One 16-bit store at a 2-byte-aligned address, so no hart
- * ever fetches a half-written instruction; the rest of a 4-byte
- * instruction is never written.
+ * Write 'val' over the first halfword of the instruction at 'patchpoint'.
+ * One 16-bit store at a 2-byte-aligned address, so no hart ever fetches a
+ * half-written instruction; the rest of a 4-byte instruction is never
+ * written.  Before it a store barrier: kinst.c stores the probe's state
+ * with release order just before, and release orders what comes before
+ * that store, not the text store after it; without the barrier another
+ * hart could take the new c.ebreak and still find the probe idle (or its
+ * trampoline unfilled).  After it the instruction-cache sync of every hart
+ * (kinst_isa_sync()).
  */
 void
 kinst_isa_write(uint8_t *patchpoint, kinst_patchval_t val)
 {
 
+	__asm __volatile("fence w,w" ::: "memory");
 	*(volatile uint16_t *)patchpoint = val;
-	fence_i();
+	kinst_isa_sync(patchpoint, sizeof(val));
 }
 
 /* Filled trampoline bytes, made visible to instruction fetch. */
 void
-kinst_isa_tramp_sync(uint8_t *tramp __unused, size_t len __unused)
+kinst_isa_tramp_sync(uint8_t *tramp, size_t len)
 {
 
-	fence_i();
+	kinst_isa_sync(tramp, len);
 }
 
 void
