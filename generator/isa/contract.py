@@ -153,8 +153,8 @@ class Isa(NamedTuple):
     # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
     # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
     branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
-    # The user-space harness's glue: directories of generator/run/harness_c/ after common/, which every ISA
-    # shares; () is (name,).
+    # The ISA's C folders, shared ones first ("dbp": arm64 and riscv): the same names under sys/modules/kinst/
+    # (the portable core) and generator/run/harness_c/ (the harness glue); () is (name,).
     harness_glue: Tuple[str, ...] = ()
 
     def __repr__(self) -> str:
