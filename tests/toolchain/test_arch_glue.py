@@ -32,6 +32,7 @@ from generator.image.elf import KernelImage
 from helpers import cross
 from helpers.freebsd_arch_headers import prepare_objdir, sys_tree
 from helpers.kmod import KERN_MK, kmod_cflags
+from helpers.paths import KINST_FIXTURES
 from helpers.skips import require_tools
 
 # The module's SRCS (its Makefile), as staged; <arch>/ for the ISA's two, dbp/ for what arm64 and riscv share.
@@ -235,3 +236,53 @@ def test_a_trampoline_is_synced_on_every_cpu_after_it_is_filled(arch, linked):
         fill = _index(body, lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_core_tramp_fill"))
         sync = _index(body[fill:], lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_isa_tramp_sync"))
         assert sync > 0, f"{name}: a trampoline filled and not synced: {body}"
+
+
+# --- the trampolines over stand-in kernel services (issue 20 item 11, arm64 and riscv) ----------------------
+#
+# dbp/kinst_tramp.c filled a trampoline when its probe was made, so listing probes (dtrace -l) filled slots
+# that then belonged to their addresses for good, page after page; and kinst_tramp_leave(), which every
+# breakpoint reaching kinst runs, walked every trampoline page.  tests/fixtures/kinst/dbp_world.c runs the
+# module's kinst_tramp.c, the ISA's core compiled for this machine, over stand-in kernel services and checks
+# both (see its top comment); the pages are the stand-in kmem_malloc()'s, so the world sees every byte.
+
+WORLD_PAGES = 6  # pages of trampolines the world fills
+
+
+def run_dbp_world(arch: str, module: Path, work: Path) -> str:
+    require_tools("gcc", why="the world and the ISA's core are compiled for this machine with gcc")
+    stubs = work / "stubs"
+    tramp = module / "dbp" / "kinst_tramp.c"
+    for header in re.findall(r"^#include <([^>]+)>", tramp.read_text(), re.M):
+        (stubs / header).parent.mkdir(parents=True, exist_ok=True)
+        (stubs / header).write_text('#include "kinst_standin.h"\n')
+    strict = ["gcc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror"]
+    includes = [f"-I{d}" for d in (module, module / arch, module / "dbp", KINST_FIXTURES)]
+    define = ["-DDBP_WORLD_RISCV"] if arch == "riscv" else []
+    objs = [work / "world.o"]
+    steps = [[*strict, "-ffreestanding", "-nostdinc", "-D_KERNEL", *define, f"-I{stubs}", *includes, "-c",
+              str(KINST_FIXTURES / "dbp_world.c"), "-o", str(objs[0])]]
+    for src in (module / "kinst_funcs.c", module / arch / "kinst_core.c", module / "dbp" / "kinst_core_dbp.c"):
+        objs.append(work / (src.stem + ".o"))
+        steps.append([*strict, *includes, "-c", str(src), "-o", str(objs[-1])])
+    steps.append([*strict, f"-I{KINST_FIXTURES}", str(KINST_FIXTURES / "dbp_host.c"), *map(str, objs), "-o",
+                  str(work / "dbp_host")])
+    for argv in steps:
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stderr}"
+    run = subprocess.run([str(work / "dbp_host"), str(WORLD_PAGES)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr
+    return run.stdout
+
+
+def test_trampolines_are_filled_at_enable_and_found_by_their_page(arch, module, tmp_path):
+    """Listing fills nothing and a second listing maps no page; enabling fills exactly the enabled slots;
+    a trampoline's breakpoint resumes after its instruction, found among the pages without reading any
+    other page's records; unload gives every page and byte back (dbp_world.c checks each)."""
+    out = run_dbp_world(arch, module, tmp_path)
+    lines = out.splitlines()
+    n = WORLD_PAGES * 4096 // 8
+    assert f"dbp_world: listed {n} probes: {WORLD_PAGES} pages, 0 slots filled" in lines, out[-3000:]
+    assert f"dbp_world: listed {n} others: {WORLD_PAGES} pages, 0 slots filled" in lines, out[-3000:]
+    assert f"dbp_world: enabled {n}: {n} slots filled" in lines, out[-3000:]
+    assert re.fullmatch(rf"dbp_world: \d+ checks, 0 failed, {WORLD_PAGES + 1} pages", lines[-1]), out[-3000:]
