@@ -196,9 +196,6 @@ class Isa(NamedTuple):
     # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
     # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
     branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
-    # The user-space harness's glue: directories of generator/run/harness_c/ after common/, which every ISA
-    # shares; () is (name,).
-    harness_glue: Tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

@@ -1,11 +1,14 @@
 """``harness``: run real code with every table probe placed, and prove the counts.
 
 The portable core that goes into kinst.ko (hand-written,
-``sys/modules/kinst/<arch>/kinst_core.c``) is compiled, with a table
-(``kinst_table.c``) and encodings (``kinst_encoding.h``) rendered for a
-user-space target ELF, and with the hand-written user-space glue
-(``harness_c/<arch>/kinst_harness.c``; the target's path, segments and
-build-id are rendered into ``kinst_harness_target.h``), into an rtld audit
+``sys/modules/kinst/<arch>/kinst_core.c``, with ``dbp/kinst_core_dbp.c`` on
+arm64 and riscv) is compiled, with a table (``kinst_table.c``) and encodings
+(``kinst_encoding.h``) rendered for a user-space target ELF, and with the
+hand-written user-space glue, shaped like ``sys/modules/kinst`` (one
+machine-independent ``harness_c/kinst_harness.c``, its interface to the ISA
+part ``kh_isa.h``, and ``harness_c/<arch>/kh_isa_<arch>.c``, with
+``harness_c/dbp/`` on arm64 and riscv; the target's path, segments and
+build-id are rendered into ``kinst_harness_target.c``), into an rtld audit
 library.  Loaded with ``LD_AUDIT``, it patches int3 over every probe of the
 target as soon as rtld maps it (at startup or on dlopen), resumes through
 static per-probe trampolines or call emulation from its SIGTRAP handler, and
@@ -63,7 +66,8 @@ CFLAGS = (
 )
 # The hand-written C, by ISA: the module's portable core and the harness's own glue.
 CORE_DIR = SYS_MODULES / "kinst"  # <arch>/kinst_core.[ch]
-GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # <arch>/kinst_harness.c
+GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # kinst_harness.c, kh_*.h; <folder>/*.c
+TARGET_C = "kinst_harness_target.c"  # the target's path, segments, build-id: rendered from templates/harness/
 
 # PF_* -> PROT_* (PF_X = 1 -> PROT_EXEC = 4, PF_W = 2 -> 2, PF_R = 4 -> 1).
 _PROT = {1: 4, 2: 2, 4: 1}
@@ -175,25 +179,51 @@ def glue_context(elf: str, lay: Layout, target_addr: Sequence[int]) -> Dict[str,
         "segments": [{"vaddr": f"{v:#x}", "memsz": f"{m:#x}", "prot": p} for v, m, p in lay.segments],
         "image_lo": f"{lo:#x}",
         "image_hi": f"{hi:#x}",
-        "build_id_vaddr": f"{lay.build_id_vaddr:#x}" if lay.build_id else "",
+        "build_id_vaddr": f"{lay.build_id_vaddr:#x}" if lay.build_id else "0",
         "build_id_len": len(lay.build_id),
-        "build_id_bytes": "{ " + ", ".join(f"{b:#04x}" for b in lay.build_id) + " }",
+        "build_id_size": max(1, len(lay.build_id)),  # C has no empty array
+        "build_id_bytes": "{ " + (", ".join(f"{b:#04x}" for b in lay.build_id) or "0") + " }",
         "func_addr_blob": c_blob(struct.pack(f"<{len(target_addr)}Q", *target_addr)),
         "func_addr_size": 8 * len(target_addr),
     }
 
 
+def c_folders(arch: str) -> Tuple[str, ...]:
+    """The folders of ``arch``'s C, its own first (``Isa.kmod.kinst_dirs``): the same names under
+    ``sys/modules/kinst/`` (the module's portable core) and ``harness_c/`` (the harness glue); ``dbp`` is
+    what arm64 and riscv share."""
+    return isa_registry.by_name(arch).kmod.kinst_dirs
+
+
+def core_sources(arch: str) -> List[Path]:
+    """The module's portable core for ``arch``, hand-written: ``kinst_funcs.[ch]`` and each C folder's
+    ``kinst_core*.[ch]`` (the ISA's own, and ``dbp/kinst_core_dbp.[ch]`` on arm64 and riscv)."""
+    out = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
+    for d in c_folders(arch):
+        found = sorted((CORE_DIR / d).glob("kinst_core*.[ch]"))
+        if not found:
+            raise UserError(f"{CORE_DIR / d}: no hand-written kinst core for {arch}")
+        out += found
+    return out
+
+
+def glue_sources(arch: str) -> List[Path]:
+    """The harness glue, hand-written, shaped like ``sys/modules/kinst``: the machine-independent
+    ``kinst_harness.c`` and its interfaces ``kh_isa.h`` (to the ISA part) and ``kh_target.h`` (to the
+    generated target data), then each C folder's files (``<arch>/kh_isa_<arch>.c``; ``dbp/`` on arm64 and
+    riscv, the breakpoint handler both share)."""
+    out = sorted(p for p in GLUE_DIR.iterdir() if p.suffix in (".c", ".h"))
+    for d in c_folders(arch):
+        found = sorted(p for p in (GLUE_DIR / d).glob("*") if p.suffix in (".c", ".h"))
+        if not found:
+            raise UserError(f"{GLUE_DIR / d}: no hand-written harness glue for {arch}")
+        out += found
+    return out
+
+
 def plain_sources(arch: str) -> List[Path]:
     """The hand-written C the library is built from: the module's portable core and the harness glue."""
-    core_dir = CORE_DIR / arch
-    # common/ (kh_audit.h: what does not depend on how a probe traps), then the ISA's own.
-    glue_dirs = [GLUE_DIR / d for d in ("common", *(isa_registry.by_name(arch).harness_glue or (arch,)))]
-    for d, what in [(core_dir, "kinst core")] + [(g, "harness glue") for g in glue_dirs]:
-        if not d.is_dir():
-            raise UserError(f"{d}: no hand-written {what} for {arch}")
-    core = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
-    core += [core_dir / n for n in ("kinst_core.c", "kinst_core.h")]
-    return core + [p for g in glue_dirs for p in sorted(g.iterdir()) if p.suffix in (".c", ".h")]
+    return core_sources(arch) + glue_sources(arch)
 
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
@@ -220,7 +250,7 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     command += "" if given is None else " (table supplied by the caller)"
     ctx = glue_context(elf, lay, target_addr)
     plain = plain_sources(plan.arch)
-    sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c"]
+    sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c", TARGET_C]
     parts = [repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)]
     parts += [t.read_bytes() for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2"))
               + sorted((TEMPLATE_DIR / "harness").glob("*.j2"))]
@@ -232,7 +262,7 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
             shutil.copyfile(f, out / f.name)
         kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
         render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,
-                    only=("kinst_harness_target.h.j2",))
+                    only=(TARGET_C + ".j2",))
         argv = [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources]
         (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shlex.join(argv)}\n')
         checked(run_tool, argv, "compiling the harness library", out)

@@ -526,7 +526,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
             bodies[cur] = []
         elif cur and "\t" in line:
             bodies[cur].append(line.split("\t", 1)[1])
-    seen, todo = set(), ["kh_trap"]
+    seen, todo = set(), ["kh_isa_trap"]
     while todo:
         fn = todo.pop()
         if fn in seen:
@@ -544,7 +544,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
             assert "@plt" not in target, f"{fn} reaches {target} from probe context"
             if target != fn:
                 todo.append(target)
-    assert {"kh_trap", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
+    assert {"kh_isa_trap", "kh_probe_at", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
 
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
@@ -559,7 +559,7 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     ctx = glue_context(str(kfix["lib"]), layout(str(kfix["lib"])), b.target_addr)
     render_tree("harness", tmp_path, ctx, inputs, cmd)
     rendered = sorted(p.name for p in tmp_path.iterdir())
-    assert rendered == ["kinst_encoding.h", "kinst_harness_target.h", "kinst_refused.txt", "kinst_table.c"]
+    assert rendered == ["kinst_encoding.h", "kinst_harness_target.c", "kinst_refused.txt", "kinst_table.c"]
     for name in rendered:
         assert (tmp_path / name).read_bytes() == (b.dir / name).read_bytes(), name
 
@@ -575,15 +575,16 @@ def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, mo
     b = build(str(kfix["lib"]), all_functions=True)
     line = (b.dir / "commands.sh").read_text().splitlines()[-1]
     core = SYS_MODULES / "kinst" / "amd64" / "kinst_core.c"
-    glue = harness.GLUE_DIR / "amd64" / "kinst_harness.c"
-    for name in ("kinst_core.c", "kinst_harness.c", "kinst_funcs.c", "kinst_table.c"):
+    glue = harness.GLUE_DIR / "kinst_harness.c"
+    for name in ("kinst_core.c", "kinst_harness.c", "kh_isa_amd64.c", "kinst_funcs.c", "kinst_table.c",
+                 "kinst_harness_target.c"):
         assert f" {name}" in line, name
     assert (b.dir / "kinst_core.c").read_bytes() == core.read_bytes()
     assert (b.dir / "kinst_harness.c").read_bytes() == glue.read_bytes()
     # The same inputs with a copy of the hand-written glue that differs in a comment: another key.
     copy = tmp_path / "harness_c"
     shutil.copytree(harness.GLUE_DIR, copy)
-    with open(copy / "amd64" / "kinst_harness.c", "a") as f:
+    with open(copy / "kinst_harness.c", "a") as f:
         f.write("/* changed */\n")
     monkeypatch.setattr(harness, "GLUE_DIR", copy)
     again = build(str(kfix["lib"]), all_functions=True)

@@ -1,8 +1,8 @@
 """Which C is generated and which is written by hand, and that each says so.
 
 C that no template variable changes is committed as C (sys/modules/<m>/ for
-the kernel modules, ISA files in <arch>/; generator/run/harness_c/<arch>/ for
-the user-space harness); templates render only what varies.  So, with what
+the kernel modules, ISA files in <arch>/; generator/run/harness_c/ for the
+user-space harness, shaped the same way); templates render only what varies.  So, with what
 ``generate`` writes for the sample kernel:
 
 * every generated file carries the "generated, do not edit" banner, naming

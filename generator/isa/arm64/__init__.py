@@ -51,6 +51,5 @@ ISA = Isa(
     stream_masks=_table.with_masks,
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
-    harness_glue=("dbp", "arm64"),
     mapping_symbols=True,
 )

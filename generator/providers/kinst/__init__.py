@@ -44,9 +44,11 @@ def _plain() -> Tuple[str, ...]:
 
 
 def _portable(target: str) -> Tuple[str, ...]:
-    """What compiles without kernel headers for ``target``: the table reader, the ISA's core, the tables."""
-    own = isa_registry.by_name(target).kmod.kinst_dirs[0]
-    return ("kinst_funcs.c", f"{own}/kinst_core.c", "kinst_table.c", "kinst_target.c")
+    """What compiles without kernel headers for ``target``: the table reader, each of the ISA's folders'
+    ``kinst_core*.c`` (``dbp/kinst_core_dbp.c`` beside arm64's and riscv's own), the tables."""
+    cores = (f for d in isa_registry.by_name(target).kmod.kinst_dirs for f in _c_files(d)
+             if Path(f).name.startswith("kinst_core") and f.endswith(".c"))
+    return ("kinst_funcs.c", *cores, "kinst_table.c", "kinst_target.c")
 
 
 def _includes(target: str) -> Tuple[str, ...]:
