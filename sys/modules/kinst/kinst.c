@@ -21,10 +21,11 @@
  * being the linker file's name ("kernel", or "foo.ko") as in stock kinst.
  * Probes are made on demand, as in stock kinst: only for a function named
  * exactly, by the KINSTIOC_MAKEPROBE ioctl libdtrace issues for "kinst::f:"
- * and "kinst::f:off", or by a probe description the provide callback is
- * given.  provide(NULL) -- dtrace_open() asks every provider for every probe,
- * on every dtrace(1) run -- and an empty or glob function name make nothing:
- * a whole kernel's table is millions of probes.  Every copy of a name (local
+ * and "kinst::f:off", or by a probe description naming the provider
+ * "kinst" exactly that the provide callback is given.  provide(NULL) --
+ * dtrace_open() asks every provider for every probe, on every dtrace(1) run
+ * -- an empty or glob provider and an empty or glob function name make
+ * nothing: a whole kernel's table is millions of probes.  Every copy of a name (local
  * functions of different files) gets its probes under the shared name; DTrace
  * gives each its own id.  A function's probes are made only if its live
  * bytes have the table's digest (our own breakpoints put back first), and
@@ -571,34 +572,31 @@ kinst_make_locked(const char *func, int off)
 }
 
 /*
- * dtps_provide.  As in stock kinst, probes exist only for functions named
- * exactly.  A NULL description (dtrace_open(), on every dtrace(1) run) and
- * an empty or glob function make nothing; an enabling that names the kinst
- * provider explicitly but no function is told why, once per call.  A .ko
- * table needs the file resolved by an earlier load, ioctl or kld event:
- * linker_file_foreach() would take kld_sx under dtrace_provider_lock, the
- * reverse of the kld unload path's order.
+ * dtps_provide.  Stock kinst has none: its probes come from the ioctl only.
+ * Here a description that names the provider exactly ("kinst", as libdtrace
+ * passes kinst::f: and kinst::f:off) also makes the probes of a function it
+ * names exactly.  Everything else makes nothing: a NULL description
+ * (dtrace_open(), on every dtrace(1) run), an empty or glob provider
+ * (dtrace -n ::vm_fault: or dtrace -l -f vm_fault would otherwise make, and
+ * enable, a probe on every instruction, where stock gives fbt's two), and an
+ * empty or glob function; kinst::: and kinst::vm_*: are told why, once per
+ * call.  A .ko table needs the file resolved by an earlier load, ioctl or
+ * kld event: linker_file_foreach() would take kld_sx under
+ * dtrace_provider_lock, the reverse of the kld unload path's order.
  */
 static void
 kinst_provide(void *arg __unused, dtrace_probedesc_t *desc)
 {
-	bool named;
 
-	if (desc == NULL)
-		return;
-	named = strcmp(desc->dtpd_provider, "kinst") == 0;
-	if (!named && desc->dtpd_provider[0] != '\0' &&
-	    !kinst_isglob(desc->dtpd_provider))
+	if (desc == NULL || strcmp(desc->dtpd_provider, "kinst") != 0)
 		return;
 	if (!kinst_mod_matches(desc->dtpd_mod))
 		return;
 	if (desc->dtpd_func[0] == '\0' || kinst_isglob(desc->dtpd_func)) {
-		if (named)
-			printf("kinst: probes are made per named function "
-			    "(kinst::FUNC: or kinst::FUNC:OFFSET), none for "
-			    "an empty or glob function; `invoke probes` "
-			    "(python -m generator probes) lists a function's "
-			    "probe sites\n");
+		printf("kinst: probes are made per named function "
+		    "(kinst::FUNC: or kinst::FUNC:OFFSET), none for an empty "
+		    "or glob function; `invoke probes` (python -m generator "
+		    "probes) lists a function's probe sites\n");
 		return;
 	}
 	sx_xlock(&kinst_sx);
