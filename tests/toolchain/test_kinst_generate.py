@@ -528,7 +528,10 @@ def relocate_elsewhere(live: LiveImage) -> int:
 def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path: Path) -> None:
     """A .ko table on a module whose every relocated field differs from the file: every probe is made,
     armed and hit, calls emulated to the live targets and trampolines built from the live bytes.
-    Probes are named by lf->filename, and the ioctl takes the module with and without ".ko"."""
+    Probes are named by lf->filename, and the ioctl takes the module with and without ".ko".  kldunload
+    in kern_linker.c's order: refused while a probe is enabled; refused later (a module's MOD_UNLOAD)
+    with its probes kept and usable; done, with its text made to fault, its probes destroyed but the
+    one an enabling holds, which an enable in the window before kld_unload never arms."""
     tree = render(tmp_path / "gen", "--kernel", str(module_ko), "--all")
     target = (tree / "kinst_target.c").read_text()
     assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod.ko";' in target
@@ -547,6 +550,10 @@ def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path
     assert f"world: module: {len(expected)} probes hit, {len(relocated)} over relocated fields" in lines
     assert "world: module probes named fixmod.ko" in lines
     assert not [x for x in kinst_lines(out) if "differ from the table" in x]
+    # An enable that comes while the module's text is gone touches nothing and says why, once.
+    assert between(lines, "world: unload", "world: unloaded") == [
+        "world: enable while the text is gone",
+        "kinst: not enabling fixmod.ko:sysctl_handle:0: its linker file is unloaded or being unloaded"]
 
 
 def test_glue_data_for_the_kernel(trees: Dict[str, Path], sample_kernel: Path) -> None:

@@ -59,11 +59,13 @@
  *   enter kld_sx (the kld unload path takes kld_sx, then
  *   dtrace_provider_lock).
  * - kinst_hash_mtx, a leaf mutex, serialises the writers of kinst_probetab
- *   (creation inserts, destroy unlinks), the graveyard, and kp_gone with the
- *   nenabled count.  kinst_tramp_mtx (amd64/kinst_isa.c) is taken inside
- *   it.
+ *   (creation inserts, destroy unlinks), the graveyard, and kp_gone and
+ *   kinst_going with the nenabled count.  kinst_tramp_mtx
+ *   (amd64/kinst_isa.c) is taken inside it.
  * - kinst_dev_sx keeps the device's users (the kernel-table ioctl and close,
- *   both outside kld_sx) away from the unload handler's dtrace_unregister().
+ *   both outside kld_sx) and the kld_unload handler's dtrace_condense() away
+ *   from the unload handler's dtrace_unregister(); dtrace_condense() is
+ *   never called with kinst_sx held.
  * - The breakpoint handler takes no lock: probes are published with release
  *   stores and unlinked, never freed, while it may see them.
  */
@@ -119,6 +121,7 @@ static void	kinst_disable(void *, dtrace_id_t, void *);
 static void	kinst_getargdesc(void *, dtrace_id_t, void *,
 		    dtrace_argdesc_t *);
 static void	kinst_destroy(void *, dtrace_id_t, void *);
+static void	kinst_going_check_locked(void);
 
 static dtrace_pattr_t kinst_attr = {
 { DTRACE_STABILITY_EVOLVING, DTRACE_STABILITY_EVOLVING, DTRACE_CLASS_COMMON },
@@ -163,6 +166,7 @@ static bool			kinst_invop_added;
 static int			kinst_load_error;
 static struct cdev		*kinst_cdev;
 static eventhandler_tag		kinst_unload_try_tag;
+static eventhandler_tag		kinst_unload_tag;
 
 /*
  * The probes by patch address (KINST_PROBETAB_SIZE chains), and those
@@ -174,6 +178,7 @@ static struct kinst_probe	*kinst_grave;
 
 static uint8_t			*kinst_fstate;	/* KINST_FS_*, per function */
 static linker_file_t		kinst_lf;	/* resolved against; or NULL */
+static linker_file_t		kinst_going;	/* its unload under way */
 static int			kinst_lf_loadcnt;
 static uint64_t			kinst_bias;	/* live minus table address */
 
@@ -615,39 +620,59 @@ kinst_provide_module(void *arg __unused, modctl_t *lf)
 	if (kinst_table_kernel || strcmp(lf->filename, kinst_file) != 0)
 		return;
 	sx_xlock(&kinst_sx);
+	kinst_going_check_locked();
 	kinst_resolve_locked(lf);
 	sx_xunlock(&kinst_sx);
 }
 
 /*
- * The table's .ko is about to go (kld_sx held; EVENTHANDLER_PRI_FIRST, so
- * before dtrace_module_unloaded()).  DTrace will not destroy this file's
- * probes: dtrace_module_unloaded() matches probes by the file name without
- * ".ko", and they are named "foo.ko" as in stock kinst.  So mark them gone
- * -- never enabled again, not counted as this address's probe -- and forget
- * the file; close (dtrace_condense()) and unload free them.  An unload that
- * DTrace will veto (a probe in the file enabled: nenabled, read under the
- * lock the enable callback counts under) is left alone.
+ * A .ko table's file going away.  DTrace never destroys this file's probes:
+ * dtrace_module_unloaded() matches probes by the file name without ".ko",
+ * and they are named "foo.ko" as in stock kinst.  So the unload is followed
+ * in two steps, because sys/kern/kern_linker.c's linker_file_unload() can
+ * still refuse it after the kld_unload_try handlers have run (a module's
+ * MOD_QUIESCE or MOD_UNLOAD says no), and frees the file's text before the
+ * kld_unload event:
+ *
+ * - kld_unload_try (kld_sx held; EVENTHANDLER_PRI_FIRST, so before DTrace's
+ *   own handler, which refuses while nenabled is not 0): if no probe of the
+ *   file is enabled (nenabled, read under the lock the enable callback
+ *   counts under), the file is "going" (kinst_going): its probes are not
+ *   enabled, no new ones are made in it, but nothing is lost yet;
+ * - kld_unload, after the text is freed: the file's probes are gone for
+ *   good (never enabled, not counted as their address's probe) and
+ *   destroyed with dtrace_condense(), all but those an enabling still
+ *   holds, which go when it does;
+ * - a refused unload leaves the file LINKER_FILE_LINKED (the flag is taken
+ *   off only once every module agreed), and the next kld_sx holder that
+ *   looks (the ioctl, a kld event) finds it so and lets its probes be used
+ *   again.
  */
+static void
+kinst_going_check_locked(void)
+{
+
+	sx_assert(&kinst_sx, SA_XLOCKED);
+	if (kinst_going == NULL ||
+	    (kinst_going->flags & LINKER_FILE_LINKED) == 0)
+		return;
+	mtx_lock(&kinst_hash_mtx);
+	kinst_going = NULL;
+	mtx_unlock(&kinst_hash_mtx);
+}
+
 static void
 kinst_kld_unload_try(void *arg __unused, linker_file_t lf, int *error)
 {
-	struct kinst_probe *kp;
-	u_int i;
 
 	if (*error != 0)
 		return;
 	sx_xlock(&kinst_sx);
+	kinst_going_check_locked();
 	if (lf == kinst_lf && lf != linker_kernel_file) {
 		mtx_lock(&kinst_hash_mtx);
 		if (lf->nenabled == 0) {
-			for (i = 0; i < KINST_PROBETAB_SIZE; i++) {
-				for (kp = kinst_probetab[i]; kp != NULL;
-				    kp = kp->kp_hashnext) {
-					if (kp->kp_lf == lf)
-						kp->kp_gone = true;
-				}
-			}
+			kinst_going = lf;
 			kinst_lf = NULL;
 		}
 		mtx_unlock(&kinst_hash_mtx);
@@ -656,22 +681,64 @@ kinst_kld_unload_try(void *arg __unused, linker_file_t lf, int *error)
 }
 
 static void
+kinst_kld_unload(void *arg __unused, const char *filename __unused,
+    caddr_t address, size_t size __unused)
+{
+	struct kinst_probe *kp;
+	u_int i;
+
+	sx_xlock(&kinst_sx);
+	if (kinst_going == NULL || kinst_going->address != address) {
+		kinst_going_check_locked();
+		sx_xunlock(&kinst_sx);
+		return;
+	}
+	mtx_lock(&kinst_hash_mtx);
+	for (i = 0; i < KINST_PROBETAB_SIZE; i++) {
+		for (kp = kinst_probetab[i]; kp != NULL; kp = kp->kp_hashnext) {
+			if (kp->kp_lf == kinst_going)
+				kp->kp_gone = true;
+		}
+	}
+	kinst_going = NULL;
+	mtx_unlock(&kinst_hash_mtx);
+	sx_xunlock(&kinst_sx);
+	/* Not under kinst_sx: DTrace's locks come first. */
+	sx_slock(&kinst_dev_sx);
+	if (kinst_registered)
+		(void)dtrace_condense(kinst_id);
+	sx_sunlock(&kinst_dev_sx);
+	sx_xlock(&kinst_sx);
+	kinst_reap();
+	sx_xunlock(&kinst_sx);
+}
+
+/*
+ * Whether kp's patch point is gone or going is asked first, under the lock
+ * the unload handlers mark it under: nothing is read or written at a patch
+ * point whose text may be freed.  Once counted in nenabled, the file cannot
+ * start going (kinst_kld_unload_try(), and DTrace's handler, see it).
+ */
+static void
 kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 {
 	struct kinst_probe *kp;
 	const char *why;
 	kinst_patchval_t live;
+	bool gone;
 
 	kp = parg;
 	kp->kp_id = id;
 	if (kp->kp_counted)
 		return;
 	why = NULL;
-	live = kinst_isa_peek(kp, kp->kp_patchpoint);
+	live = 0;
 	mtx_lock(&kinst_hash_mtx);
-	if (kp->kp_gone)
-		why = "its linker file is being unloaded";
-	else if (live != kp->kp_savedval)
+	gone = kp->kp_gone || kp->kp_lf == kinst_going;
+	if (gone)
+		why = "its linker file is unloaded or being unloaded";
+	else if ((live = kinst_isa_peek(kp, kp->kp_patchpoint)) !=
+	    kp->kp_savedval)
 		why = "the " KINST_SITE_UNIT " there is not the original one "
 		    "(another provider's breakpoint?)";
 	else if ((why = kinst_tramp_take(kp)) == NULL) {
@@ -680,13 +747,17 @@ kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 	}
 	mtx_unlock(&kinst_hash_mtx);
 	if (why != NULL) {
-		if ((kp->kp_warned & KINST_W_ENABLE) == 0) {
-			kp->kp_warned |= KINST_W_ENABLE;
+		if ((kp->kp_warned & KINST_W_ENABLE) != 0)
+			return;
+		kp->kp_warned |= KINST_W_ENABLE;
+		if (gone)
+			printf("kinst: not enabling %s:%s:%u: %s\n",
+			    kinst_modname, kp->kp_func, kp->kp_off, why);
+		else
 			printf("kinst: not enabling %s:%s:%u: %s ("
 			    KINST_SITE_UNIT " %#x, original %#x)\n",
 			    kinst_modname, kp->kp_func, kp->kp_off, why,
 			    (u_int)live, (u_int)kp->kp_savedval);
-		}
 		return;
 	}
 	/* Ours before its breakpoint fires; written only over the original. */
@@ -799,12 +870,14 @@ kinst_ioctl_file(linker_file_t lf, void *arg)
 	dtrace_kinst_probedesc_t *pd;
 	int error;
 
-	if (!kinst_table_kernel && strcmp(lf->filename, kinst_file) != 0)
+	if (!kinst_table_kernel && (strcmp(lf->filename, kinst_file) != 0 ||
+	    (lf->flags & LINKER_FILE_LINKED) == 0))
 		return (0);
 	if (!kinst_registered)
 		return (ENXIO);
 	pd = arg;
 	sx_xlock(&kinst_sx);
+	kinst_going_check_locked();
 	kinst_resolve_locked(lf);
 	error = kinst_make_locked(pd->kpd_func, pd->kpd_off);
 	sx_xunlock(&kinst_sx);
@@ -882,7 +955,8 @@ static int
 kinst_load_file(linker_file_t lf, void *arg __unused)
 {
 
-	if (kinst_table_kernel || strcmp(lf->filename, kinst_file) == 0) {
+	if (kinst_table_kernel || (strcmp(lf->filename, kinst_file) == 0 &&
+	    (lf->flags & LINKER_FILE_LINKED) != 0)) {
 		sx_xlock(&kinst_sx);
 		kinst_resolve_locked(lf);
 		sx_xunlock(&kinst_sx);
@@ -914,6 +988,8 @@ kinst_load(void *dummy __unused)
 		(void)linker_file_foreach(kinst_load_file, NULL);
 	kinst_unload_try_tag = EVENTHANDLER_REGISTER(kld_unload_try,
 	    kinst_kld_unload_try, NULL, EVENTHANDLER_PRI_FIRST);
+	kinst_unload_tag = EVENTHANDLER_REGISTER(kld_unload, kinst_kld_unload,
+	    NULL, EVENTHANDLER_PRI_ANY);
 	/* Before dtrace_register(): an anonymous enabling arms at once. */
 	dtrace_invop_add(kinst_invop);
 	kinst_invop_added = true;
@@ -947,6 +1023,8 @@ kinst_unload(void *dummy __unused)
 	}
 	if (kinst_unload_try_tag != NULL)
 		EVENTHANDLER_DEREGISTER(kld_unload_try, kinst_unload_try_tag);
+	if (kinst_unload_tag != NULL)
+		EVENTHANDLER_DEREGISTER(kld_unload, kinst_unload_tag);
 	if (kinst_invop_added) {
 		dtrace_invop_remove(kinst_invop);
 		/* No CPU is still in kinst_invop() after this. */
