@@ -341,13 +341,16 @@ def write_expectations(live: LiveImage, plan: ProbePlan, path: Path) -> List[Exp
 
 def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id_arg: str, *,
               module: Optional[LiveImage] = None, expect: Optional[Path] = None, victim: str = "",
-              far: bool = False) -> str:
+              far: bool = False, sanitize: str = "") -> str:
     """Build glue_world (kinst.c and amd64/kinst_isa.c as one unit) with the module's portable
-    objects and run one scenario; ``tree`` is a staged module directory."""
+    objects and run one scenario; ``tree`` is a staged module directory, ``sanitize`` a gcc
+    -fsanitize= value for every part (the scenario fails on any report)."""
     require_tools("gcc", why="glue_world and its host are built with gcc")
     work.mkdir(parents=True, exist_ok=True)
     stubs = standin_tree(tree, work / "stubs")
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    if sanitize:
+        flags += [f"-fsanitize={sanitize}", "-g", "-O1"]
     includes = [f"-I{tree / d}" for d in KINST.includes]
     res = cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{stubs}", f"-I{FIXTURES}", *includes,
               "-c", str(FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], work)
@@ -366,7 +369,7 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id
     if far:
         argv.append("--far-pool")
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-8000:]
     last = run.stdout.strip().splitlines()[-1]
     assert re.fullmatch(rf"{scenario}: \d+ checks, 0 failed, \d+ probes, \d+ trampoline pages", last), last
     return run.stdout
@@ -423,6 +426,17 @@ def test_glue_runs_a_kernel_table(modules: Dict[str, Path], sample_kernel: Path,
         refused = [x.split()[-1] for x in lines if x.startswith("world: refused offset ")]
         assert len(refused) == 1
         assert f"kinst: {refused[0]} is not a probe of the generated table (kinst_refused.txt says why)" in lines
+
+
+def test_glue_makes_probes_while_dtrace_destroys_others(modules: Dict[str, Path], sample_kernel: Path,
+                                                        tmp_path: Path) -> None:
+    """Two threads over the glue with real locks, under ThreadSanitizer: one makes vm_fault's probes by
+    the ioctl (kinst_sx), the other closes the device, which condenses them (dtps_destroy unlinks them
+    from the address chains under kinst_hash_mtx).  Any memory both touch unordered is a report, and
+    the run fails."""
+    out = run_world(modules["single"], tmp_path, "race", live_image(sample_kernel), build_id(sample_kernel),
+                    sanitize="thread")
+    assert re.search(r"^world: race: \d+ probes made$", out, re.M), out[-2000:]
 
 
 def test_glue_refuses_another_kernel(modules: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:

@@ -305,7 +305,9 @@ kinst_probe_at(uintptr_t addr)
 
 /*
  * The probe DTrace still has at live address 'addr' (not destroyed, its file
- * not going away), or NULL.  kinst_sx held: nothing is freed meanwhile.
+ * not gone), or NULL.  kinst_sx held, so nothing is freed meanwhile; the
+ * chain is walked under kinst_hash_mtx, since DTrace destroys probes (and
+ * kinst_destroy() unlinks them) without kinst_sx.
  */
 static struct kinst_probe *
 kinst_probe_live(uintptr_t addr)
@@ -313,12 +315,14 @@ kinst_probe_live(uintptr_t addr)
 	struct kinst_probe *kp;
 
 	sx_assert(&kinst_sx, SA_XLOCKED);
+	mtx_lock(&kinst_hash_mtx);
 	for (kp = kinst_probetab[KINST_ADDR2NDX(addr)]; kp != NULL;
 	    kp = kp->kp_hashnext) {
 		if ((uintptr_t)kp->kp_patchpoint == addr && !kp->kp_gone)
-			return (kp);
+			break;
 	}
-	return (NULL);
+	mtx_unlock(&kinst_hash_mtx);
+	return (kp);
 }
 
 /* Publish 'kp', fully set up, to the breakpoint handler. */
@@ -483,7 +487,8 @@ kinst_make_func(u_int f, const struct kinst_func *kf, int off)
 		if (ki.ki_kind == KINST_R_REFUSED)
 			continue;
 		kp = kinst_probe_live((uintptr_t)(base + ki.ki_off));
-		if (kp != NULL && kp->kp_state != KINST_S_IDLE)
+		if (kp != NULL &&
+		    atomic_load_acq_int(&kp->kp_state) != KINST_S_IDLE)
 			kinst_isa_unpatch(kp, live + ki.ki_off);
 	}
 	kinst_bytecopy(copy, live, kf->kf_size);
