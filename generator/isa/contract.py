@@ -156,6 +156,10 @@ class Isa(NamedTuple):
     # The user-space harness's glue: directories of generator/run/harness_c/ after common/, which every ISA
     # shares; () is (name,).
     harness_glue: Tuple[str, ...] = ()
+    # Functions that run only in NMI context, and why a breakpoint there is unsafe: whatever they call
+    # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
+    nmi_entries: Tuple[str, ...] = ()
+    nmi_reason: str = ""
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

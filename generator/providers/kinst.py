@@ -104,7 +104,7 @@ def context(plan: ProbePlan) -> Dict[str, Any]:
         "record_codes": [{"name": c.c_name, "value": c.value, "doc": c.doc} for c in isa.record_codes],
         "func_recsize": FUNC_RECORD.size,
         "func_fields": _field_offsets(),
-        **glue_context(plan, isa.md_excluded),
+        **glue_context(plan, dict(plan.md_excluded) or isa.md_excluded),
     }
 
 
