@@ -137,3 +137,22 @@ def test_the_private_interface_is_gone(arch, linked):
     img = KernelImage.open(str(linked))
     names = {s.name for s in img.symbols()}
     assert not {"kinst_isa_lookup", "kinst_isa_fire", "kinst_isa_prepare", "kinst_isa_fini"} & names
+
+
+# The kernel's timed sleeps: pause(9) is pause_sbt(), tsleep(9) and msleep(9) are _sleep().
+TIMED_SLEEPS = {"pause_sbt", "_sleep", "msleep_spin_sbt", "tsleep", "tsleep_sbt"}
+
+
+def test_unload_never_sleeps_holding_kld_sx(arch, linked):
+    """MOD_UNLOAD runs with the kernel linker's kld_sx held (kern_linker.c: linker_file_unload()), which
+    every kldload, kldunload, kldstat and stack(9) symbol lookup waits for, so nothing kinst_modevent
+    reaches by direct calls in the linked module sleeps for time: while a thread may still be inside a
+    trampoline the unload is refused at once, and kldunload is asked again later."""
+    from generator.analysis.callgraph import direct_calls, reach
+
+    img = KernelImage.open(str(linked))
+    reached = reach(img, [img.lookup("kinst_modevent")], lambda f: True)
+    assert "kinst_tramp_quiesce" in {f.name for f in reached}, "the ISA's unload check is not where MOD_UNLOAD is"
+    sleeps = {f"{' -> '.join(chain)} -> {s}" for f, chain in reached.items() for s in direct_calls(img, f).outside
+              if s.split("+")[0] in TIMED_SLEEPS}
+    assert not sleeps, sleeps

@@ -1061,8 +1061,10 @@ kinst_unload(void *dummy __unused)
  * ignores dtrace_unregister()'s answer.  It also fails with EBUSY, after the
  * provider is gone, while the ISA part cannot show that no thread is inside
  * a trampoline (kinst_tramp_quiesce(): arm64 and riscv, whose trampolines
- * end in a breakpoint only this module's handler answers).  The module then
- * stays loaded with its breakpoint handler and trampolines, and without a
+ * end in a breakpoint only this module's handler answers).  It does not wait
+ * for them: MOD_UNLOAD holds the kernel linker's kld_sx, which kldload,
+ * kldstat and stack(9) symbol lookups wait for.  The module then stays
+ * loaded with its breakpoint handler and trampolines, and without a
  * provider; a later kldunload asks again and never unregisters twice.
  */
 static int
