@@ -161,13 +161,20 @@ def glue_world(module: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return exe
 
 
-@pytest.mark.parametrize("scenario", ["hook-taken", "register-fails", "load-unload"])
+@pytest.mark.parametrize("scenario", ["hook-taken", "register-fails", "load-unload", "module-types"])
 def test_glue_runs_over_standin_kernel_services(glue_world: Path, scenario: str) -> None:
     """A failed load never unregisters provider 0 nor clears a malloc(9) hook it did not set; a refused
-    unload keeps the hook, a good one clears it."""
+    unload keeps the hook, a good one clears it.  A module's malloc types (module-types): its kldunload
+    is refused while one of their probes is enabled; refused later, their probes stay usable; done, the
+    module's memory faults and no enable or disable writes there again, and their probes are destroyed
+    but the one an enabling holds."""
     run = subprocess.run([str(glue_world), scenario], capture_output=True, text=True, timeout=60)
     lines = run.stdout.strip().splitlines()
     assert run.returncode == 0 and re.fullmatch(rf"{scenario}: \d+ checks, 0 failed", lines[-1]), run.stdout
+    if scenario == "module-types":
+        start = lines.index("world: unload with a probe enabled")
+        assert lines[start + 1 : lines.index("world: refused")] == [
+            "dtmalloc: not unloading fixmod.ko: a dtmalloc probe of a malloc type it defines is enabled"]
 
 
 def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
