@@ -979,8 +979,16 @@ kinst_load_file(linker_file_t lf, void *arg __unused)
 static void
 kinst_load(void *dummy __unused)
 {
+	const char *why;
 	int error;
 
+	/* Nothing reads the table before its structure is known sound. */
+	if ((why = kinst_table_check(&kinst_table)) != KINST_TABLE_OK) {
+		printf("kinst: the generated table is malformed (%s): not "
+		    "loading\n", why);
+		error = ENOEXEC;
+		goto fail;
+	}
 	if ((error = kinst_check_build_id()) != 0)
 		goto fail;
 	kinst_probetab = mallocarray(KINST_PROBETAB_SIZE,

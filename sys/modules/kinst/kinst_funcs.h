@@ -12,6 +12,11 @@
  * the offsets kinst_encoding.h defines (rendered from the generator, their
  * one owner).  What the records say about each instruction is the ISA's
  * business (<arch>/kinst_core.c).
+ *
+ * Nothing in a table is trusted: kinst_table_check() holds its whole
+ * structure to what the readers below assume, once, before anything reads
+ * it, and a function's digest covers its instruction records as well as its
+ * bytes (kinst_func_digest_ok()).
  */
 
 #ifndef _KINST_FUNCS_H_
@@ -35,6 +40,7 @@ struct kinst_table {
 	const kc_uint8_t	*kt_funcs;	/* kt_nfuncs function records */
 	const kc_uint8_t	*kt_byname;	/* kt_nfuncs u32: indices, strcmp() order */
 	const char		*kt_names;	/* NUL-terminated names */
+	kc_uint32_t		kt_names_size;	/* bytes of kt_names */
 	const kc_uint8_t	*kt_records;	/* per-instruction records */
 	kc_uint32_t		kt_records_size;
 	const char		*kt_image;	/* input path */
@@ -44,7 +50,7 @@ struct kinst_table {
 /* One function record, read out. */
 struct kinst_func {
 	kc_uint64_t	kf_addr;	/* st_value in the image */
-	kc_uint64_t	kf_digest;	/* CRC-32 << 32 | Adler-32, relocated fields zeroed */
+	kc_uint64_t	kf_digest;	/* kinst_func_digest_ok() */
 	const char	*kf_name;
 	kc_uint32_t	kf_size;	/* st_size */
 	kc_uint32_t	kf_records;	/* its records: kt_records[kf_records..kf_end) */
@@ -55,11 +61,17 @@ struct kinst_func {
 
 extern const struct kinst_table kinst_table;
 
+#define	KINST_TABLE_OK	((const char *)0)	/* kinst_table_check(): sound */
+
 void	kinst_func_get(const struct kinst_table *, kc_uint32_t,
 	    struct kinst_func *);
 long	kinst_func_at(const struct kinst_table *, kc_uint64_t);
 kc_uint32_t kinst_func_byname(const struct kinst_table *, kc_uint32_t);
 kc_uint64_t kinst_func_digest(const kc_uint8_t *, kc_uint32_t);
+kc_uint64_t kinst_digest_more(kc_uint64_t, const kc_uint8_t *, kc_uint32_t);
+int	kinst_func_digest_ok(const struct kinst_table *,
+	    const struct kinst_func *, const kc_uint8_t *);
+const char *kinst_table_check(const struct kinst_table *);
 void	kinst_bytecopy(volatile kc_uint8_t *, const volatile kc_uint8_t *,
 	    kc_uint32_t);
 
