@@ -122,6 +122,9 @@ def test_core_compiles_freestanding(module: Path, cc: List[str], tmp_path: Path)
         res = _cc([*cc, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], module)
         assert res.returncode == 0, res.stderr
     portable = "".join((module / n).read_text() for n in (*PORTABLE, "dtmalloc_core.h", "dtmalloc_target.h"))
+    # <sys/types.h> only in a FreeBSD kernel build (style(9)'s integer types).
+    portable = re.sub(r"#ifdef \w+_SYS_TYPES\n#include <sys/types.h>\n.*?#else\n", "",
+                      portable, flags=re.S)
     assert '#include "dtmalloc_target.h"' in portable and "#include <" not in portable
 
 
@@ -191,6 +194,9 @@ def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
 def test_makefile_uses_bsd_kmod_mk() -> None:
     text = (SYS_MODULES / "dtmalloc" / "Makefile").read_text()
     assert ".include <bsd.kmod.mk>" in text
+    # As the DTrace provider modules have it (sys/modules/dtrace/kinst/Makefile): OpenZFS's warning flags
+    # for the OpenSolaris compatibility headers, after bsd.kmod.mk has set CWARNFLAGS.
+    assert "CWARNFLAGS+=\t${OPENZFS_CWARNFLAGS}" in text.split(".include <bsd.kmod.mk>")[1]
     assert "KMOD=\tdtmalloc" in text
     srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))
     c_files = [n for n in srcs.split() if n.endswith(".c")]

@@ -25,13 +25,13 @@
  * "kinst" exactly that the provide callback is given.  provide(NULL) --
  * dtrace_open() asks every provider for every probe, on every dtrace(1) run
  * -- an empty or glob provider and an empty or glob function name make
- * nothing: a whole kernel's table is millions of probes.  Every copy of a name (local
- * functions of different files) gets its probes under the shared name; DTrace
- * gives each its own id.  A function's probes are made only if its live
- * bytes have the table's digest (our own breakpoints put back first), and
- * each probe's struct kinst_md is derived from those verified bytes.  A
- * probe is made once per patch address: an address that already has a probe
- * DTrace has not destroyed gets none.
+ * nothing: a whole kernel's table is millions of probes.  Every copy of a
+ * name (local functions of different files) gets its probes under the
+ * shared name; DTrace gives each its own id.  A function's probes are made
+ * only if its live bytes have the table's digest (our own breakpoints put
+ * back first), and each probe's struct kinst_md is derived from those
+ * verified bytes.  A probe is made once per patch address: an address that
+ * already has a probe DTrace has not destroyed gets none.
  *
  * Enabling takes the probe's trampoline (reserved or filled when it was
  * made) and writes the ISA's breakpoint (amd64 int3 over the first byte,

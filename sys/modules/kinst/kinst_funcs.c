@@ -11,7 +11,8 @@
 
 #include "kinst_core.h"
 
-#define	KINST_DIGEST_EMPTY	((kc_uint64_t)1)	/* CRC-32 0, Adler-32 1 */
+/* The digest of no bytes: CRC-32 0, Adler-32 1. */
+#define	KINST_DIGEST_EMPTY	((kc_uint64_t)1)
 
 static kc_uint32_t
 kinst_le32(const kc_uint8_t *p)

@@ -85,7 +85,7 @@ kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
 		break;
 	}
 	if (code >= KINST_R_RIPREL_IMM1 && code <= KINST_R_RIPREL_IMM4)
-		code = KINST_K_RIPREL;	/* kinst_core_derive() checks ki_dispoff */
+		code = KINST_K_RIPREL;	/* kinst_core_derive() checks it */
 	ki->ki_kind = (kc_uint8_t)code;
 	ki->ki_off = kw->kw_off;
 	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
