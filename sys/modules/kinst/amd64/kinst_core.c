@@ -374,6 +374,20 @@ int
 kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
     volatile kc_uint8_t *tramp)
 {
+
+	return (kinst_core_tramp_fill_at(md, patchpoint, (kc_uintptr_t)tramp,
+	    tramp));
+}
+
+/*
+ * The same, written at 'tramp' for a trampoline that runs at address 'at':
+ * another mapping of the same bytes, such as the kernel's direct map of a
+ * trampoline page mapped read and execute only.
+ */
+int
+kinst_core_tramp_fill_at(const struct kinst_md *md, kc_uintptr_t patchpoint,
+    kc_uintptr_t at, volatile kc_uint8_t *tramp)
+{
 	kc_uint64_t resume;
 	kc_int64_t rel;
 	kc_uint32_t i, len;
@@ -384,7 +398,7 @@ kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
 	kinst_bytecopy(tramp, md->km_template, len);
 	if ((md->km_flags & KINST_F_RIPREL) != 0) {
 		rel = (kc_int64_t)(patchpoint + (kc_uint64_t)md->km_disp -
-		    (kc_uint64_t)(kc_uintptr_t)tramp);
+		    (kc_uint64_t)at);
 		if (rel < KINST_INT32_MIN || rel > KINST_INT32_MAX)
 			return (KINST_E_RANGE);
 		kinst_core_put32(tramp + md->km_dispoff, (kc_uint32_t)rel);
