@@ -365,6 +365,23 @@ kinst_reap(void)
 }
 
 /*
+ * Destroy the probes no enabling holds (dtrace_condense()), and free them.
+ * Not under kinst_sx, which DTrace's locks come before.
+ */
+static void
+kinst_condense(void)
+{
+
+	sx_slock(&kinst_dev_sx);
+	if (kinst_registered)
+		(void)dtrace_condense(kinst_id);
+	sx_sunlock(&kinst_dev_sx);
+	sx_xlock(&kinst_sx);
+	kinst_reap();
+	sx_xunlock(&kinst_sx);
+}
+
+/*
  * Resolving the table against a linker file: the anchor's live address gives
  * the bias, and a table function is found when a function symbol of the same
  * name and size sits exactly at its table address plus the bias.  The kernel
@@ -708,14 +725,7 @@ kinst_kld_unload(void *arg __unused, const char *filename __unused,
 	kinst_going = NULL;
 	mtx_unlock(&kinst_hash_mtx);
 	sx_xunlock(&kinst_sx);
-	/* Not under kinst_sx: DTrace's locks come first. */
-	sx_slock(&kinst_dev_sx);
-	if (kinst_registered)
-		(void)dtrace_condense(kinst_id);
-	sx_sunlock(&kinst_dev_sx);
-	sx_xlock(&kinst_sx);
-	kinst_reap();
-	sx_xunlock(&kinst_sx);
+	kinst_condense();
 }
 
 /*
@@ -858,13 +868,7 @@ kinst_close(struct cdev *dev __unused, int fflag __unused,
     int devtype __unused, struct thread *td __unused)
 {
 
-	sx_slock(&kinst_dev_sx);
-	if (kinst_registered)
-		(void)dtrace_condense(kinst_id);
-	sx_sunlock(&kinst_dev_sx);
-	sx_xlock(&kinst_sx);
-	kinst_reap();
-	sx_xunlock(&kinst_sx);
+	kinst_condense();
 	return (0);
 }
 

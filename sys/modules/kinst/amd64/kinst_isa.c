@@ -96,8 +96,8 @@
 /* One trampoline of a page. */
 struct kinst_tslot {
 	struct kinst_tslot	*ts_next;	/* free list or address chain */
-	uint8_t			*ts_tramp;	/* KINST_TRAMP_SIZE bytes: runs */
-	uint8_t			*ts_write;	/* the same, in the direct map */
+	uint8_t			*ts_tramp;	/* where it runs */
+	uint8_t			*ts_write;	/* it, in the direct map */
 	uintptr_t		ts_addr;	/* patch point; 0: unused */
 	struct kinst_md		ts_md;		/* what it was filled from */
 };
