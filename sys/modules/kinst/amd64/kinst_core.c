@@ -85,7 +85,7 @@ kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
 		break;
 	}
 	if (code >= KINST_R_RIPREL_IMM1 && code <= KINST_R_RIPREL_IMM4)
-		code = KINST_K_RIPREL;	/* kinst_core_derive() checks ki_dispoff */
+		code = KINST_K_RIPREL;	/* kinst_core_derive() checks it */
 	ki->ki_kind = (kc_uint8_t)code;
 	ki->ki_off = kw->kw_off;
 	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
@@ -120,8 +120,7 @@ kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
 	}
 	if (rv < 0)
 		return (KINST_E_TABLE);
-	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
-	    KINST_E_BYTES);
+	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
 }
 
 static int
@@ -205,6 +204,37 @@ kinst_core_call_operand(const volatile kc_uint8_t *b, kc_uint32_t len,
 }
 
 /*
+ * May the instruction 'b' (len bytes, its opcode at opcidx) run unchanged in
+ * a trampoline, as a KINST_K_TRAMPOLINE record says?  Not a branch or call
+ * whose target is relative to where it runs (the table gives those kinds of
+ * their own, or refuses them), nor a call through a register or memory
+ * (emulated), nor an ff-group instruction with a %rip-relative operand.  A
+ * %rip-relative operand of another opcode is not recognised here (that
+ * needs the opcode map): the function's digest, which covers its records,
+ * vouches for their kinds.
+ */
+static int
+kinst_core_copyable(const volatile kc_uint8_t *b, kc_uint32_t len,
+    kc_uint32_t opcidx)
+{
+	kc_uint8_t op, reg;
+
+	op = b[opcidx];
+	if (op == 0xe8 || op == 0xe9 || op == 0xeb ||
+	    (op >= 0x70 && op <= 0x7f) || (op >= 0xe0 && op <= 0xe3))
+		return (0);
+	if (opcidx + 1 >= len)
+		return (1);
+	if (op == 0x0f && b[opcidx + 1] >= 0x80 && b[opcidx + 1] <= 0x8f)
+		return (0);
+	reg = (b[opcidx + 1] >> 3) & 7;
+	if (op == 0xff && (reg == 2 || reg == 3 ||
+	    (b[opcidx + 1] & 0xc7) == 0x05))
+		return (0);
+	return (1);
+}
+
+/*
  * kinst's metadata for the live instruction 'b' that record 'ki' describes.
  * The template is the instruction with its rel32 zeroed (the trampoline
  * fill writes the one that reaches the target from the trampoline), or the
@@ -243,6 +273,8 @@ kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
 
 	switch (ki->ki_kind) {
 	case KINST_K_TRAMPOLINE:
+		if (!kinst_core_copyable(b, len, opcidx))
+			return (KINST_E_TABLE);
 		kinst_bytecopy(md->km_template, b, len);
 		return (0);
 	case KINST_K_RIPREL:
@@ -342,6 +374,20 @@ int
 kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
     volatile kc_uint8_t *tramp)
 {
+
+	return (kinst_core_tramp_fill_at(md, patchpoint, (kc_uintptr_t)tramp,
+	    tramp));
+}
+
+/*
+ * The same, written at 'tramp' for a trampoline that runs at address 'at':
+ * another mapping of the same bytes, such as the kernel's direct map of a
+ * trampoline page mapped read and execute only.
+ */
+int
+kinst_core_tramp_fill_at(const struct kinst_md *md, kc_uintptr_t patchpoint,
+    kc_uintptr_t at, volatile kc_uint8_t *tramp)
+{
 	kc_uint64_t resume;
 	kc_int64_t rel;
 	kc_uint32_t i, len;
@@ -352,7 +398,7 @@ kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
 	kinst_bytecopy(tramp, md->km_template, len);
 	if ((md->km_flags & KINST_F_RIPREL) != 0) {
 		rel = (kc_int64_t)(patchpoint + (kc_uint64_t)md->km_disp -
-		    (kc_uint64_t)(kc_uintptr_t)tramp);
+		    (kc_uint64_t)at);
 		if (rel < KINST_INT32_MIN || rel > KINST_INT32_MAX)
 			return (KINST_E_RANGE);
 		kinst_core_put32(tramp + md->km_dispoff, (kc_uint32_t)rel);
