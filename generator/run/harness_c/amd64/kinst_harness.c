@@ -262,14 +262,16 @@ static const char *
 kh_prepare_probe(struct kh_inst *ki, uint32_t idx, uintptr_t live, char *why,
     size_t len)
 {
+	uint8_t *tramp;
 	int err;
 
 	if (kinst_core_is_call(&ki->ki_md[idx]))
 		return (NULL);	/* emulated */
 	if (ki->ki_tramp == NULL)
 		return ("no trampoline memory within +-2 GiB");
-	err = kinst_core_tramp_fill(&ki->ki_md[idx], live,
-	    ki->ki_tramp + (uintptr_t)idx * KINST_TRAMP_SIZE);
+	tramp = ki->ki_tramp + (uintptr_t)idx * KINST_TRAMP_SIZE;
+	err = kinst_core_tramp_fill(&ki->ki_md[idx], live, (uintptr_t)tramp,
+	    tramp);
 	if (err == 0)
 		return (NULL);
 	snprintf(why, len, "trampoline fill: error %d%s", err,

@@ -246,7 +246,8 @@ kinst_tramp_take(struct kinst_probe *kp)
 			mtx_unlock(&kinst_tramp_mtx);
 			return ("no trampoline was reserved for it");
 		}
-		if (kinst_core_tramp_fill(&kp->kp_md, pc, ts->ts_tramp) != 0) {
+		if (kinst_core_tramp_fill(&kp->kp_md, pc,
+		    (uintptr_t)ts->ts_tramp, ts->ts_tramp) != 0) {
 			memset(ts->ts_tramp, KINST_PATCHVAL, KINST_TRAMP_SIZE);
 			mtx_unlock(&kinst_tramp_mtx);
 			return ("its trampoline cannot reach the instruction's "
