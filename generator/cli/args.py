@@ -21,12 +21,15 @@ def add_kernel(p: argparse.ArgumentParser, helptext: str = KERNEL_HELP) -> None:
     p.add_argument("--kernel", help=helptext)
 
 
-def add_prologue_rule(p: argparse.ArgumentParser) -> None:
+def add_prologue_rule(p, default: str = DEFAULT_PROLOGUE_RULE, extra=()) -> None:
+    """``--prologue-rule``; ``extra`` adds planning-only rules (the linux guest's 'none')."""
+    more = "".join(f", '{r}': no prologue rule" for r in extra)
     p.add_argument(
         "--prologue-rule",
-        choices=PROLOGUE_RULES,
-        default=DEFAULT_PROLOGUE_RULE,
-        help="frame-pointer rule: 'any' push %%rbp (newest kinst, default) or 'first' byte 0x55 (FreeBSD 14.0)",
+        choices=PROLOGUE_RULES + tuple(extra),
+        default=default,
+        help=f"frame-pointer rule: 'any' push %%%%rbp (newest kinst), 'first' byte 0x55 (FreeBSD 14.0){more}; "
+        f"default '{default}'",
     )
 
 

@@ -58,6 +58,7 @@
 #include <linux/proc_fs.h>
 #include <linux/rcupdate.h>
 #include <linux/seq_file.h>
+#include <linux/slab.h>
 #include <linux/sort.h>
 #include <linux/stop_machine.h>
 #include <linux/stringify.h>
@@ -205,7 +206,7 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 	struct pt_regs *regs = args->regs;
 	struct kinst_linux_probe *kp;
 	struct kinst_regs kr;
-	uint64_t target, retaddr;
+	kc_uint64_t target, retaddr;
 	uintptr_t pc;
 
 	if (val != DIE_INT3 || user_mode(regs) || !READ_ONCE(kinst_linux_armed))
@@ -637,15 +638,34 @@ static const struct seq_operations kinst_linux_hits_ops = {
 	.show = kinst_linux_hits_show,
 };
 
-/* /proc/kinst/text: the kernel's live text, [_stext, _etext). */
+/*
+ * /proc/kinst/text: the kernel's live text, [_stext, _etext), a page at a
+ * time through a bounce buffer (hardened usercopy refuses to copy kernel
+ * text to user space directly).
+ */
 static ssize_t
 kinst_linux_text_read(struct file *file, char __user *ubuf, size_t len,
     loff_t *off)
 {
+	const size_t size = KINST_LINUX_TEXT_END - KINST_LINUX_TEXT_START;
+	const uint8_t *text;
+	void *bounce;
+	size_t n;
 
-	return (simple_read_from_buffer(ubuf, len, off,
-	    (void *)(KINST_LINUX_TEXT_START + kinst_linux_bias),
-	    KINST_LINUX_TEXT_END - KINST_LINUX_TEXT_START));
+	if (*off < 0 || (size_t)*off >= size)
+		return (0);
+	n = min3(len, size - (size_t)*off, (size_t)PAGE_SIZE);
+	if ((bounce = kmalloc(PAGE_SIZE, GFP_KERNEL)) == NULL)
+		return (-ENOMEM);
+	text = (const uint8_t *)(KINST_LINUX_TEXT_START + kinst_linux_bias);
+	memcpy(bounce, text + *off, n);
+	if (copy_to_user(ubuf, bounce, n) != 0)
+		n = 0;
+	kfree(bounce);
+	if (n == 0)
+		return (-EFAULT);
+	*off += n;
+	return ((ssize_t)n);
 }
 
 static const struct proc_ops kinst_linux_text_ops = {

@@ -1,0 +1,218 @@
+"""One ring-0 run: fetch, capture, plan, build, boot with probes, compare -- the VM runner handed in.
+
+    kernel.assets()                       the pinned packages, in the cache
+    capture boot (cached)                 the module with an empty table reads the live text back and the
+                                          workload runs unprobed: the live image and the reference output
+    plan.plan_guest()                     the table: the chosen functions, kinst's rules, the kernel's
+    kbuild.build_module()                 the same core and table as kinst.ko, with the Linux glue
+    probe boot (QEMU plugin loaded)       arm, workload (re-armed meanwhile), disarm, hits, unload
+    report.compare()                      module hits against the plugin's counts, the workload's output
+                                          against the unprobed one, the console for oopses
+
+``generator.run`` may not import ``vm/`` (the pipeline's layering), so the
+boots go through a ``Booter`` the caller supplies (the command line's,
+``generator/cli/linuxguest.py``, over ``vm.run``): ``Boot`` in, ``Booted``
+out.  Each boot is a whole vm-test cycle, torn down whatever happens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
+
+from generator.common.errors import UserError
+from generator.common.paths import CACHE
+from generator.image.elf import KernelImage
+from generator.run.ring0 import kbuild, kernel, live, oracle
+from generator.run.ring0 import plan as guest_plan
+from generator.run.ring0.report import Report, compare
+from generator.run.ring0.rules import KernelRules, describe, read_rules
+
+WORKLOAD = Path(__file__).resolve().parents[3] / "vm" / "guest" / "linux" / "workload.sh"
+REFERENCE_DIR = CACHE / "ring0" / "reference"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for (the command line's options)."""
+
+    functions: Tuple[str, ...]  # names as a user writes them
+    workload: Path = WORKLOAD
+    cpus: int = 2
+    memory_mib: int = 512
+    cycles: int = 3  # disarm/re-arm cycles while the workload runs
+    rule: str = guest_plan.GUEST_PROLOGUE_RULE
+    timeout: float = 600.0  # the probe boot's whole-run limit, seconds
+    keep: bool = False  # keep the VMs' disks
+    runs_dir: Optional[str] = None  # where vm-test's run directories go
+
+
+@dataclass(frozen=True)
+class Boot:
+    """One boot the session asks the runner for."""
+
+    mode: str  # "capture" or "probe" (vm/guest/linux/run.sh)
+    module_dir: Path  # holds kinst.ko
+    extra: Tuple[Tuple[Path, str], ...]  # more meta-disk files: (host path, name in the guest)
+    qemu_args: Tuple[str, ...]  # the plugin, in probe mode
+    cpus: int
+    memory_mib: int
+    timeout: float  # whole run, seconds
+    image_root: Path  # the unpacked linux-image package
+    keep: bool = False
+    runs_dir: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Booted:
+    """What one boot gave back."""
+
+    status: str  # vm-test's: "pass", "fail" or "error"
+    end: str  # how the VM ended ("poweroff", "timeout", "panic", ...)
+    run_dir: Path  # console.log, result.json, out/
+    out: Path  # the guest's out/ (may be missing files when it failed)
+    console_log: Path
+    timings: Dict[str, Optional[float]]  # boot, run, collect, teardown, total (seconds)
+    failed: Tuple[str, ...]  # "check: reason" of every check that did not pass
+    text: str  # vm-test's own report
+
+
+class Booter(Protocol):
+    """The VM runner, as the session sees it."""
+
+    def boot(self, request: Boot) -> Booted: ...
+
+    def identity(self, cpus: int) -> Tuple[str, ...]:
+        """Everything about a boot that decides the kernel's live text (QEMU, CPU model, command line)."""
+        ...
+
+
+@dataclass
+class Session:
+    """The state of one run, for the report."""
+
+    request: Request
+    assets: Optional[kernel.KernelAssets] = None
+    rules_line: str = ""
+    capture: Optional[Booted] = None  # None when the live image and reference came from the cache
+    probe: Optional[Booted] = None
+    guest: Optional[guest_plan.GuestPlan] = None
+    module: Optional[Path] = None
+    seconds: Dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
+    notes: List[str] = field(default_factory=list)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _files(tmp: Path, mode: str, workload: Path, cycles: int) -> Tuple[Tuple[Path, str], ...]:
+    (tmp / "mode").write_text(mode + "\n")
+    (tmp / "cycles").write_text(f"{cycles}\n")
+    return ((tmp / "mode", "mode"), (tmp / "cycles", "cycles"), (workload, "workload.sh"))
+
+
+def _module_dir(tmp: Path, ko: Path, name: str) -> Path:
+    d = tmp / name
+    d.mkdir()
+    shutil.copyfile(ko, d / "kinst.ko")
+    return d
+
+
+def _check_boot(b: Booted, what: str) -> None:
+    if b.status != "pass":
+        raise UserError(f"the {what} boot did not pass ({b.end}): {'; '.join(b.failed[:3]) or b.status}; "
+                        f"console: {b.console_log}")
+
+
+def capture(s: Session, booter: Booter, vmlinux: KernelImage, tmp: Path) -> Tuple[Path, Path]:
+    """The live image and the unprobed workload output: from the cache, or from a capture boot."""
+    r, a = s.request, s.assets
+    assert a is not None
+    key = live.key(vmlinux.build_id or "", booter.identity(r.cpus))
+    image = live.path_for(key)
+    reference = REFERENCE_DIR / f"{key}-{_sha(r.workload)}.out"
+    if image.is_file() and reference.is_file():
+        return image, reference
+    t = time.monotonic()
+    empty = guest_plan.empty_plan(vmlinux)
+    ko = kbuild.build_module(a, vmlinux, empty, kbuild.command_line([]))
+    b = booter.boot(Boot("capture", _module_dir(tmp, ko, "capture"), _files(tmp, "capture", r.workload, 0), (),
+                         r.cpus, r.memory_mib, max(r.timeout, 300.0), a.image_root, r.keep, r.runs_dir))
+    s.capture = b
+    s.seconds["capture boot"] = time.monotonic() - t
+    _check_boot(b, "capture")
+    notes = (b.out / "notes.bin").read_bytes() if (b.out / "notes.bin").is_file() else b""
+    if bytes.fromhex(vmlinux.build_id or "00") not in notes:
+        raise UserError(f"the guest's kernel does not carry the build-id {vmlinux.build_id} of {vmlinux.path}")
+    text = b.out / "text.bin"
+    if not text.is_file():
+        raise UserError(f"the capture boot wrote no text.bin (see {b.run_dir})")
+    live.write_live_image(vmlinux, text.read_bytes(), image)
+    REFERENCE_DIR.mkdir(parents=True, exist_ok=True)
+    out = b.out / "workload.out"
+    tmpref = reference.with_name(f".{reference.name}.{os.getpid()}")
+    shutil.copyfile(out, tmpref)
+    os.replace(tmpref, reference)
+    return image, reference
+
+
+def run(request: Request, booter: Booter, progress: Callable[[str], None] = lambda _: None) -> Report:
+    """One whole ring-0 run (see the module docstring); a UserError for what stops it early."""
+    s = Session(request)
+    t0 = time.monotonic()
+    progress("fetching the pinned Debian kernel packages")
+    s.assets = kernel.assets()
+    vmlinux = KernelImage.open(str(s.assets.vmlinux))
+    rules: KernelRules = read_rules(vmlinux)
+    s.rules_line = describe(rules)
+    lib = oracle.build()
+    s.seconds["fetch and build tools"] = time.monotonic() - t0
+    with tempfile.TemporaryDirectory(prefix="kinstkit-ring0-") as tmpname:
+        tmp = Path(tmpname)
+        progress("capturing the live kernel text (cached after the first run)")
+        image_path, reference = capture(s, booter, vmlinux, tmp)
+        t = time.monotonic()
+        progress("planning the table")
+        img = KernelImage.open(str(image_path))
+        s.guest = guest_plan.plan_guest(img, rules, request.functions, request.rule)
+        if s.guest.plan.nprobes == 0:
+            raise UserError("no probe left to arm: every chosen function was refused (see the refusals)")
+        s.seconds["plan"] = time.monotonic() - t
+        t = time.monotonic()
+        progress(f"building the module ({s.guest.plan.nprobes} probes)")
+        s.module = kbuild.build_module(s.assets, vmlinux, s.guest.plan, kbuild.command_line(list(request.functions)))
+        s.seconds["build"] = time.monotonic() - t
+        probes = list(s.guest.plan.probes())
+        addrs = [s.guest.plan.link_address(p) for p in probes]
+        oracle.write_probes(tmp / "probes.txt", addrs)
+        counts_file = tmp / "oracle.txt"
+        t = time.monotonic()
+        progress("booting with every probe armed")
+        b = booter.boot(Boot("probe", _module_dir(tmp, s.module, "probe"),
+                             _files(tmp, "probe", request.workload, request.cycles),
+                             tuple(oracle.qemu_args(lib, tmp / "probes.txt", counts_file)), request.cpus,
+                             request.memory_mib, request.timeout, s.assets.image_root, request.keep,
+                             request.runs_dir))
+        s.probe = b
+        s.seconds["probe boot"] = time.monotonic() - t
+        if counts_file.is_file() and b.run_dir.is_dir():
+            shutil.copyfile(counts_file, b.run_dir / "oracle.txt")
+        rep = compare(s, probes, addrs, counts_file, reference)
+    s.seconds["total"] = time.monotonic() - t0
+    return rep
+
+
+def default_functions(path: Path) -> Tuple[str, ...]:
+    """The names in a functions file: one per line, # comments."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    return tuple(w for line in lines for w in [line.split("#", 1)[0].strip()] if w)
