@@ -30,8 +30,10 @@ LINUX = CACHE / "linux"
 LZ4_LEGACY = b"\x02\x21\x4c\x18"
 # Kernel command line: serial console, our /init, a panic or an oops ends the VM at once (QEMU runs with
 # -no-reboot); fixed addresses (nokaslr), so that the host's table and QEMU plugin name the live ones;
-# loglevel 5 puts warnings (WARN()) on the console, not the boot's chatter.
-APPEND = "console=ttyS0 rdinit=/init panic=-1 oops=panic nokaslr loglevel=5"
+# loglevel 5 puts warnings (WARN()) on the console, not the boot's chatter; spectre_v2=off has the kernel
+# patch its retpoline calls (call __x86_indirect_thunk_<reg>) into plain indirect calls (call *%<reg>) at
+# boot, so that the live text holds the call-through-a-register kind FreeBSD's kernels are full of.
+APPEND = "console=ttyS0 rdinit=/init panic=-1 oops=panic nokaslr loglevel=5 spectre_v2=off"
 
 
 def _lz4_payload(bzimage: Path) -> bytes:
