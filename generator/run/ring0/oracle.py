@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import Dict, List, Sequence
 
 from generator.common.ccache import compile_cached, content_key
 from generator.common.errors import UserError
@@ -73,20 +73,24 @@ class Counts:
     inside: List[int]  # int3 executions inside a window
     other: List[int]  # other executions inside a window
     stray: List[int]  # int3 executions outside every window
+    last: Dict[int, int]  # vCPU -> the probe whose breakpoint it ran last (names the probe before a crash)
 
 
 def read_counts(path: Path, entries: int) -> Counts:
     """The plugin's report; a UserError when it is missing or does not have ``entries`` probes."""
     if not path.is_file():
         raise UserError(f"{path}: the QEMU plugin wrote no counts (QEMU did not exit normally)")
-    head, rows = {}, []
+    head, rows, last = {}, [], {}
     for line in path.read_text().splitlines():
         words = line.split()
-        if len(words) == 2:
+        if len(words) == 3 and words[0] == "last":
+            last[int(words[1])] = int(words[2])
+        elif len(words) == 2:
             head[words[0]] = int(words[1])
         elif len(words) == 4:
             rows.append([int(w) for w in words])
     if len(rows) != entries or any(r[0] != i for i, r in enumerate(rows)):
         raise UserError(f"{path}: {len(rows)} probe lines, expected {entries} in order")
     return Counts(head.get("windows", 0), head.get("unpaired", 0), bool(head.get("open", 0)),
-                  [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows])
+                  [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
+                  {c: i for c, i in last.items() if 0 <= i < entries})

@@ -21,15 +21,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from generator import isa as isa_registry
 from generator.analysis.plan import TableProbe
 from generator.common.errors import UserError
 from generator.run.ring0 import oracle
-
-if TYPE_CHECKING:
-    from generator.run.ring0.session import Session
+from generator.run.ring0.records import Session
 
 # Console lines of a kernel in trouble (the kernel's own wording: oops, BUG(), WARN(), die(), panic()).
 OOPS = re.compile(r"Oops|BUG:|WARNING:|kernel BUG at|general protection fault|invalid opcode|"
@@ -37,6 +35,9 @@ OOPS = re.compile(r"Oops|BUG:|WARNING:|kernel BUG at|general protection fault|in
 # The module's own reasons, by the number /proc/kinst/hits gives (sys/modules/kinst/linux/kinst_linux.c).
 MODULE_STATES = ("armed", "digest", "derive", "range", "byte", "place")
 MISMATCHES_SHOWN = 20
+# Where the kernel says it stopped: a symbol and offset (kallsyms knows the module's trampoline array) or
+# an address.
+RIP = re.compile(r"RIP: 0010:(?:kinst_linux_tramps\+(0x[0-9a-f]+)|(?:0x)?([0-9a-f]{16})\b)")
 
 
 @dataclass
@@ -63,7 +64,7 @@ class ProbeLine:
 
 @dataclass
 class Report:
-    session: "Session"
+    session: Session
     probes: List[ProbeLine]
     mismatches: List[str]  # one line per probe that differs, and why
     oops: List[str]  # console lines
@@ -159,14 +160,16 @@ class Report:
             f"({d['rearmed']} re-armed during the workload)",
             "kinds (armed/hit/hits): " + ", ".join(f"{k} {v['armed']}/{v['hit']}/{v['hits']}"
                                                    for k, v in d["kinds"].items()),
-            f"interrupts taken inside a trampoline: {d['interrupts_in_trampolines']} of {d['timer_samples']} "
-            "timer samples",
         ]
+        if "samples" in self.module_info:
+            lines.append(f"interrupts taken inside a trampoline: {d['interrupts_in_trampolines']} of "
+                         f"{d['timer_samples']} timer samples")
         if self.mismatches:
             lines.append(f"MISMATCH on {len(self.mismatches)} probes:")
             lines += [f"  {m}" for m in self.mismatches[:MISMATCHES_SHOWN]]
         else:
-            lines.append(f"every probe's hits equal QEMU's count ({len(self.probes)} compared)")
+            lines.append(f"every probe's hits equal QEMU's count ({len(self.probes)} compared)" if not self.errors
+                         else "hits not compared (see the errors below)")
         lines.append("workload output identical to the unprobed boot's" if self.workload_identical
                      else f"workload output DIFFERS from the unprobed boot's: {self.workload_diff}")
         lines.append("no oops, BUG or WARN on the console" if not self.oops
@@ -218,6 +221,26 @@ def oops_lines(console: Path) -> List[str]:
     return out
 
 
+def trampoline_of(oops: Sequence[str], info: Dict[str, str], tramp_size: int, entries: int) -> Optional[int]:
+    """The table probe whose trampoline the first oops stopped in, or None.  The kernel names the module's
+    trampoline array with an offset; a bare address is placed with /proc/kinst/info's (``info``)."""
+    words = info.get("tramps", "").split()
+    base = int(words[0], 16) if len(words) == 2 else None
+    for line in oops:
+        m = RIP.search(line)
+        if m is None:
+            continue
+        if m.group(1):
+            off = int(m.group(1), 16)
+        elif base is not None:
+            off = int(m.group(2), 16) - base
+        else:
+            continue
+        if 0 <= off < entries * tramp_size:
+            return off // tramp_size
+    return None
+
+
 def _first_diff(a: str, b: str) -> str:
     al, bl = a.splitlines(), b.splitlines()
     for i, (x, y) in enumerate(zip(al, bl)):
@@ -226,7 +249,7 @@ def _first_diff(a: str, b: str) -> str:
     return f"unprobed {len(al)} lines, probed {len(bl)}"
 
 
-def compare(s: "Session", probes: Sequence[TableProbe], addrs: Sequence[int], counts_file: Path,
+def compare(s: Session, probes: Sequence[TableProbe], addrs: Sequence[int], counts_file: Path,
             reference: Path) -> Report:
     """The report of a finished probe boot (see the module docstring)."""
     b, g = s.probe, s.guest
@@ -276,5 +299,16 @@ def compare(s: "Session", probes: Sequence[TableProbe], addrs: Sequence[int], co
     got = (b.out / "workload.out").read_text(errors="replace") if (b.out / "workload.out").is_file() else ""
     want = reference.read_text(errors="replace")
     identical = bool(want) and got == want
-    return Report(s, lines, mismatches, oops_lines(b.console_log), identical,
-                  "" if identical else _first_diff(want, got), windows, rearmed, info, errors)
+    oops = oops_lines(b.console_log)
+    at = trampoline_of(oops, read_info(b.out / "info.out"), isa_registry.by_name(g.plan.arch).tramp_size, n)
+    if at is not None:
+        p = lines[at]
+        mismatches.insert(0, f"{p.function}:{p.offset} ({p.kind}, {p.address:#x}): the kernel oopsed in its "
+                             "trampoline")
+    elif oops and counts is not None:
+        for cpu, i in sorted(counts.last.items()):
+            p = lines[i]
+            mismatches.append(f"{p.function}:{p.offset} ({p.kind}, {p.address:#x}): the last breakpoint vCPU "
+                              f"{cpu} ran before the oops")
+    return Report(s, lines, mismatches, oops, identical, "" if identical else _first_diff(want, got), windows,
+                  rearmed, info, errors)

@@ -17,95 +17,30 @@ out.  Each boot is a whole vm-test cycle, torn down whatever happens.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Dict, List, Optional, Protocol, Tuple
 
+from pathlib import Path
+from typing import Callable, Optional, Tuple
+
+from generator.analysis.plan import ProbePlan
 from generator.common.errors import UserError
 from generator.common.paths import CACHE
 from generator.image.elf import KernelImage
-from generator.run.ring0 import kbuild, kernel, live, oracle
+from generator.run.ring0 import kbuild, kernel, live, oracle, records
 from generator.run.ring0 import plan as guest_plan
+from generator.run.ring0.records import Boot, Booted, Booter, Request, Session
 from generator.run.ring0.report import Report, compare
 from generator.run.ring0.rules import KernelRules, describe, read_rules
 
-WORKLOAD = Path(__file__).resolve().parents[3] / "vm" / "guest" / "linux" / "workload.sh"
+__all__ = ["Boot", "Booted", "Booter", "Request", "Session", "WORKLOAD", "capture", "default_functions", "run"]
+
+WORKLOAD = records.WORKLOAD
 REFERENCE_DIR = CACHE / "ring0" / "reference"
-
-
-@dataclass(frozen=True)
-class Request:
-    """What the user asked for (the command line's options)."""
-
-    functions: Tuple[str, ...]  # names as a user writes them
-    workload: Path = WORKLOAD
-    cpus: int = 2
-    memory_mib: int = 512
-    cycles: int = 3  # disarm/re-arm cycles while the workload runs
-    rule: str = guest_plan.GUEST_PROLOGUE_RULE
-    timeout: float = 600.0  # the probe boot's whole-run limit, seconds
-    keep: bool = False  # keep the VMs' disks
-    runs_dir: Optional[str] = None  # where vm-test's run directories go
-
-
-@dataclass(frozen=True)
-class Boot:
-    """One boot the session asks the runner for."""
-
-    mode: str  # "capture" or "probe" (vm/guest/linux/run.sh)
-    module_dir: Path  # holds kinst.ko
-    extra: Tuple[Tuple[Path, str], ...]  # more meta-disk files: (host path, name in the guest)
-    qemu_args: Tuple[str, ...]  # the plugin, in probe mode
-    cpus: int
-    memory_mib: int
-    timeout: float  # whole run, seconds
-    image_root: Path  # the unpacked linux-image package
-    keep: bool = False
-    runs_dir: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class Booted:
-    """What one boot gave back."""
-
-    status: str  # vm-test's: "pass", "fail" or "error"
-    end: str  # how the VM ended ("poweroff", "timeout", "panic", ...)
-    run_dir: Path  # console.log, result.json, out/
-    out: Path  # the guest's out/ (may be missing files when it failed)
-    console_log: Path
-    timings: Dict[str, Optional[float]]  # boot, run, collect, teardown, total (seconds)
-    failed: Tuple[str, ...]  # "check: reason" of every check that did not pass
-    text: str  # vm-test's own report
-
-
-class Booter(Protocol):
-    """The VM runner, as the session sees it."""
-
-    def boot(self, request: Boot) -> Booted: ...
-
-    def identity(self, cpus: int) -> Tuple[str, ...]:
-        """Everything about a boot that decides the kernel's live text (QEMU, CPU model, command line)."""
-        ...
-
-
-@dataclass
-class Session:
-    """The state of one run, for the report."""
-
-    request: Request
-    assets: Optional[kernel.KernelAssets] = None
-    rules_line: str = ""
-    capture: Optional[Booted] = None  # None when the live image and reference came from the cache
-    probe: Optional[Booted] = None
-    guest: Optional[guest_plan.GuestPlan] = None
-    module: Optional[Path] = None
-    seconds: Dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
-    notes: List[str] = field(default_factory=list)
 
 
 def _sha(path: Path) -> str:
@@ -163,8 +98,12 @@ def capture(s: Session, booter: Booter, vmlinux: KernelImage, tmp: Path) -> Tupl
     return image, reference
 
 
-def run(request: Request, booter: Booter, progress: Callable[[str], None] = lambda _: None) -> Report:
-    """One whole ring-0 run (see the module docstring); a UserError for what stops it early."""
+def run(request: Request, booter: Booter, progress: Callable[[str], None] = lambda _: None,
+        tamper: Optional[Callable[[ProbePlan], ProbePlan]] = None) -> Report:
+    """One whole ring-0 run (see the module docstring); a UserError for what stops it early.
+
+    ``tamper`` changes the table before the module is built: the tests break the core's input on purpose
+    (a record that hides a displacement or a call) and expect the run to fail."""
     s = Session(request)
     t0 = time.monotonic()
     progress("fetching the pinned Debian kernel packages")
@@ -182,6 +121,9 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
         progress("planning the table")
         img = KernelImage.open(str(image_path))
         s.guest = guest_plan.plan_guest(img, rules, request.functions, request.rule)
+        if tamper is not None:
+            s.guest = dataclasses.replace(s.guest, plan=tamper(s.guest.plan))
+            s.notes.append("the table was changed on purpose before the build (a test breaking the core)")
         if s.guest.plan.nprobes == 0:
             raise UserError("no probe left to arm: every chosen function was refused (see the refusals)")
         s.seconds["plan"] = time.monotonic() - t

@@ -25,6 +25,9 @@
  * QEMU retranslates code whose page is written, through any mapping, so the
  * bytes seen at translation are those executed.
  *
+ * It also keeps, per vCPU, the probe whose int3 it ran last: after a crash
+ * that names the probe most likely at fault.
+ *
  * Arguments: probes=FILE (one hexadecimal address per line, any order),
  * out=FILE (written at exit: "windows N", then "index inside other stray"
  * per probe, in the input order), arm=DISP, disarm=DISP (decimal).
@@ -63,6 +66,8 @@ static uint64_t		ko_windows;	/* arm markers seen */
 static uint64_t		ko_unpaired;	/* markers out of turn */
 static uint32_t		ko_mark_arm, ko_mark_disarm;
 static char		*ko_out;
+static int64_t		*ko_last;	/* per vCPU: input index, -1: none */
+static int		ko_nvcpus;
 
 static int
 ko_cmp(const void *a, const void *b)
@@ -93,11 +98,14 @@ ko_find(uint64_t addr)
 
 /* userdata: the input index << 1 | 1 when the translated byte is int3. */
 static void
-ko_exec_probe(unsigned int vcpu KO_UNUSED, void *userdata)
+ko_exec_probe(unsigned int vcpu, void *userdata)
 {
 	uintptr_t u = (uintptr_t)userdata;
 	struct ko_count *c = &ko_counts[u >> 1];
 
+	if ((u & 1) && vcpu < (unsigned int)ko_nvcpus)
+		__atomic_store_n(&ko_last[vcpu], (int64_t)(u >> 1),
+		    __ATOMIC_RELAXED);
 	if (__atomic_load_n(&ko_window, __ATOMIC_ACQUIRE)) {
 		if (u & 1)
 			__atomic_fetch_add(&c->kc_inside, 1, __ATOMIC_RELAXED);
@@ -180,6 +188,9 @@ ko_exit(qemu_plugin_id_t id KO_UNUSED, void *userdata KO_UNUSED)
 	fprintf(f, "windows %llu\nunpaired %llu\nopen %d\n",
 	    (unsigned long long)ko_windows, (unsigned long long)ko_unpaired,
 	    ko_window);
+	for (i = 0; i < (size_t)ko_nvcpus; i++)
+		if (ko_last[i] >= 0)
+			fprintf(f, "last %zu %lld\n", i, (long long)ko_last[i]);
 	for (i = 0; i < ko_nsites; i++)
 		fprintf(f, "%zu %llu %llu %llu\n", i,
 		    (unsigned long long)ko_counts[i].kc_inside,
@@ -222,8 +233,8 @@ ko_load(const char *path)
 }
 
 QEMU_PLUGIN_EXPORT int
-qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info KO_UNUSED,
-    int argc, char **argv)
+qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
+    char **argv)
 {
 	const char *probes = NULL;
 	int i, have_arm = 0, have_disarm = 0;
@@ -251,6 +262,11 @@ qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info KO_UNUSED,
 		    "disarm=\n");
 		return (-1);
 	}
+	ko_nvcpus = info->system_emulation ? info->system.max_vcpus : 1;
+	if ((ko_last = malloc(sizeof(*ko_last) * (size_t)ko_nvcpus)) == NULL)
+		return (-1);
+	for (i = 0; i < ko_nvcpus; i++)
+		ko_last[i] = -1;
 	if (ko_load(probes) != 0) {
 		fprintf(stderr, "kinst_oracle: cannot read %s\n", probes);
 		return (-1);
