@@ -60,7 +60,7 @@ def functions_of(args: argparse.Namespace) -> Tuple[str, ...]:
 def request_of(args: argparse.Namespace) -> S.Request:
     if args.smp is not None and args.cpus is not None and args.smp != args.cpus:
         raise UserError(f"--smp {args.smp} and --cpus {args.cpus} disagree; give one")
-    cpus = args.smp or args.cpus or 2
+    cpus = next(v for v in (args.smp, args.cpus, 2) if v is not None)
     if cpus < 1:
         raise UserError(f"--smp {cpus}: at least 1")
     workload = Path(args.workload) if args.workload else S.WORKLOAD
