@@ -37,7 +37,7 @@ from generator.run.ring0.records import Boot, Booted, Booter, Request, Session
 from generator.run.ring0.report import Report, compare
 from generator.run.ring0.rules import KernelRules, describe, read_rules
 
-__all__ = ["Boot", "Booted", "Booter", "Request", "Session", "WORKLOAD", "capture", "default_functions", "run"]
+__all__ = ["Boot", "Booted", "Booter", "Request", "Session", "WORKLOAD", "capture", "default_functions", "run", "unprobed_boot"]
 
 WORKLOAD = records.WORKLOAD
 REFERENCE_DIR = CACHE / "ring0" / "reference"
@@ -66,6 +66,13 @@ def _check_boot(b: Booted, what: str) -> None:
                         f"console: {b.console_log}")
 
 
+def unprobed_boot(r: Request, booter: Booter, a: kernel.KernelAssets, vmlinux: KernelImage, tmp: Path) -> Booted:
+    """The guest with the module on an empty table: the live text read back, the workload run unprobed."""
+    ko = kbuild.build_module(a, vmlinux, guest_plan.empty_plan(vmlinux), kbuild.command_line([]))
+    return booter.boot(Boot("capture", _module_dir(tmp, ko, "capture"), _files(tmp, "capture", r.workload, 0), (),
+                            r.cpus, r.memory_mib, max(r.timeout, 300.0), a.image_root, r.keep, r.runs_dir))
+
+
 def capture(s: Session, booter: Booter, vmlinux: KernelImage, tmp: Path) -> Tuple[Path, Path]:
     """The live image and the unprobed workload output: from the cache, or from a capture boot."""
     r, a = s.request, s.assets
@@ -76,10 +83,7 @@ def capture(s: Session, booter: Booter, vmlinux: KernelImage, tmp: Path) -> Tupl
     if image.is_file() and reference.is_file():
         return image, reference
     t = time.monotonic()
-    empty = guest_plan.empty_plan(vmlinux)
-    ko = kbuild.build_module(a, vmlinux, empty, kbuild.command_line([]))
-    b = booter.boot(Boot("capture", _module_dir(tmp, ko, "capture"), _files(tmp, "capture", r.workload, 0), (),
-                         r.cpus, r.memory_mib, max(r.timeout, 300.0), a.image_root, r.keep, r.runs_dir))
+    b = unprobed_boot(r, booter, a, vmlinux, tmp)
     s.capture = b
     s.seconds["capture boot"] = time.monotonic() - t
     _check_boot(b, "capture")
