@@ -7,11 +7,11 @@ accelerator this machine has, with QEMU's peak resident memory (its
 - **unprobed**: the guest with the module loaded on an empty table and the
   workload run, nothing armed (the run's capture boot, forced);
 - **default**: ``vm-test --guest linux`` with its default function set;
-- **ladder** (``ladder=True``): larger and larger function sets (``LEVELS``:
-  every function the kernel built from the listed source files, read from
-  its DWARF's compile units with llvm-dwarfdump), each armed whole, until one
-  takes more than ``BUDGET_SECONDS`` or fails: the largest probe count that
-  still finishes within it is the answer.
+- **ladder** (``ladder=True``): larger and larger function sets (``LEVELS``,
+  each adding source files to the default set's: every function the kernel
+  built from them, read from its DWARF's compile units with llvm-dwarfdump),
+  each armed whole, until one takes more than ``BUDGET_SECONDS`` or fails:
+  the largest probe count that still finishes within it is the answer.
 
 The results go into ``vm.json`` (key ``ring0``) and ``vm.md``, beside the
 stand-in's cycle (``generator/bench/vm.py``).
@@ -38,17 +38,22 @@ from generator.run.ring0 import session as S
 BUDGET_SECONDS = 600.0  # "the largest probe count that still finishes in 10 minutes"
 # The ladder's rungs beyond the default set: source files (DWARF compile-unit names) or directory prefixes.
 LEVELS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
-    ("default + VFS, memory and scheduler files", (
-        "fs/read_write.c", "fs/open.c", "fs/namei.c", "fs/pipe.c", "fs/exec.c", "fs/file.c", "fs/file_table.c",
-        "fs/stat.c", "fs/fcntl.c", "mm/filemap.c", "mm/shmem.c", "kernel/fork.c", "kernel/exit.c",
-        "kernel/signal.c", "kernel/sched/core.c", "lib/iov_iter.c", "arch/x86/kernel/signal.c", "mm/mmap.c",
-        "kernel/pid.c", "fs/dcache.c", "fs/inode.c", "fs/readdir.c", "fs/splice.c", "fs/libfs.c", "mm/memory.c",
-        "mm/page_alloc.c", "mm/slub.c", "mm/rmap.c", "mm/gup.c", "mm/swap.c", "mm/truncate.c", "mm/util.c",
-        "kernel/cred.c", "arch/x86/kernel/process.c", "arch/x86/kernel/process_64.c", "kernel/sys.c",
-        "mm/mprotect.c", "fs/d_path.c", "fs/namespace.c", "mm/page-writeback.c", "fs/binfmt_elf.c",
-        "kernel/sched/fair.c")),
+    # Each rung adds source files (DWARF compile-unit names) to the default set's, a directory ending in "/".
+    ("+ more of the VFS, sys, binfmt", (
+        "fs/dcache.c", "fs/inode.c", "fs/readdir.c", "fs/splice.c", "fs/libfs.c", "fs/d_path.c", "fs/namespace.c",
+        "fs/binfmt_elf.c", "kernel/cred.c", "kernel/sys.c", "arch/x86/kernel/process.c",
+        "arch/x86/kernel/process_64.c")),
+    ("+ memory management", (
+        "mm/memory.c", "mm/rmap.c", "mm/gup.c", "mm/swap.c", "mm/truncate.c", "mm/util.c", "mm/mprotect.c",
+        "mm/page-writeback.c")),
+    ("+ the page and slab allocators, the fair scheduler", ("mm/page_alloc.c", "mm/slub.c", "kernel/sched/fair.c")),
     ("every file under fs/, mm/ and kernel/", ("fs/", "mm/", "kernel/")),
 )
+# The default set's files (vm/guest/linux/functions.txt says how it was made), under every rung.
+DEFAULT_FILES = (
+    "fs/read_write.c", "fs/open.c", "fs/namei.c", "fs/pipe.c", "fs/exec.c", "fs/file.c", "fs/file_table.c",
+    "fs/stat.c", "fs/fcntl.c", "mm/filemap.c", "mm/shmem.c", "kernel/fork.c", "kernel/exit.c", "kernel/signal.c",
+    "kernel/sched/core.c", "lib/iov_iter.c", "arch/x86/kernel/signal.c", "mm/mmap.c", "kernel/pid.c")
 _ARANGE = re.compile(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\)")
 _CU_OFFSET = re.compile(r"cu_offset = (0x[0-9a-f]+)")
 _CU = re.compile(r"^(0x[0-9a-f]+): DW_TAG_compile_unit")
@@ -176,7 +181,9 @@ def bench_ring0(ladder: bool = False, runs_dir: Optional[str] = None) -> Dict[st
     if ladder:
         rungs: List[Dict[str, object]] = [dict(result["default"], level="default set")]
         vmlinux = kernel.assets().vmlinux
-        for level, files in LEVELS:
+        files: Tuple[str, ...] = DEFAULT_FILES
+        for level, more in LEVELS:
+            files += more
             names = tuple(functions_of_files(vmlinux, files))
             run = dict(probed_run(S.Request(functions=names, timeout=BUDGET_SECONDS * 3, runs_dir=runs_dir)),
                        level=level)
