@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ...common.defaults import PROLOGUE_NONE
 from ...common.errors import ClassifierError
 from . import tables as T
 from .decode import SIZED_BY_ICED, modrm_index
@@ -335,8 +336,12 @@ def frame_verdict(insns: Sequence[Insn], code: bytes, rule: str = "any") -> str:
     """kinst's frame-pointer prologue rule; "" when the function passes.
 
     ``any`` is the newest rule (some instruction starts with 0x55, push %rbp);
-    ``first`` is the FreeBSD 14.0 rule (the function's first byte is 0x55).
+    ``first`` is the FreeBSD 14.0 rule (the function's first byte is 0x55);
+    ``none`` (``PROLOGUE_NONE``) asks for no prologue, where the kernel's own
+    annotations refuse what the rule guards against.
     """
+    if rule == PROLOGUE_NONE:
+        return ""
     if rule == "first":
         return "" if code[:1] == b"\x55" else PROLOGUE_REASONS["first"]
     for insn in insns:

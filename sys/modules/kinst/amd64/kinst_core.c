@@ -362,31 +362,23 @@ kinst_core_put32(volatile kc_uint8_t *p, kc_uint32_t v)
 }
 
 /*
- * Fill a KINST_TRAMP_SIZE trampoline at 'tramp' for the instruction at
- * 'patchpoint': the template, its rel32 rewritten so that it reaches the same
- * absolute target from the trampoline, then "jmp *0(%rip)" and the address
- * of the next original instruction.  The rest is int3 so that a stray jump
- * into the tail traps cleanly.  Widened short jumps need no special case here:
- * their template already holds the rel32 opcode and km_disp was adjusted for
- * the longer instruction.
+ * Fill a KINST_TRAMP_SIZE trampoline that runs at address 'tramp' for the
+ * instruction at 'patchpoint', writing it into 'buf': the template, its rel32
+ * rewritten so that it reaches the same absolute target from the trampoline,
+ * then "jmp *0(%rip)" and the address of the next original instruction.  The
+ * rest is int3 so that a stray jump into the tail traps cleanly.  Widened
+ * short jumps need no special case here: their template already holds the
+ * rel32 opcode and km_disp was adjusted for the longer instruction.
+ *
+ * 'buf' is 'tramp' itself where the glue can write where the trampoline runs
+ * (the harness's mapping); where executable pages are read-only (FreeBSD's
+ * trampoline pages, written through the direct map; the Linux glue's, through
+ * a vmap() alias) it is another mapping of the same bytes, and only 'tramp'
+ * decides the rel32.
  */
 int
 kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
-    volatile kc_uint8_t *tramp)
-{
-
-	return (kinst_core_tramp_fill_at(md, patchpoint, (kc_uintptr_t)tramp,
-	    tramp));
-}
-
-/*
- * The same, written at 'tramp' for a trampoline that runs at address 'at':
- * another mapping of the same bytes, such as the kernel's direct map of a
- * trampoline page mapped read and execute only.
- */
-int
-kinst_core_tramp_fill_at(const struct kinst_md *md, kc_uintptr_t patchpoint,
-    kc_uintptr_t at, volatile kc_uint8_t *tramp)
+    kc_uintptr_t tramp, volatile kc_uint8_t *buf)
 {
 	kc_uint64_t resume;
 	kc_int64_t rel;
@@ -395,22 +387,22 @@ kinst_core_tramp_fill_at(const struct kinst_md *md, kc_uintptr_t patchpoint,
 	if (kinst_core_is_call(md))
 		return (KINST_E_KIND);
 	len = md->km_tinstlen;
-	kinst_bytecopy(tramp, md->km_template, len);
+	kinst_bytecopy(buf, md->km_template, len);
 	if ((md->km_flags & KINST_F_RIPREL) != 0) {
 		rel = (kc_int64_t)(patchpoint + (kc_uint64_t)md->km_disp -
-		    (kc_uint64_t)at);
+		    (kc_uint64_t)tramp);
 		if (rel < KINST_INT32_MIN || rel > KINST_INT32_MAX)
 			return (KINST_E_RANGE);
-		kinst_core_put32(tramp + md->km_dispoff, (kc_uint32_t)rel);
+		kinst_core_put32(buf + md->km_dispoff, (kc_uint32_t)rel);
 	}
-	tramp[len + 0] = 0xff;
-	tramp[len + 1] = 0x25;
-	kinst_core_put32(tramp + len + 2, 0);
+	buf[len + 0] = 0xff;
+	buf[len + 1] = 0x25;
+	kinst_core_put32(buf + len + 2, 0);
 	resume = patchpoint + md->km_instlen;
-	kinst_core_put32(tramp + len + 6, (kc_uint32_t)resume);
-	kinst_core_put32(tramp + len + 10, (kc_uint32_t)(resume >> 32));
+	kinst_core_put32(buf + len + 6, (kc_uint32_t)resume);
+	kinst_core_put32(buf + len + 10, (kc_uint32_t)(resume >> 32));
 	for (i = len + 14; i < KINST_TRAMP_SIZE; i++)
-		tramp[i] = KINST_PATCHVAL;
+		buf[i] = KINST_PATCHVAL;
 	return (0);
 }
 

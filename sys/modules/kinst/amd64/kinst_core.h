@@ -87,8 +87,6 @@ int	kinst_core_digest_ok(const struct kinst_table *,
 int	kinst_core_derive(const struct kinst_insn *,
 	    const volatile kc_uint8_t *, struct kinst_md *);
 int	kinst_core_tramp_fill(const struct kinst_md *, kc_uintptr_t,
-	    volatile kc_uint8_t *);
-int	kinst_core_tramp_fill_at(const struct kinst_md *, kc_uintptr_t,
 	    kc_uintptr_t, volatile kc_uint8_t *);
 int	kinst_core_call(const struct kinst_md *, kc_uintptr_t,
 	    const struct kinst_regs *, kc_uint64_t *, kc_uint64_t *);

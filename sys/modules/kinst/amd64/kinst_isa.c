@@ -44,7 +44,7 @@
  * Trampoline pages are mapped above KERNBASE, in the kernel's top 2 GiB like
  * the kernel text and every module (sys/cddl/dev/kinst/trampoline.c does the
  * same), so that the rewritten rel32 of a RIP-relative instruction reaches
- * its target; kinst_core_tramp_fill_at() refuses the enable if it does not.
+ * its target; kinst_core_tramp_fill() refuses the enable if it does not.
  * They are mapped read and execute only (stock kinst maps them RWX): a page
  * is filled with int3 and its slots are filled through the direct map
  * (PHYS_TO_DMAP() of the page, read-write and never executable), so no
@@ -262,7 +262,7 @@ kinst_tramp_take(struct kinst_probe *kp)
 			mtx_unlock(&kinst_tramp_mtx);
 			return ("no trampoline was reserved for it");
 		}
-		if (kinst_core_tramp_fill_at(&kp->kp_md, pc,
+		if (kinst_core_tramp_fill(&kp->kp_md, pc,
 		    (uintptr_t)ts->ts_tramp, ts->ts_write) != 0) {
 			memset(ts->ts_write, KINST_PATCHVAL, KINST_TRAMP_SIZE);
 			mtx_unlock(&kinst_tramp_mtx);
