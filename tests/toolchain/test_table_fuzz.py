@@ -26,7 +26,7 @@ import pytest
 from generator.analysis.plan import make_plan
 from generator.common.paths import SYS_MODULES
 from generator.image.elf import KernelImage
-from generator.providers import kinst
+from generator.providers.kinst import generate as kinst
 from helpers.paths import KINST_FIXTURES
 from helpers.skips import require_tool
 
