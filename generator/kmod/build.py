@@ -73,7 +73,7 @@ from ..providers import PROVIDERS
 from ..providers.contract import Provider, Selection
 
 if TYPE_CHECKING:
-    from .checkko import KoReport
+    from .checkko import KernelFacts, KoReport
 
 DEFAULT_OUT = BUILD
 DEFAULT_SRC = MODULES_OUT
@@ -128,7 +128,7 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     date) and passed check-ko, 1 when a check failed.  A missing tree, a
     failing tool or bad input raises UserError after the offline work.
     """
-    from .checkko import exported_symbols
+    from .checkko import kernel_facts
 
     img = KernelImage.open(req.kernel)
     isa = target_isa(img, req.target)
@@ -136,8 +136,8 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     dirname, kernel_sha, build_id = build_dir_for(img)
     bdir = req.out_root / dirname
     bdir.mkdir(parents=True, exist_ok=True)
-    exports, _table = exported_symbols(req.kernel)
-    profile = _tree_profile(req, isa, backend, out)
+    facts = kernel_facts(img)
+    profile = _tree_profile(req, isa, backend, facts, out)
     results: List[ModuleResult] = []
     for name in req.modules:
         provider = PROVIDERS[name]
@@ -145,10 +145,10 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
         srcdir.mkdir(parents=True, exist_ok=True)
         res = ModuleResult(name)
         results.append(res)
-        _sources_and_offline_checks(req, img, provider, srcdir, bdir, build_id, exports, res, run)
+        _sources_and_offline_checks(req, img, provider, srcdir, bdir, build_id, facts.exports, res, run)
         _emit(res, out)
         if req.sysdir:
-            _build_module(req, isa, backend, provider, srcdir, bdir, profile, kernel_sha, build_id, res, run)
+            _build_module(req, isa, backend, provider, srcdir, bdir, profile, facts, kernel_sha, build_id, res, run)
             _emit(res, out)
     if not req.sysdir:
         raise UserError(
@@ -169,14 +169,12 @@ def target_isa(img: KernelImage, target: Optional[str]) -> Isa:
     return img.isa
 
 
-def _tree_profile(req: BuildRequest, isa: Isa, backend: Backend, out) -> Optional[KmodProfile]:
+def _tree_profile(req: BuildRequest, isa: Isa, backend: Backend, facts: KernelFacts, out) -> Optional[KmodProfile]:
     """Check the sys/ tree before any module is built: the flag profile for it where the backend needs one
     (warning when it is not the kernel's release), or None for a backend that runs the tree's make, or no tree."""
     if req.sysdir and backend.needs_profile:
         profile = KmodProfile.for_tree(Path(req.sysdir), isa)
-        from .checkko import kernel_facts
-
-        osreldate = kernel_facts(req.kernel).osreldate
+        osreldate = facts.osreldate
         if osreldate is not None and osreldate != profile.osreldate:
             out.write(f"warning: the sys/ tree is __FreeBSD_version {profile.osreldate} but the kernel's osreldate "
                       f"is {osreldate}: build against the kernel's own sources (fetch-release of its release)\n")
@@ -214,10 +212,11 @@ def _emit(res: ModuleResult, out) -> None:
 
 
 def _build_module(req: BuildRequest, isa: Isa, backend: Backend, provider: Provider, srcdir: Path, bdir: Path,
-                  profile: Optional[KmodProfile], kernel_sha: str, build_id: Optional[str], res: ModuleResult,
+                  profile: Optional[KmodProfile], facts: KernelFacts, kernel_sha: str, build_id: Optional[str],
+                  res: ModuleResult,
                   run: Runner) -> None:
     """Compile, link and check one module, unless its manifest says the same inputs built it."""
-    from .checkko import check_ko, kernel_facts
+    from .checkko import check_ko
 
     manifest_path = bdir / f"{provider.name}.json"
     final = bdir / f"{provider.name}.ko"
@@ -232,7 +231,7 @@ def _build_module(req: BuildRequest, isa: Isa, backend: Backend, provider: Provi
     built = backend.build(Job(provider, srcdir, objdir, Path(sysdir), profile, req.make, run))
     install(built.ko_built, final)
     search = list(req.module_path) or [os.path.dirname(os.path.abspath(req.kernel))]
-    report = check_ko(str(final), kernel_facts(req.kernel), req.dep_modules, search, isa.name)
+    report = check_ko(str(final), facts, req.dep_modules, search, isa.name)
     inputs = _inputs(req, sources, built, _dependency_files(req, report, search))
     write_json(manifest_path, _manifest(req, isa, provider, final, sysdir, kernel_sha, build_id, built, report, inputs,
                                         key if report.ok else None))
@@ -289,7 +288,7 @@ def _manifest(req: BuildRequest, isa: Isa, provider: Provider, final: Path, sysd
     return {
         "kinstkit": __version__,
         "module": provider.name,
-        "ko": {"path": str(final), "sha256": sha256_file(final), "build_id": KernelImage.open(str(final)).build_id},
+        "ko": {"path": str(final), "sha256": sha256_file(final), "build_id": report.build_id},
         "kernel": {"path": req.kernel, "sha256": kernel_sha, "build_id": build_id},
         "table_build_id": build_id,
         "target": isa.name,
