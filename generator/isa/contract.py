@@ -80,6 +80,28 @@ class CConst(NamedTuple):
 FlagBit = CConst  # a per-probe flag bit of the probe metadata
 
 
+class ByteSet(NamedTuple):
+    """A set of byte values the portable core tests (an opcode fact), rendered into kinst_encoding.h."""
+
+    c_name: str  # the initialiser's macro: KINST_SET_PREFIX
+    members: FrozenSet[int]
+    doc: str
+
+
+class CoreRefusal(NamedTuple):
+    """An instruction the portable core itself refuses: a ``KINST_RF_*`` code of ``kinst_core_dissect()``.
+
+    The code is the refusal's place in ``Isa.refusals``, from 1; the core
+    returns it, in the kernel (a table record naming such an instruction is
+    refused) and on the host (the analysis refuses the instruction with
+    ``reason``).
+    """
+
+    c_name: str  # KINST_RF_REL16
+    key: str  # a short name, for the C comment and the tests
+    reason: str  # what the user is told, after the instruction's mnemonic
+
+
 class RelocType(NamedTuple):
     """A relocation type the image reader knows for this ISA."""
 
@@ -144,6 +166,8 @@ class Isa(NamedTuple):
     stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
     stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
     accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
+    byte_sets: Tuple[ByteSet, ...] = ()  # opcode facts the portable core tests, as byte sets
+    refusals: Tuple[CoreRefusal, ...] = ()  # what the portable core refuses by itself, in KINST_RF_* order
     # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the
     # RISC-V psABI): bytes kinst must not patch as instructions.
     mapping_symbols: bool = False
