@@ -24,6 +24,7 @@ An ISA provides:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
 STATUS_OK = "ok"
@@ -59,6 +60,12 @@ class StreamInsn(NamedTuple):
     kind: Optional[str]  # one of the ISA's table kinds; None: refused, no probe
     dispoff: int  # riprel: where the rel32 is in the instruction (0 otherwise)
     masks: Tuple[Tuple[int, int], ...]  # (offset, width) of fields a relocation fills
+
+
+# A probe's JSON record (``report.probe_dict``, and the host walk's formatter): the keys before the ISA's
+# probe metadata, and after it.  Each is a field of ``analysis.records.Probe`` (``bytes`` in hex).
+PROBE_JSON_HEAD = ("offset", "address", "length", "bytes", "mnemonic", "operands", "status", "reason", "kind")
+PROBE_JSON_TAIL = ("target", "target_symbol")
 
 
 class TableKind(NamedTuple):
@@ -109,6 +116,35 @@ class RelocType(NamedTuple):
     width: int  # bytes of the field it fills (0: a type kinstkit does not know)
     pcrel: bool  # S + A - P rather than S + A
     applied: bool  # False: listed so its field is never read as final, but not applied
+
+
+class Accelerator(NamedTuple):
+    """An ISA's host walk around its portable core: what ``isa/host.py`` builds, and the data it hands the C.
+
+    The rule comes from the core (``sys/modules/kinst/<arch>/kinst_core.c``);
+    the ISA's step (``walk_c``) finds instructions and adds what needs
+    capstone's text; everything the C prints or looks up is here, as data.
+    """
+
+    walk_c: Path  # generator/isa/<arch>/accel/kk_walk.c: the ISA's step
+    headers: Tuple[Path, ...]  # other files of the ISA's it includes (a generated opcode table)
+    reasons: Tuple[str, ...]  # reason texts by code from 1: the core's refusals (Isa.refusals), then the step's
+    names: Mapping[str, int]  # capstone mnemonics refused by name -> their reason code
+    no_metadata: FrozenSet[int]  # reason codes after which the core leaves no metadata (skip_md is shown)
+    undecodable: str  # the reason of bytes capstone cannot decode
+    prologue_rules: Tuple[str, ...]  # the prologue rules, in the order of the step's bits (kk_isa_prologue())
+    md_fields: Tuple[str, ...]  # the row fields the probe metadata is made from
+    md_record: Callable[[Dict[str, Any]], Any]  # those fields -> the ISA's probe-metadata record
+    md_json: Tuple[Tuple[str, str, str], ...]  # the metadata in a probe's JSON: (key, row field, how written)
+    byte_fields: FrozenSet[str] = frozenset()  # row fields that are bytes, not numbers
+    classes: Tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
+    init: Callable[[Any], List[Any]] = lambda lib: []  # the step's own set-up with the loaded library
+
+    @property
+    def json_fields(self) -> Tuple[Tuple[str, str, str], ...]:
+        """A probe's whole JSON record: (key, where its value comes from, how a row field is written)."""
+        return (tuple((k, k if k != "target_symbol" else "null", "") for k in PROBE_JSON_HEAD) + self.md_json
+                + tuple((k, k if k != "target_symbol" else "null", "") for k in PROBE_JSON_TAIL))
 
 
 # The two records below are NamedTuples rather than frozen dataclasses, like the
@@ -165,7 +201,9 @@ class Isa(NamedTuple):
     stream_record: Callable[[int, Optional[str], int, Sequence[Tuple[int, int]]], bytes]  # length, kind, dispoff, masks
     stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
     stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
-    accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
+    # A function's records from columns of its rows (isa/host.py): lengths, kind indexes (0xff: refused), dispoffs.
+    stream_records: Optional[Callable[[bytes, bytes, bytes], bytes]] = None
+    accelerator: Optional[Accelerator] = None  # the host walk around the ISA's portable core
     byte_sets: Tuple[ByteSet, ...] = ()  # opcode facts the portable core tests, as byte sets
     refusals: Tuple[CoreRefusal, ...] = ()  # what the portable core refuses by itself, in KINST_RF_* order
     # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the

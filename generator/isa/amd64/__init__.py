@@ -1,27 +1,32 @@
 """amd64: FreeBSD's ``sys/cddl/dev/kinst/amd64/kinst_isa.c``, ahead of time.
 
 - ``decode``: the capstone instruction walk;
-- ``classify``: kinst's verdict and ``struct kinst_probe_md`` per instruction,
-  the region refusals and the prologue rule;
+- kinst's verdict and ``struct kinst_probe_md`` per instruction, and the
+  prologue rule: the portable core, ``sys/modules/kinst/amd64/kinst_core.c``,
+  with the host step ``accel/kk_walk.c`` (built and driven by
+  ``isa/host.py``; ``walk``: its data);
+- ``classify``: the functions refused by name, the region refusals;
 - ``probe_md``: the metadata record, its flag bits and the table kinds;
 - ``table``: the compact table's per-instruction records;
-- ``tables``: opcode facts as data;
+- ``tables``: opcode facts and refusals as data;
 - ``relocs``: x86-64 relocation types;
 - ``oracle``: how objdump and valgrind see amd64 code;
-- ``native``: the summary accelerator, a C walk over ``opmap``'s table;
-- ``fast``: the iced-x86 accelerator it falls back on, and table records;
-- ``opmap``: the C walk's opcode table, derived from iced-x86;
-- ``summaryrec``: the record both summary accelerators return.
+- ``opmap``: the host walk's opcode table, derived from capstone.
 """
 
 from __future__ import annotations
 
+import functools
+
+from generator.isa import host
 from generator.isa.amd64 import classify as _classify
 from generator.isa.amd64 import decode as _decode
 from generator.isa.amd64 import probe_md as _md
 from generator.isa.amd64 import table as _table
+from generator.isa.amd64 import tables as _tables
 from generator.isa.amd64.oracle import QUIRKS
 from generator.isa.amd64.relocs import branch_field, reloc_type
+from generator.isa.amd64.walk import ACCELERATOR
 from generator.isa.contract import Isa
 
 ISA = Isa(
@@ -38,14 +43,17 @@ ISA = Isa(
     reloc_type=reloc_type,
     oracle=QUIRKS,
     decode=_decode.decode,
-    classify=_classify.classify,
+    classify=functools.partial(host.classify, "amd64"),
     context_refusals=_classify.context_refusals,
-    frame_verdict=_classify.frame_verdict,
+    frame_verdict=functools.partial(host.frame_verdict, "amd64"),
     skip_md=_md.skip_md,
     table_row=_md.table_row,
     stream_record=_table.record,
     stream_decode=_table.decode,
     stream_masks=_table.with_masks,
-    accelerator="generator.isa.amd64.native",
+    stream_records=_table.records,
+    accelerator=ACCELERATOR,
+    byte_sets=_tables.CORE_BYTE_SETS,
+    refusals=_tables.CORE_REFUSALS,
     branch_reloc=branch_field,
 )
