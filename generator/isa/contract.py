@@ -130,7 +130,6 @@ class Accelerator(NamedTuple):
     headers: Tuple[Path, ...]  # other files of the ISA's it includes (a generated opcode table)
     reasons: Tuple[str, ...]  # reason texts by code from 1: the core's refusals (Isa.refusals), then the step's
     names: Mapping[str, int]  # capstone mnemonics refused by name -> their reason code
-    no_metadata: FrozenSet[int]  # reason codes after which the core leaves no metadata (skip_md is shown)
     undecodable: str  # the reason of bytes capstone cannot decode
     prologue_rules: Tuple[str, ...]  # the prologue rules, in the order of the step's bits (kk_isa_prologue())
     md_fields: Tuple[str, ...]  # the row fields the probe metadata is made from

@@ -83,26 +83,34 @@ def _sources(isa: Isa) -> List[Path]:
             SYS_MODULES / "kinst" / "kinst_funcs.h"]
 
 
+FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
+
+
+def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLAGS) -> List[str]:
+    """The command that builds ``isa``'s library into ``out_dir`` (which must hold the rendered
+    ``kinst_encoding.h``): the generic walk, the ISA's step and its portable core, linked to capstone."""
+    inc, lib = _capstone()
+    sources = _sources(isa)
+    dirs = sorted({str(p.parent) for p in sources})
+    return [cc, *flags, f"-I{inc}", f"-L{lib}", f"-Wl,-rpath,{lib}", f"-I{out_dir}", *(f"-I{d}" for d in dirs),
+            "-o", str(out_dir / LIB_NAME), *(str(p) for p in sources if p.suffix == ".c"), "-lcapstone"]
+
+
 def library_path(isa: Isa) -> Path:
     """The built library for ``isa``'s current sources (compiled now if need be)."""
     from generator.common.ccache import compile_cached, content_key
 
     cc = _compiler()
-    inc, lib = _capstone()
-    sources = _sources(isa)
-    flags = ["-std=c99", "-O2", "-shared", "-fPIC", f"-I{inc}", f"-L{lib}", f"-Wl,-rpath,{lib}"]
-    parts: List[Any] = [cc, " ".join(flags), (TEMPLATE_DIR / "kinst" / ENCODING_TEMPLATE).read_bytes(),
+    parts: List[Any] = [" ".join(compile_command(isa, cc, Path("."))),
+                        (TEMPLATE_DIR / "kinst" / ENCODING_TEMPLATE).read_bytes(),
                         repr(sorted(encoding.context(isa).items()))]
-    parts += [p.read_bytes() for p in sources]
+    parts += [p.read_bytes() for p in _sources(isa)]
 
     def make(tmp: Path) -> None:
         from generator.common.tools import checked, run_tool
 
         render_encoding(isa, tmp)
-        dirs = sorted({str(p.parent) for p in sources})
-        checked(run_tool, [cc, *flags, f"-I{tmp}", *(f"-I{d}" for d in dirs), "-o", str(tmp / LIB_NAME),
-                           *(str(p) for p in sources if p.suffix == ".c"), "-lcapstone"],
-                f"compiling kinstkit's {isa.name} analysis core")
+        checked(run_tool, compile_command(isa, cc, tmp), f"compiling kinstkit's {isa.name} analysis core")
 
     return compile_cached(CACHE_DIR, f"{isa.name}-{content_key(parts)}", make, marker=LIB_NAME) / LIB_NAME
 
@@ -245,8 +253,6 @@ class Host:
         reason = self.value(buf, "kr_reason", base)
         target = self.value(buf, "kr_target", base) if self.value(buf, "kr_flags", base) & 1 else None
         if reason:
-            if reason in self.acc.no_metadata:
-                md = self.isa.skip_md(self.value(buf, "kr_len", base))
             return Verdict(STATUS_SKIP, self.row_reason(addr), KIND_SKIP, md, target)
         return Verdict(STATUS_OK, "", self.isa.table_kinds[self.value(buf, "km_kind", base)].kind, md, target)
 

@@ -152,6 +152,13 @@ def _cell(probes: Sequence[Tuple[int, int, int, Optional[int], Optional[Tuple[in
     return UNKNOWN
 
 
+def _orders(lock: int, pfx: Sequence[int]) -> List[List[int]]:
+    """The legacy prefixes of a class in the orders probed: LOCK first and, with others, LOCK last."""
+    if not lock:
+        return [list(pfx)]
+    return [[0xF0, *pfx], [*pfx, 0xF0]] if pfx else [[0xF0]]
+
+
 def _class_cells(prober: _Prober, m: int, op: int, pfx: int, rex: int, lock: int) -> List[int]:
     """The cells of one class: per reg, the memory forms, the %rip-relative one, then the register form for each
     r/m."""
@@ -162,10 +169,12 @@ def _class_cells(prober: _Prober, m: int, op: int, pfx: int, rex: int, lock: int
             for rm in forms:
                 modrm = rm | reg << 3
                 for rex_byte in REX[rex]:
-                    head = bytes(([0xF0] if lock else []) + list(PFX[pfx]) +
-                                 ([rex_byte] if rex_byte is not None else []) + list(MAPS[m]) + [op])
-                    length, reason, verdict = prober.probe(head, bytes([modrm]) + _TAIL)
-                    probes.append((modrm, len(head), length, reason, verdict))
+                    rest = ([rex_byte] if rex_byte is not None else []) + list(MAPS[m]) + [op]
+                    # The walk keys on which prefixes there are, capstone decodes them in order: both.
+                    for legacy in _orders(lock, PFX[pfx]):
+                        head = bytes(legacy + rest)
+                        length, reason, verdict = prober.probe(head, bytes([modrm]) + _TAIL)
+                        probes.append((modrm, len(head), length, reason, verdict))
             cells.append(_cell(probes))
     return cells
 
@@ -181,7 +190,8 @@ def build() -> Tuple[List[int], List[Tuple[int, ...]]]:
     from generator.isa.amd64 import ISA
     from generator.isa.amd64.walk import REASONS
 
-    assert len(REASONS) < 1 << (16 - REASON_SHIFT) and len(ISA.table_kinds) <= KIND_MASK >> KIND_SHIFT
+    # Bit 15 of a class entry marks a row of cells: an attribute must leave it clear.
+    assert len(REASONS) < 1 << (15 - REASON_SHIFT) and len(ISA.table_kinds) <= KIND_MASK >> KIND_SHIFT
     prober = _Prober()
     top = [UNKNOWN] * NKEYS
     rows: List[Tuple[int, ...]] = []

@@ -191,10 +191,19 @@ UNDECODABLE_REASON = "capstone cannot decode these bytes"
 # A short jump is widened to its rel32 form in the trampoline, its prefixes kept (docs/refusals.md), into
 # kinst's 16-byte template; the trampoline slot is 32 bytes: the template, then jmp *0(%rip) (6 bytes) and
 # the address to go back to (8).  A jcc rel8 with 11 or more prefixes, or a jmp rel8 with 12 or more,
-# widens past 16 bytes (issue 20, item 2).
+# widens past 16 bytes (issue 20, item 2); with one fewer, to 16, which is no instruction either: an x86
+# instruction has at most 15 bytes, and a longer one raises #UD.
 TEMPLATE_REASON = (
-    "short jump with so many prefixes that its widened rel32 form is longer than kinst's 16-byte template; "
-    "with the 14-byte jump back it would overrun the 32-byte trampoline slot"
+    "short jump with so many prefixes that its widened rel32 form would be longer than the 15 bytes an x86 "
+    "instruction may have, or than kinst's 16-byte template; with the 14-byte jump back it could overrun the "
+    "32-byte trampoline slot"
+)
+
+# A short jump with an operand-size (0x66) prefix widens to a rel32 form that AMD CPUs read as a rel16
+# (REL16_BRANCH_REASON): the trampoline's instruction, and where it goes, would depend on the CPU.
+WIDEN16_REASON = (
+    "short jump with an operand-size prefix: its widened rel32 form is a rel16 branch on AMD CPUs and a rel32 "
+    "one on Intel CPUs, so the trampoline's instruction would depend on the CPU"
 )
 
 # The byte sets kinst_core_dissect() finds the opcode and the ModR/M byte with (kinst_encoding.h).
@@ -206,14 +215,14 @@ CORE_BYTE_SETS = (
 
 # What kinst_core_dissect() refuses from the bytes alone, as KINST_RF_* codes from 1, in this order.  The
 # analysis shows the reason after capstone's mnemonic; a refusal by mnemonic (REFUSED, SS_LOAD_REASON)
-# comes before the last four, which leave kinst's metadata computed; the first two leave none.
+# comes first (no instruction has both).  After the first three the core leaves kinst's metadata blank, as
+# ``probe_md.skip_md`` has it: there is none to show.
 CORE_REFUSALS = (
     CoreRefusal("KINST_RF_REL16", "rel16 branch", REL16_BRANCH_REASON),
-    CoreRefusal("KINST_RF_TEMPLATE", "widened past the template", TEMPLATE_REASON),
+    CoreRefusal("KINST_RF_TEMPLATE", "widened past 15 bytes", TEMPLATE_REASON),
+    CoreRefusal("KINST_RF_WIDEN16", "widened with an operand-size prefix", WIDEN16_REASON),
     CoreRefusal("KINST_RF_FAR_CALL", "far call (ff /3)", _LCALL),
     CoreRefusal("KINST_RF_FAR_JMP", "far jmp (ff /5)", _LJMP),
     CoreRefusal("KINST_RF_ADDR32_CALL", "addr32 call through memory", ADDR32_CALL_REASON),
     CoreRefusal("KINST_RF_SEGMENT_CALL", "%fs:/%gs: call through memory", SEGMENT_CALL_REASON),
 )
-# After these the core leaves kinst's metadata blank (kinst would have read past the instruction or the template).
-NO_METADATA = frozenset({"KINST_RF_REL16", "KINST_RF_TEMPLATE"})

@@ -6,7 +6,7 @@ the step adds what needs capstone's text, from ``tables.py``: the
 mnemonics refused by name, the %ss load, the capstone lengths that
 ``decode.py`` corrects.  Reason codes: the core's refusals first
 (``tables.CORE_REFUSALS``, ``KINST_RF_*``), then the %ss load, then one per
-mnemonic of ``tables.REFUSED``, in name order; ``opmap.py`` writes the
+reason text of ``tables.REFUSED``, in name order; ``opmap.py`` writes the
 mnemonic's code into the opcode table, so a change here regenerates it.
 """
 
@@ -22,9 +22,10 @@ from generator.isa.contract import Accelerator
 
 ACCEL_DIR = Path(__file__).resolve().parent / "accel"
 SS_REASON = len(T.CORE_REFUSALS) + 1
-NAMED = sorted(T.REFUSED)
-REASONS = (*(r.reason for r in T.CORE_REFUSALS), T.SS_LOAD_REASON, *(T.REFUSED[n] for n in NAMED))
-NAME_REASONS = {n: SS_REASON + 1 + i for i, n in enumerate(NAMED)}
+# One code per reason text of tables.REFUSED (names sharing a reason share its code), in name order.
+_TEXTS = tuple(dict.fromkeys(T.REFUSED[n] for n in sorted(T.REFUSED)))
+REASONS = (*(r.reason for r in T.CORE_REFUSALS), T.SS_LOAD_REASON, *_TEXTS)
+NAME_REASONS = {n: SS_REASON + 1 + _TEXTS.index(T.REFUSED[n]) for n in sorted(T.REFUSED)}
 PROLOGUE_OPCODE = 0x55  # push %rbp: kinst's frame-pointer prologue starts with it
 
 # struct kinst_md's fields (kr_md of a row), as ProbeMd names them, and how JSON writes each.
@@ -60,7 +61,6 @@ ACCELERATOR = Accelerator(
     headers=(ACCEL_DIR / "kk_opmap.inc",),
     reasons=REASONS,
     names=NAME_REASONS,
-    no_metadata=frozenset(i + 1 for i, r in enumerate(T.CORE_REFUSALS) if r.c_name in T.NO_METADATA),
     undecodable=T.UNDECODABLE_REASON,
     prologue_rules=("any", "first"),
     md_fields=tuple(field for field, _ in _MD.values()),

@@ -28,6 +28,7 @@
 
 static csh kk_cs;
 static cs_insn *kk_insn;
+static unsigned long kk_decoded;	/* instructions capstone decoded here */
 
 /* From tables.py (kk_amd64_init()). */
 static unsigned kk_ss_reason;		/* SS_LOAD_REASON's code */
@@ -49,6 +50,14 @@ const struct kk_field kk_isa_fields[] = {
 	KK_FIELD(kr_md.km_template, 0),
 	{ NULL, 0, 0, 0 }
 };
+
+/* How many instructions capstone decoded for the walks: the tests check the table carries them. */
+unsigned long
+kk_amd64_decoded(void)
+{
+
+	return (kk_decoded);
+}
 
 void
 kk_amd64_init(unsigned ss_reason, int prologue_opcode,
@@ -226,10 +235,9 @@ kk_base(const char *mnemonic)
 
 /*
  * The row of b[0, len) at 'address' whose reason code by mnemonic is
- * 'named' (0: none): kinst_core_dissect()'s metadata, the refusal (what
- * leaves no metadata first, then the mnemonic's, then the rest of the
- * core's), and a direct branch's target.  KK_NEXT, or KK_ERROR for bytes
- * the core cannot read.
+ * 'named' (0: none): kinst_core_dissect()'s metadata, the refusal (the
+ * mnemonic's, else the core's), and a direct branch's target.  KK_NEXT, or
+ * KK_ERROR for bytes the core cannot read.
  */
 static int
 kk_row_of(const uint8_t *b, size_t len, uint64_t address, unsigned named,
@@ -246,11 +254,7 @@ kk_row_of(const uint8_t *b, size_t len, uint64_t address, unsigned named,
 	rc = kinst_core_dissect(b, (kc_uint32_t)len, &row->kr_md);
 	if (rc < 0)
 		return (KK_ERROR);
-	if (rc == KINST_RF_REL16 || rc == KINST_RF_TEMPLATE) {
-		row->kr_reason = (uint8_t)rc;
-		return (KK_NEXT);
-	}
-	row->kr_reason = (uint8_t)(named != 0 ? named : rc);
+	row->kr_reason = (uint8_t)(named != 0 ? named : (unsigned)rc);
 	row->kr_target = kinst_core_branch_target(&row->kr_md, address);
 	if (row->kr_md.km_kind == KINST_K_JMP32 ||
 	    row->kr_md.km_kind == KINST_K_JCC32 ||
@@ -314,14 +318,11 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	named = kk_amd64_named(mnemonic, operands);
 	if (kk_row_of(b, len, address, named, row) != KK_NEXT)
 		return (KK_ERROR);
-	if (row->kr_reason != KINST_RF_REL16 &&
-	    row->kr_reason != KINST_RF_TEMPLATE) {
-		rip = row->kr_md.km_kind == KINST_K_RIPREL ||
-		    row->kr_md.km_kind == KINST_K_CALL_RIPREL;
-		if ((rip || strstr(operands, "ip)") != NULL) &&
-		    !kk_cross_check(operands, rip, row->kr_md.km_disp))
-			return (KK_ERROR);
-	}
+	rip = row->kr_md.km_kind == KINST_K_RIPREL ||
+	    row->kr_md.km_kind == KINST_K_CALL_RIPREL;
+	if ((rip || strstr(operands, "ip)") != NULL) &&
+	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
+		return (KK_ERROR);
 	/* capstone prints a relative operand's address: not cacheable. */
 	if (operands[0] == '0' && operands[1] == 'x')
 		row->kr_flags &= ~KK_R_CACHEABLE;
@@ -388,6 +389,7 @@ kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 		return (KK_NEXT);
 	}
 	/* capstone: text, or what the table does not know. */
+	kk_decoded++;
 	n = len - off;
 	a = address + off;
 	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||

@@ -348,9 +348,19 @@ kinst_core_dissect(const kc_uint8_t *b, kc_uint32_t len, struct kinst_md *md)
 			md->km_kind = KINST_K_CALL_MEM;
 	} else if ((md->km_flags & KINST_F_RIPREL) != 0 &&
 	    (op == 0xeb || (op >= 0x70 && op <= 0x7f))) {
-		/* A short jump: its rel32 form, prefixes kept (kinst: not). */
+		/*
+		 * A short jump: its rel32 form, prefixes kept (kinst: not),
+		 * which must be an instruction (15 bytes at most, so within
+		 * the template) whose length no CPU reads otherwise (an
+		 * operand-size prefix makes it a rel16 on AMD CPUs).
+		 */
 		md->km_tinstlen = (kc_uint8_t)(opcidx + (op == 0xeb ? 5 : 6));
-		if (md->km_tinstlen > KINST_TEMPLATE_SIZE) {
+		for (i = 0; i < opcidx; i++)
+			if (b[i] == 0x66) {
+				kinst_core_blank(len, md);
+				return (KINST_RF_WIDEN16);
+			}
+		if (md->km_tinstlen > KINST_MAX_INSN) {
 			kinst_core_blank(len, md);
 			return (KINST_RF_TEMPLATE);
 		}
