@@ -8,7 +8,6 @@ and independent of the image reader.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Dict, List, Sequence, Tuple
 
 import pytest
@@ -20,36 +19,27 @@ from generator.common.errors import UserError
 from generator.image.elf import Function, Reloc
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.amd64 import tables as T
+from helpers.textimage import BASE, TextImage
 
-BASE = 0xFFFFFFFF80200000
 
 # push %rbp; mov %rsp,%rbp; pop %rbp; ret  -- offsets 0, 1, 4, 5
 FRAME = "55 48 89 e5 5d c3"
 
 
-class FakeImage:
-    """The slice of ``KernelImage`` that ``probes.analyse`` uses."""
+class FakeImage(TextImage):
+    """The slice of ``KernelImage`` that ``probes.analyse`` uses, with relocations and a check on every read."""
 
-    isa = amd64
     path = "fake-kernel"
 
     def __init__(self, code: bytes, e_type: str = "ET_EXEC", relocs: Sequence[Reloc] = ()):
-        self.code = code
+        super().__init__(amd64, code)
         self.e_type = e_type
         self.relocs = list(relocs)
-        self.text = SimpleNamespace(name=".text", addr=BASE, size=len(code), nobits=False)
-
-    def section_at(self, address: int):
-        t = self.text
-        return t if t.addr <= address < t.addr + t.size else None
 
     def read(self, address: int, size: int) -> bytes:
         off = address - BASE
         assert 0 <= off and off + size <= len(self.code), "read outside .text"
         return self.code[off : off + size]
-
-    def read_in(self, sec, address: int, size: int) -> bytes:
-        return self.read(address, size)
 
     def relocs_in(self, address: int, size: int) -> List[Reloc]:
         return [r for r in self.relocs if address <= r.address < address + size]
