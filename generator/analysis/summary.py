@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from generator.analysis import report
 from generator.analysis.exclusions import excluded
 from generator.analysis.probes import analyse, code_runs
 from generator.analysis.records import STATUS_OK, FunctionReport
@@ -89,3 +90,33 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
                 kinds = {} if reason else {name: c for (name, _), c in zip(kinds_by_name, counts) if c}
                 out[k] = make(f.qualified, f.address, f.size, reason, "", n, kinds)
     return [s if s is not None else from_report(analyse(img, f, rule, isa), make) for s, f in zip(out, funcs)]
+
+
+def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa) -> List[str]:
+    """``fast_chunk``'s JSON lines (``make=report.summary_json_fields``), with the library writing each line
+    from ``"eligible"`` on out of its counts (``Host.summary_json``, a formatter: the verdicts are the counts').
+
+    What is left per function is its name, the head of the line, and the
+    exclusion list, whose rare verdict replaces the library's.  A function
+    the library hands back comes from ``from_report``.
+    """
+    lib = host.for_isa(isa)
+    if lib is None:
+        return fast_chunk(img, funcs, rule, isa, report.summary_json_fields)
+    lay = lib.summary_layout()
+    bit = 1 << isa.accelerator.prologue_rules.index(rule)
+    prologue = report.quote(isa.prologue_reasons[rule])
+    kinds = [report.quote(k.kind) for k in isa.table_kinds]
+    md_excluded, isa_name, head = isa.md_excluded, isa.name, report.summary_json_head
+    out: List[Optional[str]] = [None] * len(funcs)
+    for run, span, first in code_runs(img, funcs):
+        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        tails = lib.summary_json(counts, bit, prologue, kinds)
+        for k, n, tail in zip(run, counts[lay.n :: lay.columns], tails):
+            if tail:
+                f = funcs[k]
+                reason = excluded(f.name, isa_name, md_excluded)
+                out[k] = report.summary_json_fields(f.qualified, f.address, f.size, reason, "", n, {}) if reason \
+                    else head(f.qualified, f.address, f.size) + tail
+    return [line if line is not None else from_report(analyse(img, f, rule, isa), report.summary_json_fields)
+            for f, line in zip(funcs, out)]

@@ -160,7 +160,7 @@ def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: boo
         return [writer.lines(funcs)] if funcs else []
     if as_summary:
         if as_json:
-            return summary.fast_chunk(img, funcs, rule, isa, report.summary_json_fields)
+            return summary.fast_json_chunk(img, funcs, rule, isa)
         return [report.summary_text(r) for r in summary.fast_chunk(img, funcs, rule, isa)]
     out: List[Union[str, bytes]] = []
     for f in funcs:

@@ -149,6 +149,7 @@ class Host:
         self._bind()
         self.rowsize, self.fields = self._layout()
         self._keep: List[Any] = []
+        self._json_args: Dict[Tuple[str, Tuple[str, ...]], Tuple[Any, ...]] = {}  # summary_json()'s C arrays
         self._init()
         self.row = ctypes.create_string_buffer(self.rowsize)
         self.text = ctypes.create_string_buffer(4096)
@@ -169,6 +170,8 @@ class Host:
             "kk_summary_layout": ((*[ctypes.POINTER(ctypes.c_uint)] * 4, ctypes.POINTER(ctypes.c_uint32)), None),
             "kk_summarise": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
                               ctypes.c_void_p), None),
+            "kk_summary_json": ((ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_char_p, ctypes.c_void_p,
+                                 ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)), ctypes.c_size_t),
             "kk_function_rows": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int,
                                   ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t),
                                   ctypes.POINTER(ctypes.c_uint)), ctypes.c_int),
@@ -279,6 +282,24 @@ class Host:
             self.lib.kk_summarise(span, len(span), n, starts_a.buffer_info()[0], limits_a.buffer_info()[0],
                                   out.buffer_info()[0])
         return out
+
+    def summary_json(self, counts: array, rule_bit: int, reason: str, kinds: Sequence[str]) -> List[str]:
+        """Each function's ``--summary --json`` line from ``"eligible"`` on, made by ``kk_summary_json()`` of
+        ``summarise()``'s ``counts``; "" for a deferred function.  ``reason`` (a failed prologue rule) and
+        ``kinds`` (``Isa.table_kinds``' names) come as JSON strings; the kinds are listed in name order."""
+        key = (reason, tuple(kinds))
+        args = self._json_args.get(key)
+        if args is None:
+            order = sorted(range(len(kinds)), key=lambda i: kinds[i])
+            args = self._json_args[key] = (reason.encode("ascii"), _strings(kinds),
+                                           (ctypes.c_uint * max(1, len(kinds)))(*order))
+        n = len(counts) // self.lib.kk_summary_columns()
+        at = ctypes.c_void_p()
+        size = self.lib.kk_summary_json(counts.buffer_info()[0], n, rule_bit, args[0], args[1], args[2],
+                                        ctypes.byref(at))
+        if size == ctypes.c_size_t(-1).value:
+            raise MemoryError("kk_summary_json")
+        return ctypes.string_at(at.value, size).decode("ascii").split("\n")[:n]
 
     def rows(self, code: bytes, limit: int, address: int, text: int = TEXT_REFUSED) -> Optional["Rows"]:
         """The rows of the function ``code[:limit]`` at ``address`` (``code`` runs on into its section), with the

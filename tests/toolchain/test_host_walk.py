@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from generator.analysis import summary
+from generator.analysis import report, summary
 from generator.analysis.plan import plan_function
 from generator.analysis.probes import analyse, code_runs
 from generator.common.errors import ClassifierError, UserError
@@ -39,14 +39,18 @@ def _lib():
 
 
 def _mismatches(img, funcs, rule: str):
-    """Functions whose summary or table records differ between the walk and the report."""
+    """Functions whose summary (record and ``--json`` line, which the library formats itself) or table records
+    differ between the walk and the report."""
     lib = _lib()
     fast = summary.fast_chunk(img, funcs, rule, img.isa)
+    lines = summary.fast_json_chunk(img, funcs, rule, img.isa)
     bad = []
-    for f, got in zip(funcs, fast):
+    for f, got, line in zip(funcs, fast, lines):
         rep = analyse(img, f, rule, img.isa)
         if got != summary.from_report(rep):
             bad.append((f.name, got, summary.from_report(rep)))
+        elif line != summary.from_report(rep, report.summary_json_fields):
+            bad.append((f.name, line, summary.from_report(rep, report.summary_json_fields)))
         elif plan_function(img, f, rule, lib) != plan_function(img, f, rule, None, rep):
             bad.append((f.name, "table records", plan_function(img, f, rule, None, rep)))
     return bad

@@ -18,6 +18,8 @@
 
 #include "kk_host.h"
 
+static int kk_words(void);
+
 /* What Python gave kk_init(); Python keeps it alive. */
 /* A refusal's reason: what the ISA's step puts first (the mnemonic), this, the text. */
 #define	KK_REASON_JOIN	": "
@@ -171,6 +173,8 @@ kk_init(const char *const *reasons, unsigned nreasons,
 	    jfields[kk_jrest].kj_source == KK_S_REASON ||
 	    jfields[kk_jrest].kj_source == KK_S_KIND); kk_jrest++)
 		;
+	if (kk_words() != 0)
+		return (-1);
 	return (kk_isa_open());
 }
 
@@ -466,6 +470,82 @@ kk_summarise(const uint8_t *buf, size_t buflen, size_t nfunc,
 }
 
 /*
+ * The end of each function's --summary --json line, from "eligible" on,
+ * made of kk_summarise()'s counters: a formatter of counts, no rule.  A
+ * function passes when it has the prologue rule bit 'rule_bit', else its
+ * reason is 'reason'; 'kinds' are the table kinds' JSON strings and
+ * 'order' their indexes in the order a line lists them (Python's, like
+ * the quoting).  One line per function, each ended by a newline, empty
+ * for a deferred function; *text points at them until the next call.
+ * Returns their length, or (size_t)-1 when memory runs out.
+ */
+static char *kk_tails;
+static size_t kk_tcap;
+
+size_t
+kk_summary_json(const uint32_t *cols, size_t nfunc, unsigned rule_bit,
+    const char *reason, const char *const *kinds, const unsigned *order,
+    char **text)
+{
+	const uint32_t *col;
+	size_t k, i, len, most, ncol, cap;
+	uint32_t ok;
+	char *p;
+	int n;
+
+	ncol = kk_summary_columns();
+	most = 160 + strlen(reason);
+	for (i = 0; i < kk_nkinds; i++)
+		most += strlen(kinds[i]) + 12;
+	len = 0;
+	for (k = 0; k < nfunc; k++) {
+		col = cols + k * ncol;
+		if (len + most > kk_tcap) {
+			for (cap = kk_tcap != 0 ? kk_tcap : 1 << 16;
+			    cap < len + most; cap *= 2)
+				;
+			if ((p = realloc(kk_tails, cap)) == NULL)
+				return ((size_t)-1);
+			kk_tails = p;
+			kk_tcap = cap;
+		}
+		p = kk_tails + len;
+		if (col[KK_COL_N] == KK_DEFERRED) {
+			*p = '\n';
+			len++;
+			continue;
+		}
+		if ((col[KK_COL_PROLOGUE] & rule_bit) == 0) {
+			n = sprintf(p, "\"eligible\":false,\"reason\":%s,"
+			    "\"walk_error\":\"\",\"instructions\":%u,"
+			    "\"probes\":0,\"skipped\":%u,\"kinds\":{}}\n", reason,
+			    (unsigned)col[KK_COL_N], (unsigned)col[KK_COL_N]);
+			len += (size_t)n;
+			continue;
+		}
+		for (ok = 0, i = 0; i < kk_nkinds; i++)
+			ok += col[KK_COL_KIND + i];
+		n = sprintf(p, "\"eligible\":true,\"reason\":\"\","
+		    "\"walk_error\":\"\",\"instructions\":%u,\"probes\":%u,"
+		    "\"skipped\":%u,\"kinds\":{", (unsigned)col[KK_COL_N],
+		    (unsigned)ok, (unsigned)(col[KK_COL_N] - ok));
+		p += n;
+		for (i = 0; i < kk_nkinds; i++) {
+			if (col[KK_COL_KIND + order[i]] == 0)
+				continue;
+			p += sprintf(p, "%s%s:%u", p[-1] == '{' ? "" : ",",
+			    kinds[order[i]], (unsigned)col[KK_COL_KIND + order[i]]);
+		}
+		*p++ = '}';
+		*p++ = '}';
+		*p++ = '\n';
+		len = (size_t)(p - kk_tails);
+	}
+	*text = kk_tails;
+	return (len);
+}
+
+/*
  * The rows of one function, for Python (a table's records, or one
  * function's probes): 0 with *rows and *nrows set (valid until the next
  * walk), or KK_DEFER / KK_ERROR.  *prologue: the rules it passes.
@@ -544,6 +624,16 @@ struct kk_out {
 	int	 full;
 	int	 ascii;		/* 0: a string was not ASCII; Python writes it */
 };
+
+/* A JSON string, quoted once (kk_words()): the status words and the kinds. */
+struct kk_word {
+	const char	*kw_s;
+	size_t		 kw_n;
+};
+
+#define	KK_KINDS	64
+static char kk_wbuf[4096];
+static struct kk_word kk_wok, kk_wskip, kk_wkindskip, kk_wkinds[KK_KINDS];
 
 static void
 kk_put(struct kk_out *o, const char *s, size_t n)
@@ -668,13 +758,64 @@ kk_quote(struct kk_out *o, const char *s)
 	kk_put(o, "\"", 1);
 }
 
+/* s as a JSON string into *w, from the buffer kk_wbuf at *o; 0, or -1 when it does not fit or is not ASCII. */
+static int
+kk_word(struct kk_out *o, struct kk_word *w, const char *s)
+{
+
+	w->kw_s = o->p;
+	kk_quote(o, s);
+	w->kw_n = (size_t)(o->p - w->kw_s);
+	return (o->full || !o->ascii ? -1 : 0);
+}
+
+/* The words every record writes, quoted once. */
+static int
+kk_words(void)
+{
+	struct kk_out o;
+	unsigned i;
+
+	if (kk_nkinds > KK_KINDS)
+		return (-1);
+	o.p = kk_wbuf;
+	o.end = kk_wbuf + sizeof(kk_wbuf);
+	o.full = 0;
+	o.ascii = 1;
+	if (kk_word(&o, &kk_wok, kk_status_ok) != 0 ||
+	    kk_word(&o, &kk_wskip, kk_status_skip) != 0 ||
+	    kk_word(&o, &kk_wkindskip, kk_kind_skip) != 0)
+		return (-1);
+	for (i = 0; i < kk_nkinds; i++)
+		if (kk_word(&o, &kk_wkinds[i], kk_kinds[i]) != 0)
+			return (-1);
+	return (0);
+}
+
 static long long
 kk_field_int(const uint8_t *p, uint32_t size, int sign)
 {
 	unsigned long long v;
+	uint32_t v32;
+	uint16_t v16;
 
-	v = 0;
-	memcpy(&v, p, size < 8 ? size : 8);	/* the host is little-endian */
+	/* Fixed-size copies, which the compiler makes loads (little-endian host). */
+	switch (size) {
+	case 1:
+		v = p[0];
+		break;
+	case 2:
+		memcpy(&v16, p, 2);
+		v = v16;
+		break;
+	case 4:
+		memcpy(&v32, p, 4);
+		v = v32;
+		break;
+	default:
+		v = 0;
+		memcpy(&v, p, size < 8 ? size : 8);
+	}
 	if (sign && size < 8 && (v >> (8 * size - 1)) & 1)
 		v |= ~0ull << (8 * size);
 	return ((long long)v);
@@ -690,6 +831,7 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
     uint64_t address, const char *refused, unsigned first, unsigned last)
 {
 	const struct kk_jfield *f;
+	const struct kk_word *w;
 	const uint8_t *p;
 	char word[12];
 	unsigned i;
@@ -719,7 +861,8 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 			    f->kj_source == KK_S_MNEMONIC ? 0 : 1));
 			break;
 		case KK_S_STATUS:
-			kk_quote(o, skip ? kk_status_skip : kk_status_ok);
+			w = skip ? &kk_wskip : &kk_wok;
+			kk_put(o, w->kw_s, w->kw_n);
 			break;
 		case KK_S_REASON:
 			if (refused != NULL)
@@ -734,8 +877,9 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 				kk_put(o, "\"\"", 2);
 			break;
 		case KK_S_KIND:
-			kk_quote(o, skip || row->kr_md.km_kind >= kk_nkinds ?
-			    kk_kind_skip : kk_kinds[row->kr_md.km_kind]);
+			w = skip || row->kr_md.km_kind >= kk_nkinds ?
+			    &kk_wkindskip : &kk_wkinds[row->kr_md.km_kind];
+			kk_put(o, w->kw_s, w->kw_n);
 			break;
 		case KK_S_TARGET:
 			if ((row->kr_flags & KK_R_TARGET) != 0)
