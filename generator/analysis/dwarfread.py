@@ -26,11 +26,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.construct.core import ConstructError
 
-from generator.analysis.dwarfindex import (
+from .dwarfindex import (
     ARRAYS, FLAG_END, FLAG_STMT, NAME_DECLARED, NAME_INLINE, NO_FILE, DwarfIndex,
 )
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
+from ..common.errors import UserError
+from ..image.elf import KernelImage
 
 _REF_CU = ("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8", "DW_FORM_ref_udata")
 _CONSTANT = ("DW_FORM_data1", "DW_FORM_data2", "DW_FORM_data4", "DW_FORM_data8", "DW_FORM_udata",

@@ -2,7 +2,7 @@
 
 ``probes --all --json`` prints every instruction of every function with its
 verdict and kinst metadata -- millions of objects for a kernel.  The ISA's
-host library (``isa/host.py``) writes them: its walk makes a row per
+host library (``isa/hostcore.py``) writes them: its walk makes a row per
 instruction (the portable core's verdict, capstone's text) and formats each
 as ``report.probe_dict`` lays a record out (the keys come from
 ``isa.contract.PROBE_JSON_HEAD``/``TAIL`` and the ISA's ``md_json``), a
@@ -19,11 +19,11 @@ import json
 import os
 from typing import Dict, Sequence, Tuple
 
-from generator.analysis import report
-from generator.analysis.exclusions import excluded
-from generator.analysis.probes import MAX_INSN, analyse, code_runs, function_code
-from generator.image.elf import Function, KernelImage
-from generator.isa import host
+from . import report
+from .exclusions import excluded
+from .probes import MAX_INSN, analyse, code_runs, function_code
+from ..image.elf import Function, KernelImage
+from ..isa import hostcore
 
 _dumps = json.dumps
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps of a str, in C
@@ -36,7 +36,7 @@ class ImageJson:
         self.img = img
         self.isa = img.isa
         self.rule = rule
-        lib = host.for_isa(self.isa) if img.e_type != "ET_REL" and not self.isa.mapping_symbols else None
+        lib = hostcore.for_isa(self.isa) if img.e_type != "ET_REL" and not self.isa.mapping_symbols else None
         self.native = lib.json_writer() if lib is not None else None
         self.prologue_json = _dumps(f"function refused: {self.isa.prologue_reasons[rule]}")
 

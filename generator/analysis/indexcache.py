@@ -22,13 +22,13 @@ from array import array
 from pathlib import Path
 from typing import Dict, Optional, Sequence, Tuple
 
-from generator.analysis.dwarfindex import ARRAYS, NO_FILE, DwarfIndex
-from generator.analysis.dwarfread import build
-from generator.common.errors import UserError
-from generator.common.files import write_bytes
-from generator.common.paths import CACHE
-from generator.image.debuginfo import DEFAULT_ROOTS, DebugInfo, locate, open_debug
-from generator.image.elf import KernelImage
+from .dwarfindex import ARRAYS, NO_FILE, DwarfIndex
+from .dwarfread import build
+from ..common.errors import UserError
+from ..common.files import write_bytes
+from ..common.paths import CACHE
+from ..image.debuginfo import DEFAULT_ROOTS, DebugInfo, locate, open_debug
+from ..image.elf import KernelImage
 
 FORMAT = 1
 MAGIC = b"KINSTKIT-DWARF-INDEX\n"

@@ -37,11 +37,11 @@ import difflib
 import os
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from generator.analysis.dwarfindex import FLAG_END, FLAG_STMT, DwarfIndex
-from generator.analysis.probes import analyse
-from generator.analysis.records import STATUS_SKIP, FunctionReport, Probe
-from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage
+from .dwarfindex import FLAG_END, FLAG_STMT, DwarfIndex
+from .probes import analyse
+from .records import STATUS_SKIP, FunctionReport, Probe
+from ..common.errors import UserError
+from ..image.elf import Function, KernelImage
 
 
 class LineSite(NamedTuple):

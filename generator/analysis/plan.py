@@ -21,7 +21,7 @@ address order; a function whose every instruction is refused is listed as
 refused and not tabled.
 
 Planning a whole image goes through the ISA's host library where it has one
-(``isa/host.py``: the portable core's verdict on every instruction, as rows),
+(``isa/hostcore.py``: the portable core's verdict on every instruction, as rows),
 falling back to ``analysis.probes.analyse`` for any function it hands back.
 """
 
@@ -32,15 +32,15 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.analysis.exclusions import excluded
-from generator.analysis.probes import analyse, function_code
-from generator.analysis.records import STATUS_OK, FunctionReport
-from generator.analysis.whole import map_chunks
-from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-from generator.image.elf import Function, KernelImage
-from generator.isa import host
-from generator.isa.contract import Isa
+from .. import isa as isa_registry
+from .exclusions import excluded
+from .probes import analyse, function_code
+from .records import STATUS_OK, FunctionReport
+from .whole import map_chunks
+from ..common.defaults import DEFAULT_PROLOGUE_RULE
+from ..image.elf import Function, KernelImage
+from ..isa import hostcore
+from ..isa.contract import Isa
 
 
 class PlanFunc(NamedTuple):
@@ -139,7 +139,7 @@ def _masks(img: KernelImage, func: Function) -> Tuple[List[Tuple[int, int]], str
     return out, ""
 
 
-def _fast(isa: Isa, lib: host.Host, func: Function, code: bytes,
+def _fast(isa: Isa, lib: hostcore.Host, func: Function, code: bytes,
           rule: str) -> Optional[Tuple[bytes, List[Refusal], str, int]]:
     """(records, instruction refusals, function refusal, probes) from the host library's rows; None where it
     hands the function back."""
@@ -172,7 +172,7 @@ def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str,
 
 
 def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE_RULE,
-                  lib: Optional[host.Host] = None, report: Optional[FunctionReport] = None) -> _Planned:
+                  lib: Optional[hostcore.Host] = None, report: Optional[FunctionReport] = None) -> _Planned:
     """One function's records, digest and refusals; from the rows of the ISA's host library ``lib`` when
     given, else from ``analysis.probes.analyse`` (its ``report`` when the caller has it already)."""
     isa = img.isa
@@ -193,7 +193,7 @@ def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE
 
 
 def _plan_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, fast: bool) -> List[_Planned]:
-    lib = host.for_isa(img.isa) if fast else None
+    lib = hostcore.for_isa(img.isa) if fast else None
     return [plan_function(img, f, rule, lib) for f in funcs]
 
 
@@ -202,7 +202,7 @@ def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_P
     """The plan for ``funcs`` of ``img``: from the ISA's host library's rows, or with ``fast`` False every
     function through ``analysis.probes.analyse``."""
     if fast:
-        host.for_isa(img.isa)  # built and loaded before any worker forks
+        hostcore.for_isa(img.isa)  # built and loaded before any worker forks
     funcs = sorted(funcs, key=lambda f: (f.address, f.name))
     out: List[PlanFunc] = []
     refused: List[Refusal] = []

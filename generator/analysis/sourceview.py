@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.analysis.inlines import InlineCopy
-from generator.analysis.lines import LineSite
-from generator.analysis.records import STATUS_OK
-from generator.image.elf import Function
+from .inlines import InlineCopy
+from .lines import LineSite
+from .records import STATUS_OK
+from ..image.elf import Function
 
 NOT_STMT = "*"  # marks a site whose row is not is_stmt
 REFUSED = "!"  # marks a site kinst refuses

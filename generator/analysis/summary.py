@@ -4,7 +4,7 @@ A summary answers "how much of this image can kinst trace, and how" without
 printing every instruction: the function verdict and its probes counted by
 emulation kind.  ``from_report`` makes one from a ``FunctionReport``
 (``probes.analyse``); ``fast_chunk`` makes them for a chunk of functions
-from the counts of the ISA's host library (``isa/host.py``: the portable
+from the counts of the ISA's host library (``isa/hostcore.py``: the portable
 core's verdict on every instruction, counted in C), each run of functions in
 a section read as one slice of the file.  A function the library hands back
 (capstone cannot decode it, a %gs region, a walk past the symbol), that does
@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from generator.analysis import report
-from generator.analysis.exclusions import excluded
-from generator.analysis.probes import analyse, code_runs
-from generator.analysis.records import STATUS_OK, FunctionReport
-from generator.image.elf import Function, KernelImage
-from generator.isa import host
-from generator.isa.contract import Isa
+from . import report
+from .exclusions import excluded
+from .probes import analyse, code_runs
+from .records import STATUS_OK, FunctionReport
+from ..image.elf import Function, KernelImage
+from ..isa import hostcore
+from ..isa.contract import Isa
 
 # What a summary is made into: ``record`` (a dict, for JSON and text alike) or, for
 # ``--json``, ``report.summary_json_fields`` (its JSON line, with no dict between).
@@ -69,7 +69,7 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
     few dictionary lookups.
     """
     make = make or record
-    lib = host.for_isa(isa)
+    lib = hostcore.for_isa(isa)
     out: List[Optional[Any]] = [None] * len(funcs)
     if lib is not None:
         lay = lib.summary_layout()
@@ -100,7 +100,7 @@ def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa:
     exclusion list, whose rare verdict replaces the library's.  A function
     the library hands back comes from ``from_report``.
     """
-    lib = host.for_isa(isa)
+    lib = hostcore.for_isa(isa)
     if lib is None:
         return fast_chunk(img, funcs, rule, isa, report.summary_json_fields)
     lay = lib.summary_layout()

@@ -17,12 +17,12 @@ import os
 import shutil
 from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from generator.analysis import report, summary
-from generator.analysis.fastjson import ImageJson
-from generator.analysis.probes import analyse
-from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage
-from generator.isa import host
+from . import report, summary
+from .fastjson import ImageJson
+from .probes import analyse
+from ..common.errors import UserError
+from ..image.elf import Function, KernelImage
+from ..isa import hostcore
 
 # Functions per work item, between these bounds: at least eight items per
 # worker, so the workers end together, and no more than needed, because the
@@ -181,7 +181,7 @@ def analyse_image(
     if not funcs:
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
     serial_below = 0
-    if as_summary and host.for_isa(img.isa) is not None:  # loaded once here, before any worker forks
+    if as_summary and hostcore.for_isa(img.isa) is not None:  # loaded once here, before any worker forks
         serial_below = SERIAL_SUMMARY_BYTES
     if as_json and not as_summary:
         _json_writer(img, rule)  # its library loaded once, before any fork

@@ -7,7 +7,7 @@ record codes, the byte sets of opcode facts and the codes of the refusals
 the core itself makes (their owner is the ``Isa`` record), and the layout
 of a table's function records, which every ISA shares (``kinst_funcs.c``
 reads them).  ``generate`` renders it beside the table, and the host build
-of the core (``isa/host.py``) for the analysis.
+of the core (``isa/hostcore.py``) for the analysis.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, List
 
-from generator.isa.contract import Isa
+from .contract import Isa
 
 # The function record of a table: little-endian fields, in this order (kinst_funcs.c reads them
 # at the offsets kinst_encoding.h defines from FUNC_FIELDS).

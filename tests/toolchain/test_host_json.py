@@ -1,6 +1,6 @@
 """``probes --all --json`` as the host library writes it, against the per-function report, byte for byte.
 
-The library (``isa/host.py``) formats each row as ``report.probe_dict`` lays
+The library (``isa/hostcore.py``) formats each row as ``report.probe_dict`` lays
 a record out, from the keys and fields Python hands it; the report is
 ``json.dumps`` of ``probe_dict`` over ``probes.analyse``.  Their bytes must
 be equal on real images and on mutated code, the library must carry the
@@ -21,7 +21,7 @@ from generator.analysis.fastjson import ImageJson
 from generator.analysis.probes import analyse
 from generator.common.errors import ClassifierError
 from generator.image.elf import KernelImage
-from generator.isa import host
+from generator.isa import hostcore
 from generator.isa.amd64 import ISA as amd64
 from helpers.skips import require_system_library
 from helpers.textimage import lay_out, mutated_bodies
@@ -94,10 +94,10 @@ def test_repeated_instructions_are_written_once():
     lib = KernelImage.open(str(require_system_library("libcrypto.so.3")))
     bodies = [lib.read(f.address, f.size) for f in lib.functions() if 8 < f.size < 200][:400]
     img, funcs = lay_out(amd64, [b"\x55" + rng.choice(bodies) for _ in range(1200)])
-    hits = host.host(amd64.name).lib.kk_cache_hit_count()
+    hits = hostcore.host(amd64.name).lib.kk_cache_hit_count()
     writer, bad = _same(img, funcs)
     assert not bad, bad[:3]
-    assert host.host(amd64.name).lib.kk_cache_hit_count() - hits > 10000
+    assert hostcore.host(amd64.name).lib.kk_cache_hit_count() - hits > 10000
 
 
 @pytest.mark.parametrize("hexcode, why", [
@@ -136,6 +136,6 @@ def test_a_chunk_written_to_a_file_equals_the_lines(tmp_path):
 def test_loads_in_a_process_that_never_imported_capstone():
     """The library links the wheel's libcapstone.so, whose own name (libcapstone.so.5) is no file there: it
     must load by path first, not ride on the Python binding having loaded it."""
-    code = ("import sys; from generator.isa import host; h = host.host('amd64'); "
+    code = ("import sys; from generator.isa import hostcore; h = hostcore.host('amd64'); "
             "sys.exit(0 if h is not None and 'capstone' not in sys.modules else 1)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,4 +1,4 @@
-"""The host walk (``isa/host.py``) against the decoder of record, on real and on mutated code.
+"""The host walk (``isa/hostcore.py``) against the decoder of record, on real and on mutated code.
 
 kinst's rule for one instruction has one implementation, the portable
 core's (``kinst_core_dissect()``), which the walk and the per-function
@@ -27,7 +27,7 @@ from generator.analysis.plan import plan_function
 from generator.analysis.probes import analyse, code_runs
 from generator.common.errors import ClassifierError, UserError
 from generator.image.elf import KernelImage
-from generator.isa import host
+from generator.isa import hostcore
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.amd64 import opmap
 from helpers.skips import require_system_library, require_tool
@@ -35,7 +35,7 @@ from helpers.textimage import lay_out, mutated_bodies
 
 
 def _lib():
-    return host.host(amd64.name)
+    return hostcore.host(amd64.name)
 
 
 def _mismatches(img, funcs, rule: str):
@@ -148,13 +148,13 @@ def test_a_table_record_needs_no_capstone_text():
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 def test_compiles_cleanly(cc, tmp_path):
-    """The whole library, warnings as errors, C99, as isa/host.py builds it (capstone's own header included)."""
+    """The whole library, warnings as errors, C99, as isa/hostcore.py builds it (capstone's own header included)."""
     require_tool(cc, cc, "compile the host library with warnings as errors")
-    host.render_encoding(amd64, tmp_path)
-    cmd = host.compile_command(amd64, cc, tmp_path, (*host.FLAGS, "-Wall", "-Wextra", "-Werror"))
+    hostcore.render_encoding(amd64, tmp_path)
+    cmd = hostcore.compile_command(amd64, cc, tmp_path, (*hostcore.FLAGS, "-Wall", "-Wextra", "-Werror"))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / host.LIB_NAME).stat().st_size > 0
+    assert (tmp_path / hostcore.LIB_NAME).stat().st_size > 0
 
 
 def test_without_a_compiler_the_analysis_says_so_in_one_line(tmp_path, monkeypatch):
@@ -170,7 +170,7 @@ def test_without_a_compiler_the_analysis_says_so_in_one_line(tmp_path, monkeypat
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     monkeypatch.delenv("CC", raising=False)
     with pytest.raises(UserError, match="no C compiler"):
-        host._compiler()
+        hostcore._compiler()
 
 
 def _committed_table():

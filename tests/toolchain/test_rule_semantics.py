@@ -25,7 +25,7 @@ import capstone
 import pytest
 
 from generator.image.elf import KernelImage
-from generator.isa import host
+from generator.isa import hostcore
 from generator.isa.amd64 import ISA as amd64
 from helpers.skips import require_system_library
 
@@ -72,7 +72,7 @@ def _decoded(md, b: bytes, address: int) -> Tuple[int, str, str]:
     return 0, "", ""
 
 
-def _md_of(h: host.Host) -> int:
+def _md_of(h: hostcore.Host) -> int:
     """The address of the struct kinst_md in the library's one-instruction row buffer."""
     return ctypes.addressof(h.row) + h.fields["km_kind"].offset
 
@@ -83,7 +83,7 @@ def _disp(text) -> int:
 
 @pytest.fixture(scope="module")
 def core():
-    h = host.host(amd64.name)
+    h = hostcore.host(amd64.name)
     h.lib.kinst_core_tramp_fill.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)
     h.lib.kinst_core_call.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(_Regs),
                                       ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64))

@@ -67,7 +67,7 @@ def test_the_longest_widening_that_fits_is_kept(hexbytes, tinstlen):
 def _slot_check(tmp_path: Path) -> Path:
     """slot_check.c with the amd64 core, built with AddressSanitizer."""
     gcc = require_tool("gcc", "gcc", "the core is compiled with it under AddressSanitizer")
-    from generator.isa.host import render_encoding
+    from generator.isa.hostcore import render_encoding
 
     work = tmp_path / "slot"
     work.mkdir()

@@ -543,9 +543,9 @@ class HostSummary(NamedTuple):
 
 def host_summary(code: bytes) -> HostSummary:
     """The host library's summary of the one function ``code``: the whole-image path, not ``classify``."""
-    from generator.isa import host
+    from generator.isa import hostcore
 
-    lib = host.for_isa(amd64)
+    lib = hostcore.for_isa(amd64)
     lay = lib.summary_layout()
     cols = lib.summarise(code, [0], [len(code)]).tolist()
     assert cols[lay.n] not in (lay.deferred, 0), "the walk handed the function back"

@@ -4,7 +4,7 @@
 - kinst's verdict and ``struct kinst_probe_md`` per instruction, and the
   prologue rule: the portable core, ``sys/modules/kinst/amd64/kinst_core.c``,
   with the host step ``accel/kk_walk.c`` (built and driven by
-  ``isa/host.py``; ``walk``: its data);
+  ``isa/hostcore.py``; ``walk``: its data);
 - ``classify``: the functions refused by name, the region refusals;
 - ``probe_md``: the metadata record, its flag bits and the table kinds;
 - ``table``: the compact table's per-instruction records;
@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import functools
 
-from generator.isa import host
-from generator.isa.amd64 import classify as _classify
-from generator.isa.amd64 import decode as _decode
-from generator.isa.amd64 import probe_md as _md
-from generator.isa.amd64 import table as _table
-from generator.isa.amd64 import tables as _tables
-from generator.isa.amd64.oracle import QUIRKS
-from generator.isa.amd64.relocs import branch_field, reloc_type
-from generator.isa.amd64.walk import ACCELERATOR
-from generator.isa.contract import Isa
+from .. import hostcore
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import table as _table
+from . import tables as _tables
+from .oracle import QUIRKS
+from .relocs import branch_field, reloc_type
+from .walk import ACCELERATOR
+from ..contract import Isa, Kmod
 
 ISA = Isa(
     name="amd64",
@@ -42,10 +42,20 @@ ISA = Isa(
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=reloc_type,
     oracle=QUIRKS,
+    kmod=Kmod(
+        machine="amd64", machine_arch="amd64", machine_cpuarch="amd64", clang_arch="x86_64",
+        ld_emulation="elf_x86_64_fbsd", shared=False, ld_flags=(),
+        cflags=("-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float",
+                "-fno-asynchronous-unwind-tables"),
+        gcc_spelling=(),
+        clang_cflags=("-mno-aes", "-mno-avx"),
+        include_links=(("machine", "amd64"), ("x86", "x86"), ("i386", "i386")),
+        ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),
+    ),
     decode=_decode.decode,
-    classify=functools.partial(host.classify, "amd64"),
+    classify=functools.partial(hostcore.classify, "amd64"),
     context_refusals=_classify.context_refusals,
-    frame_verdict=functools.partial(host.frame_verdict, "amd64"),
+    frame_verdict=functools.partial(hostcore.frame_verdict, "amd64"),
     skip_md=_md.skip_md,
     table_row=_md.table_row,
     stream_record=_table.record,

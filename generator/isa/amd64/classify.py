@@ -3,7 +3,7 @@
 The verdict on one instruction -- kinst's ``struct kinst_probe_md`` and
 whether it can be probed -- is the portable core's
 (``sys/modules/kinst/amd64/kinst_core.c``, ``kinst_core_dissect()``), run
-on the host by ``isa/host.py`` with the refusals by capstone's mnemonic
+on the host by ``isa/hostcore.py`` with the refusals by capstone's mnemonic
 (``tables.REFUSED``) and the cross-check of every %rip-relative operand
 against capstone's text (``accel/kk_walk.c``); the prologue rule is there
 too.  Here: the functions refused by name (``MD_EXCLUDED``), the prologue
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from typing import Dict, Sequence
 
-from generator.isa.amd64 import tables as T
-from generator.isa.amd64.decode import SIZED_BY_ICED
-from generator.isa.contract import BAD, Insn
+from . import tables as T
+from .decode import SIZED_BY_ICED
+from ..contract import BAD, Insn
 
 # Functions refused by name on amd64, with the reason.  kinst_md_excluded() is
 # empty on amd64; these are kinstkit's additions (docs/refusals.md).

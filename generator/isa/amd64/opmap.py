@@ -34,9 +34,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.isa.amd64 import tables as T
-from generator.isa.amd64.decode import _modrm_end
-from generator.isa.amd64.walk import ACCEL_DIR
+from . import tables as T
+from .decode import _modrm_end
+from .walk import ACCEL_DIR
 
 HEADER = ACCEL_DIR / "kk_opmap.inc"
 TEMPLATE = "kk_opmap.inc.j2"
@@ -88,8 +88,8 @@ class _Prober:
     def __init__(self) -> None:
         import capstone
 
-        from generator.isa.amd64 import ISA
-        from generator.isa.host import host
+        from . import ISA
+        from ..hostcore import host
 
         self.cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
         self.cs.syntax = capstone.CS_OPT_SYNTAX_ATT
@@ -187,8 +187,8 @@ def build() -> Tuple[List[int], List[Tuple[int, ...]]]:
     An entry without the row bit is the attribute of all its cells;
     otherwise its low bits index the rows.  Equal rows are stored once.
     """
-    from generator.isa.amd64 import ISA
-    from generator.isa.amd64.walk import REASONS
+    from . import ISA
+    from .walk import REASONS
 
     # Bit 15 of a class entry marks a row of cells: an attribute must leave it clear.
     assert len(REASONS) < 1 << (15 - REASON_SHIFT) and len(ISA.table_kinds) <= KIND_MASK >> KIND_SHIFT
@@ -235,7 +235,7 @@ def context(top: Sequence[int], rows: Sequence[Sequence[int]]) -> Dict[str, obje
 
 
 def write(top: Sequence[int], rows: Sequence[Sequence[int]], out_dir: Path = ACCEL_DIR) -> Path:
-    from generator.render import render_tree
+    from ...render import render_tree
 
     (path,) = render_tree("accel", out_dir, context(top, rows), [], "python3 -m generator.isa.amd64.opmap",
                           only=(TEMPLATE,))

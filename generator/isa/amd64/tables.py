@@ -23,7 +23,7 @@ these up.
 
 from typing import Dict, FrozenSet
 
-from generator.isa.contract import ByteSet, CoreRefusal
+from ..contract import ByteSet, CoreRefusal
 
 
 def _bytes(*ranges: object) -> FrozenSet[int]:

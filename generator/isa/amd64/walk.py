@@ -1,4 +1,4 @@
-"""amd64's host walk (``accel/kk_walk.c``) as data: what ``isa/host.py`` builds it from and hands it.
+"""amd64's host walk (``accel/kk_walk.c``) as data: what ``isa/hostcore.py`` builds it from and hands it.
 
 The rule for one instruction is the portable core's
 (``sys/modules/kinst/amd64/kinst_core.c``, ``kinst_core_dissect()``);
@@ -16,9 +16,9 @@ import ctypes
 from pathlib import Path
 from typing import Any, Dict, List
 
-from generator.isa.amd64 import probe_md as M
-from generator.isa.amd64 import tables as T
-from generator.isa.contract import Accelerator
+from . import probe_md as M
+from . import tables as T
+from ..contract import Accelerator
 
 ACCEL_DIR = Path(__file__).resolve().parent / "accel"
 SS_REASON = len(T.CORE_REFUSALS) + 1

@@ -6,8 +6,8 @@
  * Freestanding C99 with no system headers at all, so that the same core
  * compiles into the FreeBSD module (kinst.c, kinst_isa.c), into the
  * user-space harness that proves it on real code
- * (generator/run/harness_c/amd64/kinst_harness.c) and into the analysis,
- * whose verdict on every instruction is kinst_core_dissect()'s
+ * (generator/run/harness_c/) and into the analysis, whose verdict on
+ * every instruction is kinst_core_dissect()'s
  * (generator/isa/amd64/accel/kk_walk.c).
  *
  * A table keeps one small record per instruction (kinst_encoding.h names the

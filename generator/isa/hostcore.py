@@ -30,10 +30,10 @@ from array import array
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator.common.errors import ClassifierError, UserError
-from generator.common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
-from generator.isa import encoding
-from generator.isa.contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Isa, Verdict
+from ..common.errors import ClassifierError, UserError
+from ..common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
+from . import encoding
+from .contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Isa, Verdict
 
 ENCODING_TEMPLATE = "kinst_encoding.h.j2"
 GENERIC_DIR = Path(__file__).resolve().parent / "accel"  # kk_host.c, kk_host.h
@@ -47,7 +47,7 @@ TEXT_NONE, TEXT_REFUSED, TEXT_ALL = 0, 1, 2
 
 def render_encoding(isa: Isa, out_dir: Path) -> Path:
     """``kinst_encoding.h`` for ``isa`` in ``out_dir``, as ``generate`` renders it for a table."""
-    from generator.render import render_tree
+    from ..render import render_tree
 
     (path,) = render_tree("kinst", out_dir, encoding.context(isa), [], f"kinstkit's host build of the {isa.name} core",
                           only=(ENCODING_TEMPLATE,))
@@ -98,7 +98,7 @@ def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLA
 
 def library_path(isa: Isa) -> Path:
     """The built library for ``isa``'s current sources (compiled now if need be)."""
-    from generator.common.ccache import compile_cached, content_key
+    from ..common.ccache import compile_cached, content_key
 
     cc = _compiler()
     parts: List[Any] = [" ".join(compile_command(isa, cc, Path("."))),
@@ -107,7 +107,7 @@ def library_path(isa: Isa) -> Path:
     parts += [p.read_bytes() for p in _sources(isa)]
 
     def make(tmp: Path) -> None:
-        from generator.common.tools import checked, run_tool
+        from ..common.tools import checked, run_tool
 
         render_encoding(isa, tmp)
         checked(run_tool, compile_command(isa, cc, tmp), f"compiling kinstkit's {isa.name} analysis core")
@@ -470,7 +470,7 @@ class JsonChunk:
 @functools.lru_cache(maxsize=None)
 def host(isa_name: str) -> Host:
     """The host library of the ISA called ``isa_name``, built if need be and set up."""
-    from generator import isa as registry
+    from .. import isa as registry
 
     isa = registry.by_name(isa_name)
     return Host(isa, library_path(isa))
@@ -479,7 +479,7 @@ def host(isa_name: str) -> Host:
 def classify(isa_name: str, b: bytes, address: int, mnemonic: str, operands: str) -> Verdict:
     """``Isa.classify`` for an ISA whose rule is its portable core's."""
     if mnemonic == BAD:
-        from generator import isa as registry
+        from .. import isa as registry
 
         isa = registry.by_name(isa_name)
         return Verdict(STATUS_SKIP, isa.accelerator.undecodable, KIND_SKIP, isa.skip_md(len(b)), None)
