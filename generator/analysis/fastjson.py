@@ -20,7 +20,7 @@ import os
 from typing import Dict, Sequence, Tuple
 
 from . import report
-from .exclusions import excluded
+from .exclusions import excluded, for_image
 from .probes import MAX_INSN, analyse, code_runs, function_code
 from ..image.elf import Function, KernelImage
 from ..isa import hostcore
@@ -52,6 +52,7 @@ class ImageJson:
         chunk = native.chunk(1 << isa.accelerator.prologue_rules.index(rule), _verdict("", ""),
                              _verdict(isa.prologue_reasons[rule], ""), self.prologue_json)
         funcs = list(funcs)
+        md_excluded = for_image(self.img)  # kinst_md_excluded() and the image's NMI closure
         # Each run of functions in one section is one slice of the file in the chunk's buffer.
         where: Dict[int, Tuple[int, int]] = {}
         for run, code, first in code_runs(self.img, funcs):
@@ -62,7 +63,7 @@ class ImageJson:
         try:
             for k, f in enumerate(funcs):
                 start, avail = where.get(k) or self._lone(chunk, f)
-                reason = excluded(f.name, isa.name, isa.md_excluded)
+                reason = excluded(f.name, isa.name, md_excluded)
                 chunk.add(start, min(avail, f.size + MAX_INSN), f.size, f.address, _head(f),
                           _verdict(reason, "") if reason else None,
                           _quote(f"function refused: {reason}") if reason else None)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import isa as isa_registry
-from .exclusions import excluded
+from .exclusions import excluded, for_image
 from .probes import analyse, function_code
 from .records import STATUS_OK, FunctionReport
 from .whole import map_chunks
@@ -84,6 +84,9 @@ class ProbePlan:
     sha256: str
     funcs: Tuple[PlanFunc, ...]
     refused: Tuple[Refusal, ...]
+    # The ISA's exclusions by name for this image (kinst_md_excluded() and the NMI closure), name -> reason,
+    # sorted: what the module's glue applies again.
+    md_excluded: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def nprobes(self) -> int:
@@ -176,7 +179,7 @@ def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE
     """One function's records, digest and refusals; from the rows of the ISA's host library ``lib`` when
     given, else from ``analysis.probes.analyse`` (its ``report`` when the caller has it already)."""
     isa = img.isa
-    why = excluded(func.name, isa.name, isa.md_excluded)
+    why = excluded(func.name, isa.name, for_image(img))
     if why:
         return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
     masks, why = _masks(img, func)
@@ -204,6 +207,7 @@ def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_P
     if fast:
         hostcore.for_isa(img.isa)  # built and loaded before any worker forks
     funcs = sorted(funcs, key=lambda f: (f.address, f.name))
+    md_excluded = for_image(img)  # before the workers fork: they share it
     out: List[PlanFunc] = []
     refused: List[Refusal] = []
     first = 0
@@ -223,4 +227,5 @@ def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_P
         sha256=img.sha256(),
         funcs=tuple(out),
         refused=tuple(refused),
+        md_excluded=tuple(sorted(md_excluded.items())),
     )

@@ -18,7 +18,7 @@ from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import report
-from .exclusions import excluded
+from .exclusions import excluded, for_image
 from .probes import analyse, code_runs
 from .records import STATUS_OK, FunctionReport
 from ..image.elf import Function, KernelImage
@@ -75,7 +75,7 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
         lay = lib.summary_layout()
         bit = 1 << isa.accelerator.prologue_rules.index(rule)
         prologue = isa.prologue_reasons[rule]
-        md_excluded, isa_name = isa.md_excluded, isa.name
+        md_excluded, isa_name = for_image(img), isa.name
         # A summary lists its kinds in name order.
         kinds_by_name = sorted((k.kind, lay.first_kind + i) for i, k in enumerate(isa.table_kinds))
         for run, span, first in code_runs(img, funcs):
@@ -107,7 +107,7 @@ def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa:
     bit = 1 << isa.accelerator.prologue_rules.index(rule)
     prologue = report.quote(isa.prologue_reasons[rule])
     kinds = [report.quote(k.kind) for k in isa.table_kinds]
-    md_excluded, isa_name, head = isa.md_excluded, isa.name, report.summary_json_head
+    md_excluded, isa_name, head = for_image(img), isa.name, report.summary_json_head
     out: List[Optional[str]] = [None] * len(funcs)
     for run, span, first in code_runs(img, funcs):
         counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])

@@ -257,6 +257,10 @@ class Isa(NamedTuple):
     # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
     # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
     branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
+    # Functions that run only in NMI context, and why a breakpoint there is unsafe: whatever they call
+    # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
+    nmi_entries: Tuple[str, ...] = ()
+    nmi_reason: str = ""
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

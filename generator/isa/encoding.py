@@ -22,7 +22,7 @@ from .contract import Isa
 FUNC_RECORD = struct.Struct("<QQIIII")
 FUNC_FIELDS = (
     ("KINST_FUNC_ADDR_OFF", "link-time address (st_value)"),
-    ("KINST_FUNC_DIGEST_OFF", "CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed"),
+    ("KINST_FUNC_DIGEST_OFF", "CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed, then its records"),
     ("KINST_FUNC_SIZE_OFF", "st_size"),
     ("KINST_FUNC_NAME_OFF", "offset of its name in the names blob"),
     ("KINST_FUNC_RECORDS_OFF", "offset of its first instruction record"),

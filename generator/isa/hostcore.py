@@ -30,6 +30,7 @@ from array import array
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from ..common.defaults import PROLOGUE_NONE
 from ..common.errors import ClassifierError, UserError
 from ..common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
 from . import encoding
@@ -488,6 +489,8 @@ def classify(isa_name: str, b: bytes, address: int, mnemonic: str, operands: str
 
 def frame_verdict(isa_name: str, insns: Sequence[Insn], code: bytes, rule: str) -> str:
     """``Isa.frame_verdict``: "" when the function passes the prologue rule ``rule``, else why not."""
+    if rule == PROLOGUE_NONE:
+        return ""  # no rule: the kernel's own annotations refuse what it guards against (ring-0 guest)
     h = host(isa_name)
     bit = 1 << h.acc.prologue_rules.index(rule)
     return "" if h.prologue(code, [i.offset for i in insns]) & bit else h.isa.prologue_reasons[rule]

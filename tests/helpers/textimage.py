@@ -1,8 +1,9 @@
 """An image that is one .text of given bytes: functions laid out one after another, for mutated code.
 
 It offers the slice of ``KernelImage`` the analysis uses on a linked image
-(isa, e_type, path, section_at, read, read_in), so tests can run the host
-walk and the per-function report on bytes no compiler made.
+(isa, e_type, path, functions, function_at, section_at, read, read_in), so
+tests can run the host walk and the per-function report on bytes no
+compiler made.
 """
 
 from __future__ import annotations
@@ -24,10 +25,17 @@ class TextImage:
     e_type = "ET_EXEC"
     path = "mutated"
 
-    def __init__(self, isa: Isa, code: bytes):
+    def __init__(self, isa: Isa, code: bytes, funcs: Sequence[Function] = ()):
         self.isa = isa
         self.code = code
+        self.funcs = list(funcs)
         self.text = SimpleNamespace(name=".text", addr=BASE, size=len(code), nobits=False)
+
+    def functions(self) -> List[Function]:
+        return self.funcs
+
+    def function_at(self, address: int):
+        return next((f for f in self.funcs if f.address <= address < f.address + f.size), None)
 
     def section_at(self, address: int):
         t = self.text
@@ -54,7 +62,7 @@ def lay_out(isa: Isa, bodies: Sequence[bytes], prefix: str = "f") -> Tuple[TextI
         funcs.append(Function(name=f"{prefix}{i}", address=BASE + at, size=len(b), binding="global", file=None,
                               section=".text"))
         at += len(b)
-    return TextImage(isa, b"".join(bodies) + b"\xcc" * MAX_INSN), funcs
+    return TextImage(isa, b"".join(bodies) + b"\xcc" * MAX_INSN, funcs), funcs
 
 
 def mutated_bodies(path: str, count: int, seed: int, max_size: int = 400) -> List[bytes]:

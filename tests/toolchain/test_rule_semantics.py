@@ -84,7 +84,8 @@ def _disp(text) -> int:
 @pytest.fixture(scope="module")
 def core():
     h = hostcore.host(amd64.name)
-    h.lib.kinst_core_tramp_fill.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)
+    # (md, patch point, where the trampoline runs, where it is written: here the same place)
+    h.lib.kinst_core_tramp_fill.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
     h.lib.kinst_core_call.argtypes = (ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(_Regs),
                                       ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64))
     return h
@@ -112,7 +113,7 @@ def test_trampolines_and_emulated_calls_do_what_the_instruction_does(core):
             continue
         why = f"{b.hex()} ({mnem} {ops}) {v}"
         if v.kind in TRAMPOLINED:
-            rc = core.lib.kinst_core_tramp_fill(_md_of(core), patch, tramp)
+            rc = core.lib.kinst_core_tramp_fill(_md_of(core), patch, tramp, tramp)
             if rc == 2:  # KINST_E_RANGE: only where no rel32 at the slot reaches the target
                 where = v.target if v.target is not None else patch + size + _disp(_RIP.search(ops).group(1))
                 assert not -2**31 <= where - (tramp + v.md.tinstlen) < 2**31, why

@@ -31,8 +31,9 @@ class FakeImage(TextImage):
 
     path = "fake-kernel"
 
-    def __init__(self, code: bytes, e_type: str = "ET_EXEC", relocs: Sequence[Reloc] = ()):
-        super().__init__(amd64, code)
+    def __init__(self, code: bytes, e_type: str = "ET_EXEC", relocs: Sequence[Reloc] = (),
+                 funcs: Sequence[Function] = ()):
+        super().__init__(amd64, code, funcs)
         self.e_type = e_type
         self.relocs = list(relocs)
 
@@ -53,7 +54,7 @@ def image(*funcs: Tuple[str, str], e_type: str = "ET_EXEC", relocs=()) -> Tuple[
         b = bytes.fromhex(hexbytes)
         out[name] = Function(name=name, address=BASE + len(code), size=len(b), binding="global", file=None, section=".text")
         code += b + b"\xcc" * (16 - len(b) % 16)
-    return FakeImage(code, e_type, relocs), out
+    return FakeImage(code, e_type, relocs, list(out.values())), out
 
 
 def excluded(name: str) -> str:

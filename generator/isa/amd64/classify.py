@@ -30,7 +30,7 @@ Where kinst is wrong we are right, and docs/refusals.md lists each case:
 
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 from . import tables as T
 from .decode import SIZED_BY_ICED
@@ -88,6 +88,11 @@ MD_EXCLUDED: Dict[str, str] = {
     "amd_intr": f"hwpmc's AMD counter-overflow handler (pmc_intr); it {_NMI}",
     "lapic_reenable_pmc": f"unmasks the PMC interrupt at the end of hwpmc's handlers; it {_NMI}",
 }
+# The NMI path's entry points: the functions above that run only in NMI context (trap() runs for every
+# trap, so not it).  Whatever the image shows them calling directly runs in NMI context too, and is refused
+# with them (generator/analysis/exclusions.py: nmi_closure; docs/refusals.md).
+NMI_ENTRIES: Tuple[str, ...] = tuple(n for n, why in MD_EXCLUDED.items() if why.endswith(_NMI) and n != "trap")
+NMI_REASON = _NMI
 
 # kinst's frame-pointer prologue rules, and why a function fails each.
 PROLOGUE_REASONS: Dict[str, str] = {

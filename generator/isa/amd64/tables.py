@@ -215,7 +215,8 @@ CORE_BYTE_SETS = (
 
 # What kinst_core_dissect() refuses from the bytes alone, as KINST_RF_* codes from 1, in this order.  The
 # analysis shows the reason after capstone's mnemonic; a refusal by mnemonic (REFUSED, SS_LOAD_REASON)
-# comes first (no instruction has both).  After the first three the core leaves kinst's metadata blank, as
+# comes first (loop and jrcxz have both: the core's code is for the kernel, which refuses a table record of
+# one).  After the first three the core leaves kinst's metadata blank, as
 # ``probe_md.skip_md`` has it: there is none to show.
 CORE_REFUSALS = (
     CoreRefusal("KINST_RF_REL16", "rel16 branch", REL16_BRANCH_REASON),
@@ -225,4 +226,5 @@ CORE_REFUSALS = (
     CoreRefusal("KINST_RF_FAR_JMP", "far jmp (ff /5)", _LJMP),
     CoreRefusal("KINST_RF_ADDR32_CALL", "addr32 call through memory", ADDR32_CALL_REASON),
     CoreRefusal("KINST_RF_SEGMENT_CALL", "%fs:/%gs: call through memory", SEGMENT_CALL_REASON),
+    CoreRefusal("KINST_RF_REL8_ONLY", "loop, loopcc, jrcxz (e0-e3)", _LOOP),
 )

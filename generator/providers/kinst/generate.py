@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import struct
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -46,6 +47,13 @@ def build_plan(img: KernelImage, functions: Sequence[str], all_functions: bool,
     return make_plan(img, funcs, rule, jobs=jobs if all_functions else 1)
 
 
+def table_digest(func_digest: int, records: bytes) -> int:
+    """A function's digest in the table: the plan's digest of its bytes (``plan.digest``) continued over its
+    instruction records, so that the module's check (``kinst_func_digest_ok()``) covers both."""
+    crc, adler = func_digest >> 32, func_digest & 0xFFFFFFFF
+    return zlib.crc32(records, crc) << 32 | zlib.adler32(records, adler)
+
+
 def table_blobs(plan: ProbePlan) -> Dict[str, bytes]:
     """The table's four blobs: function records, their order by name, the names, the instruction records."""
     names = bytearray()
@@ -56,7 +64,8 @@ def table_blobs(plan: ProbePlan) -> Dict[str, bytes]:
         if f.name not in name_at:
             name_at[f.name] = len(names)
             names += f.name.encode("utf-8") + b"\0"
-        funcs += FUNC_RECORD.pack(f.address, f.digest, f.size, name_at[f.name], len(records), f.first)
+        funcs += FUNC_RECORD.pack(f.address, table_digest(f.digest, f.records), f.size, name_at[f.name],
+                                  len(records), f.first)
         records += f.records
     keys = [f.name.encode("utf-8") for f in plan.funcs]
     # strcmp() order: bytes, then index so that equal names keep table order.
@@ -79,7 +88,7 @@ def context(plan: ProbePlan) -> Dict[str, Any]:
         "refused": plan.refused,
         "refused_count": len(plan.refused),
         **encoding.context(isa),
-        **glue_context(plan, isa.md_excluded),
+        **glue_context(plan, dict(plan.md_excluded) or isa.md_excluded),
     }
 
 

@@ -85,7 +85,7 @@ kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
 		break;
 	}
 	if (code >= KINST_R_RIPREL_IMM1 && code <= KINST_R_RIPREL_IMM4)
-		code = KINST_K_RIPREL;	/* kinst_core_derive() checks ki_dispoff */
+		code = KINST_K_RIPREL;	/* kinst_core_derive() checks it */
 	ki->ki_kind = (kc_uint8_t)code;
 	ki->ki_off = kw->kw_off;
 	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
@@ -120,8 +120,7 @@ kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
 	}
 	if (rv < 0)
 		return (KINST_E_TABLE);
-	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
-	    KINST_E_BYTES);
+	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
 }
 
 static const kc_uint32_t kinst_set_prefix[8] = KINST_SET_PREFIX;
@@ -307,7 +306,8 @@ kinst_core_dissect(const kc_uint8_t *b, kc_uint32_t len, struct kinst_md *md)
 		rel32 = 1;
 	} else if (op == 0xff && rm >= 0) {
 		reg = (b[rm] >> 3) & 7;
-		if (reg == 2 || reg == 3)	/* as kinst; far: refused below */
+		/* As kinst; a far one (reg 3) is refused below. */
+		if (reg == 2 || reg == 3)
 			md->km_flags = KINST_F_CALL;
 		else if (reg == 4 || reg == 5)
 			md->km_flags = KINST_F_JMP;
@@ -406,6 +406,9 @@ kinst_core_dissect(const kc_uint8_t *b, kc_uint32_t len, struct kinst_md *md)
 			if (b[i] == 0x64 || b[i] == 0x65)
 				return (KINST_RF_SEGMENT_CALL);
 	}
+	/* A rel8 branch with no rel32 form: copied, it branches wrongly. */
+	if (op >= 0xe0 && op <= 0xe3)
+		return (KINST_RF_REL8_ONLY);
 	return (0);
 }
 
@@ -446,7 +449,8 @@ kinst_core_branch_target(const struct kinst_md *md, kc_uintptr_t patchpoint)
 	case KINST_K_JMP_WIDEN:
 	case KINST_K_JCC_WIDEN:
 	case KINST_K_CALL_DIRECT:
-		return (patchpoint + md->km_tinstlen + (kc_uint64_t)md->km_disp);
+		return (patchpoint + md->km_tinstlen +
+		    (kc_uint64_t)md->km_disp);
 	default:
 		return (0);
 	}
@@ -470,17 +474,23 @@ kinst_core_put32(volatile kc_uint8_t *p, kc_uint32_t v)
 }
 
 /*
- * Fill a KINST_TRAMP_SIZE trampoline at 'tramp' for the instruction at
- * 'patchpoint': the template, its rel32 rewritten so that it reaches the same
- * absolute target from the trampoline, then "jmp *0(%rip)" and the address
- * of the next original instruction.  The rest is int3 so that a stray jump
- * into the tail traps cleanly.  Widened short jumps need no special case here:
- * their template already holds the rel32 opcode and km_disp was adjusted for
- * the longer instruction.
+ * Fill a KINST_TRAMP_SIZE trampoline that runs at address 'tramp' for the
+ * instruction at 'patchpoint', writing it into 'buf': the template, its rel32
+ * rewritten so that it reaches the same absolute target from the trampoline,
+ * then "jmp *0(%rip)" and the address of the next original instruction.  The
+ * rest is int3 so that a stray jump into the tail traps cleanly.  Widened
+ * short jumps need no special case here: their template already holds the
+ * rel32 opcode and km_disp was adjusted for the longer instruction.
+ *
+ * 'buf' is 'tramp' itself where the glue can write where the trampoline runs
+ * (the harness's mapping); where executable pages are read-only (FreeBSD's
+ * trampoline pages, written through the direct map; the Linux glue's, through
+ * a vmap() alias) it is another mapping of the same bytes, and only 'tramp'
+ * decides the rel32.
  */
 int
 kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
-    volatile kc_uint8_t *tramp)
+    kc_uintptr_t tramp, volatile kc_uint8_t *buf)
 {
 	kc_uint64_t resume;
 	kc_int64_t rel;
@@ -489,22 +499,22 @@ kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
 	if (kinst_core_is_call(md))
 		return (KINST_E_KIND);
 	len = md->km_tinstlen;
-	kinst_bytecopy(tramp, md->km_template, len);
+	kinst_bytecopy(buf, md->km_template, len);
 	if ((md->km_flags & KINST_F_RIPREL) != 0) {
 		rel = (kc_int64_t)(patchpoint + (kc_uint64_t)md->km_disp -
-		    (kc_uint64_t)(kc_uintptr_t)tramp);
+		    (kc_uint64_t)tramp);
 		if (rel < KINST_INT32_MIN || rel > KINST_INT32_MAX)
 			return (KINST_E_RANGE);
-		kinst_core_put32(tramp + md->km_dispoff, (kc_uint32_t)rel);
+		kinst_core_put32(buf + md->km_dispoff, (kc_uint32_t)rel);
 	}
-	tramp[len + 0] = 0xff;
-	tramp[len + 1] = 0x25;
-	kinst_core_put32(tramp + len + 2, 0);
+	buf[len + 0] = 0xff;
+	buf[len + 1] = 0x25;
+	kinst_core_put32(buf + len + 2, 0);
 	resume = patchpoint + md->km_instlen;
-	kinst_core_put32(tramp + len + 6, (kc_uint32_t)resume);
-	kinst_core_put32(tramp + len + 10, (kc_uint32_t)(resume >> 32));
+	kinst_core_put32(buf + len + 6, (kc_uint32_t)resume);
+	kinst_core_put32(buf + len + 10, (kc_uint32_t)(resume >> 32));
 	for (i = len + 14; i < KINST_TRAMP_SIZE; i++)
-		tramp[i] = KINST_PATCHVAL;
+		buf[i] = KINST_PATCHVAL;
 	return (0);
 }
 
