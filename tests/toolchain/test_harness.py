@@ -152,7 +152,7 @@ def assert_proved(res) -> None:
 def layout_of(elf):
     from generator.run.harness import layout
 
-    return layout(elf)
+    return layout(KernelImage.open(elf))
 
 
 # -- the zlib proof ---------------------------------------------------------------------
@@ -559,7 +559,7 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     cmd = command_line(str(kfix["lib"]), [], True)
     render_plan(b.plan, tmp_path, cmd, only=CORE_TEMPLATES)
     inputs = [Input(b.plan.image, b.plan.build_id, b.plan.sha256)]
-    ctx = glue_context(str(kfix["lib"]), layout(str(kfix["lib"])), b.target_addr)
+    ctx = glue_context(str(kfix["lib"]), layout(KernelImage.open(str(kfix["lib"]))), b.target_addr)
     render_tree("harness", tmp_path, ctx, inputs, cmd)
     rendered = sorted(p.name for p in tmp_path.iterdir())
     assert rendered == ["kinst_encoding.h", "kinst_harness_target.c", "kinst_refused.txt", "kinst_table.c"]
