@@ -79,6 +79,7 @@ class PeakSampler:
     def _loop(self) -> None:
         me = str(os.getpid())
         while not self._stop.wait(0.5):
+            procs: Dict[str, Dict[str, str]] = {}
             for pid in os.listdir("/proc"):
                 if not pid.isdigit():
                     continue
@@ -86,10 +87,22 @@ class PeakSampler:
                     status = Path(f"/proc/{pid}/status").read_text()
                 except OSError:
                     continue
-                fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-                if fields.get("PPid", "").strip() == me and fields.get("Name", "").startswith("qemu-system"):
+                procs[pid] = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+            for pid, fields in procs.items():
+                if fields.get("Name", "").startswith("qemu-system") and _descends(procs, pid, me):
                     hwm = int(fields.get("VmHWM", "0 kB").split()[0])
                     self.peak_kib = max(self.peak_kib, hwm)
+
+
+def _descends(procs: Dict[str, Dict[str, str]], pid: str, ancestor: str) -> bool:
+    """Whether ``pid`` was started, directly or through other processes (the VM runner's), by ``ancestor``."""
+    seen = set()
+    while pid in procs and pid not in seen:
+        seen.add(pid)
+        pid = procs[pid].get("PPid", "").strip()
+        if pid == ancestor:
+            return True
+    return False
 
 
 def functions_of_files(vmlinux: Path, files: Sequence[str]) -> List[str]:
@@ -130,6 +143,8 @@ def functions_of_files(vmlinux: Path, files: Sequence[str]) -> List[str]:
     want = tuple(files)
     out = set()
     for f in KernelImage.open(str(vmlinux)).functions():
+        if f.section != ".text":  # .init.text is gone once the kernel has booted; the rest is refused by rule
+            continue
         i = bisect.bisect_right(starts, f.address) - 1
         if i >= 0 and ranges[i][0] <= f.address < ranges[i][1]:
             unit = ranges[i][2]

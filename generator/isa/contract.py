@@ -203,14 +203,14 @@ class Kmod(NamedTuple):
     machine_cpuarch: str  # MACHINE_CPUARCH ("amd64", "aarch64", "riscv")
     clang_arch: str  # clang --target=<clang_arch>-unknown-freebsdX.Y
     ld_emulation: str  # ld -m, as kern.mk's LD_EMULATION_<arch> names it
-    shared: bool  # __KLD_SHARED: ld -r into a .kld, then -Bshareable into an ET_DYN .ko; False: ld -r, ET_REL
-    ld_flags: Tuple[str, ...]  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
     cflags: Tuple[str, ...]  # kern.mk's machine flags (code model, no FPU), before CWARNFLAGS
-    clang_cflags: Tuple[str, ...]  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
-    gcc_spelling: Tuple[Tuple[str, str], ...]  # (clang's flag, gcc's name for it, "": gcc has none) where they differ
     include_links: Tuple[Tuple[str, str], ...]  # kmod.mk's _ILINKS: (link name, the sys/ folder whose include/)
-    ldscript: str  # sys/conf/<ldscript> the module link uses, "" for none
     kinst_dirs: Tuple[str, ...]  # folders of sys/modules/kinst/ holding this ISA's C, its own first
+    shared: bool = False  # __KLD_SHARED: ld -r into a .kld, then -Bshareable into an ET_DYN .ko; False: ld -r
+    ld_flags: Tuple[str, ...] = ()  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
+    clang_cflags: Tuple[str, ...] = ()  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
+    gcc_spelling: Tuple[Tuple[str, str], ...] = ()  # (clang's flag, gcc's name for it, "": none) where they differ
+    ldscript: str = ""  # sys/conf/<ldscript> the module link uses, "" for none
 
     @property
     def e_type(self) -> str:
@@ -271,3 +271,32 @@ class Isa(NamedTuple):
             if k.kind == kind:
                 return i
         raise KeyError(f"{self.name}: no table kind {kind!r}")
+
+
+def package_parts(decode: Any, classify: Any, probe_md: Any, table: Any, /, **own: Any) -> Dict[str, Any]:
+    """The ``Isa`` fields an ISA package fills from its modules of the conventional names -- ``decode``,
+    ``classify``, ``probe_md`` and ``table`` (see the module docstring) -- with ``own`` in place of any of
+    them: the convention is written once, and an ISA's record lists only what is its own."""
+    modules = {"decode": decode, "classify": classify, "probe_md": probe_md, "table": table}
+    parts = {field: getattr(modules[module], name) for field, (module, name) in _PACKAGE_PARTS.items()
+             if field not in own}
+    parts.update(own)
+    return parts
+
+
+# Isa field -> (the ISA package's module, the name in it).
+_PACKAGE_PARTS: Dict[str, Tuple[str, str]] = {
+    "decode": ("decode", "decode"),
+    "classify": ("classify", "classify"),
+    "context_refusals": ("classify", "context_refusals"),
+    "frame_verdict": ("classify", "frame_verdict"),
+    "prologue_reasons": ("classify", "PROLOGUE_REASONS"),
+    "md_excluded": ("classify", "MD_EXCLUDED"),
+    "skip_md": ("probe_md", "skip_md"),
+    "table_row": ("probe_md", "table_row"),
+    "table_kinds": ("probe_md", "TABLE_KINDS"),
+    "stream_record": ("table", "record"),
+    "stream_decode": ("table", "decode"),
+    "stream_masks": ("table", "with_masks"),
+    "record_codes": ("table", "RECORD_CODES"),
+}

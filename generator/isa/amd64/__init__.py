@@ -27,7 +27,7 @@ from . import tables as _tables
 from .oracle import QUIRKS
 from .relocs import branch_field, reloc_type
 from .walk import ACCELERATOR
-from ..contract import Isa, Kmod
+from ..contract import Isa, Kmod, package_parts
 
 ISA = Isa(
     name="amd64",
@@ -35,34 +35,23 @@ ISA = Isa(
     patchval=0xCC,  # int3
     patchval_size=1,
     tramp_size=32,  # template (<= 16) + jmp *0(%rip) (6) + address (8)
-    md_excluded=_classify.MD_EXCLUDED,
     nmi_entries=_classify.NMI_ENTRIES,
     nmi_reason=_classify.NMI_REASON,
-    table_kinds=_md.TABLE_KINDS,
     flag_bits=_md.FLAG_BITS,
-    record_codes=_table.RECORD_CODES,
-    prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=reloc_type,
     oracle=QUIRKS,
     kmod=Kmod(
         machine="amd64", machine_arch="amd64", machine_cpuarch="amd64", clang_arch="x86_64",
-        ld_emulation="elf_x86_64_fbsd", shared=False, ld_flags=(),
+        ld_emulation="elf_x86_64_fbsd",
         cflags=("-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float",
                 "-fno-asynchronous-unwind-tables"),
-        gcc_spelling=(),
         clang_cflags=("-mno-aes", "-mno-avx"),
         include_links=(("machine", "amd64"), ("x86", "x86"), ("i386", "i386")),
         ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),
     ),
-    decode=_decode.decode,
-    classify=functools.partial(hostcore.classify, "amd64"),
-    context_refusals=_classify.context_refusals,
-    frame_verdict=functools.partial(hostcore.frame_verdict, "amd64"),
-    skip_md=_md.skip_md,
-    table_row=_md.table_row,
-    stream_record=_table.record,
-    stream_decode=_table.decode,
-    stream_masks=_table.with_masks,
+    # kinst's verdict and the prologue rule are the portable core's, run on the host (isa/hostcore.py).
+    **package_parts(_decode, _classify, _md, _table, classify=functools.partial(hostcore.classify, "amd64"),
+                    frame_verdict=functools.partial(hostcore.frame_verdict, "amd64")),
     stream_records=_table.records,
     accelerator=ACCELERATOR,
     byte_sets=_tables.CORE_BYTE_SETS,

@@ -18,7 +18,7 @@ from . import probe_md as _md
 from . import relocs as _relocs
 from . import table as _table
 from .oracle import QUIRKS
-from ..contract import Isa, Kmod
+from ..contract import Isa, Kmod, package_parts
 
 ISA = Isa(
     name="arm64",
@@ -26,29 +26,16 @@ ISA = Isa(
     patchval=0xD42081A0,  # brk #0x40d: DTRACE_PATCHVAL, the immediate do_el1h_sync() hands to DTrace
     patchval_size=4,
     tramp_size=8,  # the word, then the trampoline's own brk
-    md_excluded=_classify.MD_EXCLUDED,
-    table_kinds=_md.TABLE_KINDS,
     flag_bits=(),
-    record_codes=_table.RECORD_CODES,
-    prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=_relocs.reloc_type,
     oracle=QUIRKS,
     kmod=Kmod(
         machine="arm64", machine_arch="aarch64", machine_cpuarch="aarch64", clang_arch="aarch64",
         ld_emulation="aarch64elf", shared=True, ld_flags=("--no-relax",),
         cflags=("-mgeneral-regs-only", "-ffixed-x18", "-mbranch-protection=standard", "-mno-outline-atomics"),
-        gcc_spelling=(),
-        clang_cflags=(), include_links=(("machine", "arm64"),), ldscript="", kinst_dirs=("arm64", "dbp"),
+        include_links=(("machine", "arm64"),), kinst_dirs=("arm64", "dbp"),
     ),
-    decode=_decode.decode,
-    classify=_classify.classify,
-    context_refusals=_classify.context_refusals,
-    frame_verdict=_classify.frame_verdict,
-    skip_md=_md.skip_md,
-    table_row=_md.table_row,
-    stream_record=_table.record,
-    stream_decode=_table.decode,
-    stream_masks=_table.with_masks,
+    **package_parts(_decode, _classify, _md, _table),
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     mapping_symbols=True,

@@ -15,26 +15,16 @@ import re
 from typing import Optional, Tuple
 
 from .probe_md import CONDITIONAL_KINDS
+from .. import objdump_text
 from ..contract import OracleQuirks
 
 DIRECT_BRANCHES = frozenset({"b", "bl", "cbz", "cbnz", "tbz", "tbnz"})
-_RELOC = re.compile(r"^[0-9a-f]+: R_")
 _TARGET = re.compile(r"(?:^|[ ,#])([0-9a-f]+)(?: <[^>]*>)?$")
 
 
 def insn_text(rest: str) -> Tuple[str, str]:
     """objdump's text after "ADDR:\\t": ("mnemonic operands", inline relocations)."""
-    parts = rest.split("\t")
-    words = [parts[0].strip()]
-    relocs = []
-    for p in parts[1:]:
-        if _RELOC.match(p):
-            relocs.append(p)
-        elif relocs:
-            relocs[-1] += "\t" + p  # the relocation's symbol
-        else:
-            words.append(p.split("//", 1)[0].strip())  # "64 <f+0x64>  // b.none"
-    return " ".join(w for w in words if w), " ".join(relocs)
+    return objdump_text.insn_text(rest, '//')
 
 
 def branch_target(text: str) -> Optional[int]:

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from ..contract import Isa, Kmod
+from ..contract import Isa, Kmod, package_parts
 from . import classify as _classify
 from . import decode as _decode
 from . import probe_md as _md
@@ -29,31 +29,19 @@ ISA = Isa(
     patchval=0x9002,
     patchval_size=2,
     tramp_size=8,  # the instruction (c.nop-padded to 4 bytes), then the trampoline's own ebreak
-    md_excluded=_classify.MD_EXCLUDED,
-    table_kinds=_md.TABLE_KINDS,
     flag_bits=(),
-    record_codes=_table.RECORD_CODES,
-    prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=_relocs.reloc_type,
     oracle=QUIRKS,
     kmod=Kmod(
         machine="riscv", machine_arch="riscv64", machine_cpuarch="riscv", clang_arch="riscv64",
-        ld_emulation="elf64lriscv", shared=True, ld_flags=(),
+        ld_emulation="elf64lriscv", shared=True,
         # FreeBSD's -march is rv64imafdch_zifencei, which clang < 19 rejects; the extensions it adds (h,
         # zifencei) change no instruction kinst's C is compiled to.
         cflags=("-march=rv64imafdc", "-mabi=lp64", "-mcmodel=medium", "-mno-relax"),
         gcc_spelling=(("-mcmodel=medium", "-mcmodel=medany"), ("-mno-omit-leaf-frame-pointer", "")),
-        clang_cflags=(), include_links=(("machine", "riscv"),), ldscript="", kinst_dirs=("riscv", "dbp"),
+        include_links=(("machine", "riscv"),), kinst_dirs=("riscv", "dbp"),
     ),
-    decode=_decode.decode,
-    classify=_classify.classify,
-    context_refusals=_classify.context_refusals,
-    frame_verdict=_classify.frame_verdict,
-    skip_md=_md.skip_md,
-    table_row=_md.table_row,
-    stream_record=_table.record,
-    stream_decode=_table.decode,
-    stream_masks=_table.with_masks,
+    **package_parts(_decode, _classify, _md, _table),
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     mapping_symbols=True,

@@ -15,28 +15,18 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
+from .. import objdump_text
 from ..contract import OracleQuirks
 from .probe_md import CONDITIONAL_KINDS
 
 DIRECT_BRANCHES = frozenset({"j", "jal", "beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez",
                              "bltz", "bgtz", "bgt", "ble", "bgtu", "bleu"})
-_RELOC = re.compile(r"^[0-9a-f]+: R_")
 _TARGET = re.compile(r"(?:^|,)([0-9a-f]+)(?: <[^>]*>)?$")
 
 
 def insn_text(rest: str) -> Tuple[str, str]:
     """objdump's text after "ADDR:\\t": ("mnemonic operands", inline relocations)."""
-    parts = rest.split("\t")
-    words = [parts[0].strip()]
-    relocs = []
-    for p in parts[1:]:
-        if _RELOC.match(p):
-            relocs.append(p)
-        elif relocs:
-            relocs[-1] += "\t" + p
-        else:
-            words.append(p.split(" #", 1)[0].strip())
-    return " ".join(w for w in words if w), " ".join(relocs)
+    return objdump_text.insn_text(rest, ' #')
 
 
 def branch_target(text: str) -> Optional[int]:
