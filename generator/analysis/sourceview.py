@@ -15,6 +15,7 @@ from generator.analysis.records import STATUS_OK
 from generator.image.elf import Function
 
 NOT_STMT = "*"  # marks a site whose row is not is_stmt
+NO_BYTES = "="  # marks a site whose row owns no bytes: the instruction starts the next row's line too
 REFUSED = "!"  # marks a site kinst refuses
 
 
@@ -36,12 +37,16 @@ def line_text(spec: str, sites: Sequence[LineSite]) -> str:
             f"function{'s' if funcs != 1 else ''}, {ok} traceable")
     lines = [head]
     for s in sites:
-        stmt = " " if s.is_stmt else NOT_STMT
+        marks = (" " if s.is_stmt else NOT_STMT) + (" " if s.owns else NO_BYTES)
         inl = f"  [inlined: {' < '.join(s.inlined)}]" if s.inlined else ""
-        lines.append(f"{probe_name(s.function, s.offset):<32} {s.address:#x} {stmt} "
-                     f"{_verdict(s.status, s.kind, s.reason)}{inl}")
+        view = f"  [view {s.view}]" if s.view else ""
+        lines.append(f"{probe_name(s.function, s.offset):<32} {s.address:#x} {marks} "
+                     f"{_verdict(s.status, s.kind, s.reason)}{inl}{view}")
     if any(not s.is_stmt for s in sites):
         lines.append(f"({NOT_STMT}: the line table does not mark the site is_stmt)")
+    if any(not s.owns for s in sites):
+        lines.append(f"({NO_BYTES}: the line begins here with no bytes of its own: the instruction is also the "
+                     "first of the next line in the table, as at a call whose code is all the inlined callee's)")
     return "\n".join(lines)
 
 

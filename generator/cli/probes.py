@@ -113,23 +113,26 @@ def _probes_source(img, args: argparse.Namespace) -> int:
     import json
 
     from generator.analysis import inlines, lines, sourceview
-    from generator.analysis.indexcache import open_index
+    from generator.analysis.indexcache import open_source
 
     if args.offset is not None or args.summary:
         raise UserError("--offset and --summary do not go with --line, --inline or --lines")
     if args.lines and not args.function:
         raise UserError("--lines lists one function's source: give --function F")
-    index, _ = open_index(img, args.debug, progress=progress_wanted(quiet=args.json))
+    source = open_source(img, args.debug, progress=progress_wanted(quiet=args.json))
     if args.inline:
+        index = source.for_all(lines=False)
         copies = inlines.inline_copies(img, index, args.inline, args.prologue_rule)
         out = ([json.dumps(inlines.copy_dict(c), separators=(",", ":")) for c in copies] if args.json
                else [sourceview.inline_text(args.inline, copies)])
     elif args.line:
+        index = source.for_line(*lines.parse_spec(args.line))
         sites = lines.line_sites(img, index, args.line, args.prologue_rule)
         out = ([json.dumps(lines.site_dict(s), separators=(",", ":")) for s in sites] if args.json
                else [sourceview.line_text(args.line, sites)])
     else:
         func = img.lookup(args.function)
+        index = source.for_range(func.address, func.address + func.size)
         sites = lines.function_sites(img, index, func, args.prologue_rule)
         out = ([json.dumps(lines.site_dict(s), separators=(",", ":")) for s in sites] if args.json
                else [sourceview.listing_text(func, *lines.primary_file(index, func, sites), sites)])

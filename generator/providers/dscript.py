@@ -145,7 +145,8 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
 
 def _source_image(args: Request):
     """The kernel and its line and inline index, for kinst-line and kinst-inline."""
-    from generator.analysis.indexcache import open_index
+    from generator.analysis.indexcache import open_source
+    from generator.analysis.lines import parse_spec
     from generator.common.host import progress_wanted
     from generator.image.elf import KernelImage
     from generator.image import resolve_kernel
@@ -157,8 +158,10 @@ def _source_image(args: Request):
         what = "FILE:LINE" if args.script == "kinst-line" else "the NAME of an inline function"
         raise UserError(f"{args.script} needs {what}")
     img = KernelImage.open(resolve_kernel(args.kernel))
-    index, _ = open_index(img, args.debug, progress=progress_wanted())
-    return img, index
+    source = open_source(img, args.debug, progress=progress_wanted())
+    if args.script == "kinst-line":
+        return img, source.for_line(*parse_spec(args.target))
+    return img, source.for_all(lines=False)
 
 
 def _clause(function: Optional[str], offset: Optional[int], status: str) -> Optional[str]:
