@@ -149,7 +149,7 @@ def site_rows(img: KernelImage, index: DwarfIndex, rows: Sequence[int]) -> List[
         if not _is_code(img, index, address):
             continue
         gdb = False
-        if index.row_flags[r] & FLAG_STMT:
+        if index.row_flags[r] & FLAG_STMT and _gdb_keeps(index, r):
             block = index.block_at(address)
             if block is None or block not in blocks:
                 gdb = True
@@ -166,6 +166,23 @@ def site_rows(img: KernelImage, index: DwarfIndex, rows: Sequence[int]) -> List[
             seen.add(index.row_addr[r])
             kept.append(first)
     return kept
+
+
+def _gdb_keeps(index: DwarfIndex, row: int) -> bool:
+    """Whether gdb's line table keeps ``row``: gdb ends a file's entries where the table switches to another
+    file, and the end drops that file's entries at the same address -- unless the row switching is not a
+    statement at that same address, which gdb ignores (gdb/dwarf2/read.c, lnp_state_machine::record_line).  A
+    row of a call line followed, at its address, by the first row of an inlined callee from a header is
+    therefore not one of gdb's; its next statement row in the block is."""
+    current = index.row_file[row]
+    for r in index.rows_at(row):
+        if r <= row:
+            continue
+        if index.row_file[r] == current:
+            continue
+        if index.row_flags[r] & FLAG_STMT and index.row_line[r]:
+            return False
+    return index.row_line[row] != 0
 
 
 def _first_view(index: DwarfIndex, row: int) -> int:
@@ -234,7 +251,7 @@ def line_sites(img: KernelImage, index: DwarfIndex, spec: str, rule: str = "any"
         lines = index.lines_of_file(fid)
 
         def has_code(n: int) -> bool:
-            return any(_is_code(img, index, index.row_addr[r]) for r in index.rows_of_line(fid, n))
+            return bool(site_rows(img, index, index.rows_of_line(fid, n)))
 
         before = next((n for n in reversed(lines) if n < line and has_code(n)), None)
         after = next((n for n in lines if n > line and has_code(n)), None)

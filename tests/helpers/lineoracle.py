@@ -222,12 +222,12 @@ def agreement(image: str, debug_file: Optional[str] = None) -> Agreement:
         addresses += [p.address for p in rep.probes]
     lines = sorted({(k >> 32, k & 0xFFFFFFFF) for k in index.line_keys})
     sites = []
-    padding = 0  # lines whose only rows cover the padding between functions: "no code"
+    padding = 0  # lines whose rows cover only padding, or own no bytes where gdb breaks on none: "no code"
     for fid, line in lines:
         try:
             sites += line_sites(img, index, f"{index.files[fid]}:{line}", verdicts=verdicts)
         except UserError:
-            rows = index.rows_of_line(fid, line)
+            rows = [r for r in index.rows_of_line(fid, line) if index.owns(r)]  # the line's own bytes
             if any(img.function_at(index.row_addr[r]) or index.sub_at(index.row_addr[r]) for r in rows):
                 disagree("--line no code", f"{index.files[fid]}:{line} has code but no site")
             padding += 1
