@@ -386,10 +386,33 @@ class DwarfSource:
         with_line = [u for u in units if _has_line(self.part("lines", u), names, line)]
         return self.index(with_line, line_units=units)
 
+    def variables(self, index: DwarfIndex):
+        """A reader of the variables at the addresses of ``index``'s subprograms (``variables``)."""
+        from generator.analysis.variables import VariableReader
+        from generator.image.dwarf.cfi import frame_tables
+
+        image = self.sections if self.sections.path == self.img.path else Sections(self.img)
+        frames = self._guarded(lambda: frame_tables((self.sections, ".debug_frame"), (image, ".eh_frame")))
+        return GuardedVariables(VariableReader(index, self.reader.units, frames, self.img.isa), self._guarded)
+
     def for_range(self, low: int, high: int) -> DwarfIndex:
         """The units whose code overlaps ``[low, high)`` (a function: ``--lines``, ``--vars``)."""
         units = self.directory.units_in(low, high)
         return self.index(units)
+
+
+class GuardedVariables:
+    """A ``VariableReader`` whose malformed DWARF is the one-line error."""
+
+    def __init__(self, reader, guard):
+        self.reader = reader
+        self._guard = guard
+
+    def at(self, address: int):
+        return self._guard(lambda: self.reader.at(address))
+
+    def reading(self, variables, spec: str):
+        return self._guard(lambda: self.reader.reading(variables, spec))
 
 
 def _has_line(part: DwarfIndex, paths: set, line: int) -> bool:

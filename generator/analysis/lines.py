@@ -261,6 +261,22 @@ def line_sites(img: KernelImage, index: DwarfIndex, spec: str, rule: str = "any"
     return [make_site(index, verdicts, index.row_addr[r], r) for r in rows]
 
 
+def site_at(img: KernelImage, index: DwarfIndex, func: Function, offset: int, rule: str = "any") -> LineSite:
+    """The site of ``func``'s instruction at ``offset`` (``--function F --offset N --vars``): its line is the
+    row covering it; an offset that is no instruction boundary is the one-line error ``probes`` gives."""
+    from generator.analysis.probes import find_offset
+
+    verdicts = Verdicts(img, rule)
+    rep, _ = verdicts.report(func)
+    probe = find_offset(rep, offset)
+    row = index.row_at(probe.address)
+    if row is None or not index.row_line[row]:
+        func_, p, why = verdicts.probe(probe.address)
+        return LineSite(func.name, probe.offset, probe.address, "", 0, False, _chain(index, probe.address),
+                        probe.status, probe.reason, probe.kind)
+    return make_site(index, verdicts, probe.address, _first_view(index, row))
+
+
 def function_sites(img: KernelImage, index: DwarfIndex, func: Function, rule: str = "any") -> List[LineSite]:
     """The sites of every line in ``func``, by address: its source listing's probe offsets."""
     verdicts = Verdicts(img, rule)

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from generator.analysis.inlines import InlineCopy
 from generator.analysis.lines import LineSite
+from generator.analysis.variables import Reading, Variable
 from generator.analysis.records import STATUS_OK
 from generator.image.elf import Function
 
@@ -124,4 +125,20 @@ def inline_text(name: str, copies: Sequence[InlineCopy]) -> str:
         for s in c.sites:
             lines.append(f"  {s.role:<7} {probe_name(s.function, s.offset):<32} {s.address:#x} "
                          f"{_verdict(s.status, s.kind, s.reason)}")
+    return "\n".join(lines)
+
+
+def vars_text(site: LineSite, variables: Sequence[Variable], readings: Sequence[Reading]) -> str:
+    """``probes --vars``: the site's line as ``--line`` prints it, then one line per variable in scope: name, C
+    type, what it is, and its value as D, or why it has none here."""
+    where = f"{site.file}:{site.line}" if site.line else "(no line)"
+    inl = f"  [inlined: {' < '.join(site.inlined)}]" if site.inlined else ""
+    lines = [f"{probe_name(site.function, site.offset):<32} {site.address:#x} {where}  "
+             f"{_verdict(site.status, site.kind, site.reason)}{inl}"]
+    if not variables:
+        lines.append("    (no variable is in scope here)")
+    for v, r in zip(variables, readings):
+        owner = f"{v.kind} of {v.function}" + (" (inlined)" if v.inlined else "")
+        value = r.d if r.d else f"not available: {r.reason}"
+        lines.append(f"    {v.name:<16} {v.ctype.name:<28} {owner:<34} {value}")
     return "\n".join(lines)

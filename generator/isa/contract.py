@@ -119,6 +119,15 @@ class OracleQuirks(NamedTuple):
     cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
 
 
+class DwarfReg(NamedTuple):
+    """One register as DWARF numbers it, and where a probe reads it."""
+
+    number: int  # the psABI's DWARF register number
+    name: str  # the assembler's name
+    d_name: str  # dtrace(1)'s index into kinst's regs[] (FreeBSD's cddl/lib/libdtrace/regs_<arch>.d)
+    ucontext: str  # the Linux ucontext expression the user-space harness reads it from ("0": hard-wired zero)
+
+
 class Isa(NamedTuple):
     """One ISA behind the contract (see the module docstring)."""
 
@@ -156,6 +165,8 @@ class Isa(NamedTuple):
     # The user-space harness's glue: directories of generator/run/harness_c/ after common/, which every ISA
     # shares; () is (name,).
     harness_glue: Tuple[str, ...] = ()
+    # The registers a variable's DWARF location may name that kinst's regs[] holds (source-level --vars).
+    dwarf_regs: Tuple[DwarfReg, ...] = ()
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

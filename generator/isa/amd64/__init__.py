@@ -23,6 +23,7 @@ from generator.isa.amd64 import table as _table
 from generator.isa.amd64.oracle import QUIRKS
 from generator.isa.amd64.relocs import branch_field, reloc_type
 from generator.isa.contract import Isa
+from generator.isa.amd64.dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="amd64",
@@ -48,4 +49,5 @@ ISA = Isa(
     stream_masks=_table.with_masks,
     accelerator="generator.isa.amd64.native",
     branch_reloc=branch_field,
+    dwarf_regs=DWARF_REGS,
 )

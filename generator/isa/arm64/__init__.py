@@ -19,6 +19,7 @@ from generator.isa.arm64 import relocs as _relocs
 from generator.isa.arm64 import table as _table
 from generator.isa.arm64.oracle import QUIRKS
 from generator.isa.contract import Isa
+from generator.isa.arm64.dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="arm64",
@@ -46,4 +47,5 @@ ISA = Isa(
     branch_reloc=_relocs.branch_field,
     harness_glue=("dbp", "arm64"),
     mapping_symbols=True,
+    dwarf_regs=DWARF_REGS,
 )

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from generator.isa.contract import Isa
+from generator.isa.riscv.dwarfregs import DWARF_REGS
 from generator.isa.riscv import classify as _classify
 from generator.isa.riscv import decode as _decode
 from generator.isa.riscv import probe_md as _md
@@ -49,4 +50,5 @@ ISA = Isa(
     branch_reloc=_relocs.branch_field,
     harness_glue=("dbp", "riscv"),
     mapping_symbols=True,
+    dwarf_regs=DWARF_REGS,
 )
