@@ -212,7 +212,7 @@ class Types:
             return self._declare(self._ref(unit, attrs), f"{inner}({', '.join(params) or 'void'})", depth + 1)
         name = self._text(unit, attrs)
         if tag in _AGGREGATES:
-            name = f"{_AGGREGATES[tag]} {name or '<anonymous>'}"
+            name = f"{_AGGREGATES[tag]} {name or '{...}'}"  # gdb's spelling of an anonymous one
         elif name is None:
             name = "void" if tag == S.DW_TAG_unspecified_type else "?"
         return _join(name, inner)

@@ -48,8 +48,10 @@ class Variable(NamedTuple):
     scope: int  # how deep its scope is (0: the subprogram's own; each block and inlined copy one more)
     ctype: CType
     location: L.Location  # at the site's address
-    dwarf: str  # the DWARF location expression in force at the address ("" when none)
+    dwarf: str  # the DWARF location expression in force at the address ("" when none), in words
     die: int  # the variable's DIE (.debug_info offset)
+    concrete: bool = True  # False: only the abstract origin declares it (the copy dropped it): optimized out
+    expr: bytes = b""  # the expression's bytes
 
 
 class Reading(NamedTuple):
@@ -226,7 +228,7 @@ class _Scope:
             tdie = unit.ref(*attrs[S.DW_AT_type]) if S.DW_AT_type in attrs else 0
             kind = PARAMETER if cab.tag == S.DW_TAG_formal_parameter else LOCAL
             out.append(Variable(name, kind, function, inlined, scope, self.reader.types.ctype(tdie or 0),
-                                L.Unavailable(L.OPTIMIZED_OUT), "", child))
+                                L.Unavailable(L.OPTIMIZED_OUT), "", child, False))
 
     def _origin(self, attrs) -> int:
         got = attrs.get(S.DW_AT_abstract_origin)
@@ -276,18 +278,18 @@ class _Scope:
         tunit, tattr = self._attr_through_origin(attrs, S.DW_AT_type)
         tdie = (tunit.ref(*tattr) or 0) if tattr is not None and tunit is not None else 0
         ctype = self.reader.types.ctype(tdie)
-        loc, dwarf = self.location(attrs, ctype)
+        loc, dwarf, expr = self.location(attrs, ctype)
         kind = PARAMETER if tag == S.DW_TAG_formal_parameter else LOCAL
-        return Variable(text, kind, function, inlined, scope, ctype, loc, dwarf, die)
+        return Variable(text, kind, function, inlined, scope, ctype, loc, dwarf, die, True, expr)
 
-    def location(self, attrs, ctype: CType) -> Tuple[L.Location, str]:
+    def location(self, attrs, ctype: CType) -> Tuple[L.Location, str, bytes]:
         unit = self.unit
         got = attrs.get(S.DW_AT_location)
         if got is None:
             const = attrs.get(S.DW_AT_const_value)
             if const is not None:
-                return _constant(const, ctype), "DW_AT_const_value"
-            return L.Unavailable(L.OPTIMIZED_OUT), ""
+                return _constant(const, ctype), "DW_AT_const_value", b""
+            return L.Unavailable(L.OPTIMIZED_OUT), "", b""
         form, value = got
         if isinstance(value, bytes):
             expr = value
@@ -298,12 +300,12 @@ class _Scope:
                 here = [e for e in entries if e.default]
             if not here:
                 return L.Unavailable("optimized out here: the address is outside every range of its location "
-                                     "list"), ""
+                                     "list"), "", b""
             expr = here[0].expr
         ops = decode(expr, unit.addr_size, unit.offset_size)
         loc = L.evaluate(ops, self.frame_base, lambda: self.reader.cfa(self.address), unit.indexed_address,
                          unit.addr_size)
-        return loc, ops_text(ops)
+        return loc, ops_text(ops), expr
 
     def frame_base(self) -> L.Node:
         got = self.frame_base_attr
