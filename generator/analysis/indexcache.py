@@ -414,6 +414,9 @@ class GuardedVariables:
     def reading(self, variables, spec: str):
         return self._guard(lambda: self.reader.reading(variables, spec))
 
+    def read(self, variable):
+        return self._guard(lambda: self.reader.read(variable))
+
 
 def _has_line(part: DwarfIndex, paths: set, line: int) -> bool:
     for fid, path in enumerate(part.files):

@@ -59,11 +59,22 @@ class Un(NamedTuple):
     a: "Node"
 
 
-Node = Union[Reg, Const, Load, Bin, Un]
+class Ext(NamedTuple):
+    """``a`` cut to its low ``bits`` and extended back to 64 bits, with its sign when ``signed`` (the typed
+    operations of DWARF 5: DW_OP_convert, DW_OP_regval_type, DW_OP_deref_type to an integer base type)."""
+
+    a: "Node"
+    bits: int
+    signed: bool
+
+
+Node = Union[Reg, Const, Load, Bin, Un, Ext]
 # DWARF's binary operations kinstkit translates, by the symbol the D and the harness spell them with
 # (">>" is DW_OP_shr, logical; ">>a" is DW_OP_shra, arithmetic).
 BINARY = {"DW_OP_plus": "+", "DW_OP_minus": "-", "DW_OP_mul": "*", "DW_OP_and": "&", "DW_OP_or": "|",
-          "DW_OP_xor": "^", "DW_OP_shl": "<<", "DW_OP_shr": ">>", "DW_OP_shra": ">>a"}
+          "DW_OP_xor": "^", "DW_OP_shl": "<<", "DW_OP_shr": ">>", "DW_OP_shra": ">>a", "DW_OP_div": "/s",
+          "DW_OP_mod": "%"}
+# ("/s" is DW_OP_div, signed on DWARF's generic type, as gdb computes it; "%" is DW_OP_mod, unsigned.)
 
 
 def add(a: Node, k: int) -> Node:
@@ -131,14 +142,19 @@ class _Gone(Exception):
         self.reason = reason
 
 
+BaseType = Callable[[int], Tuple[int, bool, bool]]  # unit offset -> (bytes, signed, integer)
+
+
 def evaluate(ops: Sequence[Op], frame_base: Callable[[], Node], cfa: Callable[[], Node],
-             address_of: Callable[[int], int], addr_size: int = 8) -> Location:
+             address_of: Callable[[int], int], addr_size: int = 8,
+             base_type: Optional[BaseType] = None) -> Location:
     """The location ``ops`` describe.  ``frame_base`` and ``cfa`` give the function's frame base and the CFA at
-    the address (raising ``unavailable(reason)`` when there is none); ``address_of`` reads ``.debug_addr``."""
+    the address (raising ``unavailable(reason)`` when there is none); ``address_of`` reads ``.debug_addr``;
+    ``base_type`` reads the base type a typed operation names (its unit offset)."""
     if not ops:
         return Unavailable(OPTIMIZED_OUT)
     try:
-        return _evaluate(ops, frame_base, cfa, address_of, addr_size)
+        return _evaluate(ops, frame_base, cfa, address_of, addr_size, base_type)
     except _Gone as e:
         return Unavailable(e.reason)
 
@@ -148,7 +164,23 @@ def unavailable(reason: str) -> _Gone:
     return _Gone(reason)
 
 
-def _evaluate(ops, frame_base, cfa, address_of, addr_size) -> Location:
+def _typed(base_type: Optional[BaseType], offset: int, name: str) -> Tuple[int, bool]:
+    """(bits, signed) of the integer base type a typed operation names; 0 bits: the generic type."""
+    if offset == 0:
+        return 0, False
+    if base_type is None:
+        raise _Gone(f"{name} names a base type this reader was not given")
+    size, signed, integer = base_type(offset)
+    if not integer or not 1 <= size <= 8:
+        raise _Gone(f"{name} to a {size}-byte non-integer type: kinstkit computes integers only")
+    return 8 * size, signed
+
+
+def _ext(a: Node, bits: int, signed: bool) -> Node:
+    return a if bits in (0, 64) and not signed else Ext(a, bits or 64, signed)
+
+
+def _evaluate(ops, frame_base, cfa, address_of, addr_size, base_type) -> Location:
     stack: List[Node] = []
     parts: List[Tuple[int, Optional[Location]]] = []
     current: Optional[Location] = None  # a register, stack value or implicit value ended this piece
@@ -230,6 +262,21 @@ def _evaluate(ops, frame_base, cfa, address_of, addr_size) -> Location:
             stack.append(Un("-", pop()))
         elif name == "DW_OP_not":
             stack.append(Un("~", pop()))
+        elif name in ("DW_OP_convert", "DW_OP_GNU_convert", "DW_OP_reinterpret", "DW_OP_GNU_reinterpret"):
+            bits, signed = _typed(base_type, args[0], name)  # type: ignore[arg-type]
+            stack.append(_ext(pop(), bits, signed) if bits else pop())
+        elif name in ("DW_OP_regval_type", "DW_OP_GNU_regval_type"):
+            bits, signed = _typed(base_type, args[1], name)  # type: ignore[arg-type]
+            stack.append(_ext(Reg(args[0]), bits, signed))  # type: ignore[arg-type]
+        elif name in ("DW_OP_deref_type", "DW_OP_GNU_deref_type"):
+            bits, signed = _typed(base_type, args[1], name)  # type: ignore[arg-type]
+            stack.append(_ext(Load(pop(), args[0]), bits, signed))  # type: ignore[arg-type]
+        elif name in ("DW_OP_const_type", "DW_OP_GNU_const_type"):
+            bits, signed = _typed(base_type, args[0], name)  # type: ignore[arg-type]
+            data = args[1]
+            if not isinstance(data, bytes) or not 1 <= len(data) <= 8:
+                raise _Gone(f"{name} with a constant of {len(data)} bytes (corrupt)")  # type: ignore[arg-type]
+            stack.append(_ext(Const(int.from_bytes(data, "little")), bits or 8 * len(data), signed))
         elif name == "DW_OP_stack_value":
             current = Value(pop())
         elif name == "DW_OP_implicit_value":
@@ -312,7 +359,7 @@ def registers(node: Node) -> List[int]:
         return registers(node.address)
     if isinstance(node, Bin):
         return registers(node.a) + registers(node.b)
-    if isinstance(node, Un):
+    if isinstance(node, (Un, Ext)):
         return registers(node.a)
     return []
 
@@ -337,7 +384,12 @@ def d_text(node: Node, names: Dict[int, str]) -> str:
             return f"{d_text(node.a, names)} + {d_text(node.b, names)}"
         if node.op == ">>a":
             return f"((int64_t)({d_text(node.a, names)}) >> {_d_operand(node.b, names)})"
+        if node.op == "/s":
+            return f"(uint64_t)((int64_t)({d_text(node.a, names)}) / (int64_t)({d_text(node.b, names)}))"
         return f"({_d_operand(node.a, names)} {node.op} {_d_operand(node.b, names)})"
+    if isinstance(node, Ext):
+        kind = f"{'' if node.signed else 'u'}int{node.bits}_t"
+        return f"(uint64_t)({kind})({d_text(node.a, names)})"
     return f"({node.op}{_d_operand(node.a, names)})"
 
 
@@ -356,7 +408,7 @@ def d_value(node: Node, size: int, signed: bool, names: Dict[int, str]) -> str:
 
 # The harness evaluator's operations (generator/run/harness_c/common/kh_vars.h mirrors these numbers).
 PROGRAM_OPS = {"reg": 1, "const": 2, "load": 3, "+": 4, "-": 5, "*": 6, "&": 7, "|": 8, "^": 9, "<<": 10, ">>": 11,
-               ">>a": 12, "neg": 13, "not": 14}
+               ">>a": 12, "neg": 13, "not": 14, "ext": 15, "/s": 16, "%": 17}
 
 
 def program(node: Node) -> List[Tuple[int, int]]:
@@ -375,6 +427,9 @@ def program(node: Node) -> List[Tuple[int, int]]:
             emit(n.a)
             emit(n.b)
             out.append((PROGRAM_OPS[n.op], 0))
+        elif isinstance(n, Ext):  # operand: the width in bits, and 256 when signed
+            emit(n.a)
+            out.append((PROGRAM_OPS["ext"], n.bits | (256 if n.signed else 0)))
         else:
             emit(n.a)
             out.append((PROGRAM_OPS["neg" if n.op == "-" else "not"], 0))

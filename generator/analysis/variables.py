@@ -125,6 +125,10 @@ class VariableReader:
             ctype = mtype
         return self._read(spec, var, ctype, loc)
 
+    def read(self, var: Variable) -> Reading:
+        """``var``'s own value (a listing's line; ``reading`` picks the innermost of same-named variables)."""
+        return self._read(var.name, var, var.ctype, var.location)
+
     def _read(self, spec: str, var: Variable, ctype: CType, loc: L.Location) -> Reading:
         where = L.describe(loc, self.names) if not isinstance(loc, L.Unavailable) else ""
         if isinstance(loc, L.Unavailable):
@@ -304,8 +308,13 @@ class _Scope:
             expr = here[0].expr
         ops = decode(expr, unit.addr_size, unit.offset_size)
         loc = L.evaluate(ops, self.frame_base, lambda: self.reader.cfa(self.address), unit.indexed_address,
-                         unit.addr_size)
+                         unit.addr_size, self.base_type)
         return loc, ops_text(ops), expr
+
+    def base_type(self, offset: int) -> Tuple[int, bool, bool]:
+        """The base type at unit offset ``offset`` (a typed operation's operand): (bytes, signed, integer)."""
+        t = self.reader.types.ctype(self.unit.offset + offset)
+        return t.size, t.signed, t.kind in (INT, ENUM, BOOL, POINTER)
 
     def frame_base(self) -> L.Node:
         got = self.frame_base_attr

@@ -169,7 +169,7 @@ def _probes_vars(img, args: argparse.Namespace) -> int:
     out = []
     for site in sites:
         variables = reader.at(site.address)
-        readings = [reader.reading(variables, v.name) for v in variables]
+        readings = [reader.read(v) for v in variables]
         if args.json:
             obj = lines.site_dict(site)
             obj["variables"] = [variable_dict(v, r) for v, r in zip(variables, readings)]

@@ -50,6 +50,7 @@ class Request(NamedTuple):
     module: Tuple[str, ...] = ()  # dtmalloc: .ko files for the --type check
     target: Optional[str] = None  # kinst-line: FILE:LINE; kinst-inline: the inline function's name
     debug: Optional[str] = None  # kinst-line, kinst-inline: the kernel's separate debug file
+    prints: Tuple[str, ...] = ()  # kinst-line: variables (VAR, VAR->member) to print at every site
 
 
 class Script(NamedTuple):
@@ -144,7 +145,7 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
 
 
 def _source_image(args: Request):
-    """The kernel and its line and inline index, for kinst-line and kinst-inline."""
+    """The kernel, its line and inline index and its DWARF source, for kinst-line and kinst-inline."""
     from generator.analysis.indexcache import open_source
     from generator.analysis.lines import parse_spec
     from generator.common.host import progress_wanted
@@ -157,11 +158,13 @@ def _source_image(args: Request):
     if not args.target:
         what = "FILE:LINE" if args.script == "kinst-line" else "the NAME of an inline function"
         raise UserError(f"{args.script} needs {what}")
+    if args.prints and args.script != "kinst-line":
+        raise UserError("--print is for kinst-line: the variables to print at every site of the line")
     img = KernelImage.open(resolve_kernel(args.kernel))
     source = open_source(img, args.debug, progress=progress_wanted())
     if args.script == "kinst-line":
-        return img, source.for_line(*parse_spec(args.target))
-    return img, source.for_all(lines=False)
+        return img, source.for_line(*parse_spec(args.target)), source
+    return img, source.for_all(lines=False), source
 
 
 def _clause(function: Optional[str], offset: Optional[int], status: str) -> Optional[str]:
@@ -188,8 +191,9 @@ def _header_inputs(img) -> List["Input"]:
 def _kinst_line_context(args: Request) -> Dict[str, Any]:
     from generator.analysis.lines import line_sites
 
-    img, index = _source_image(args)
+    img, index, source = _source_image(args)
     sites = line_sites(img, index, args.target)
+    reader = source.variables(index) if args.prints else None
     clauses, refused = [], []
     for s in sites:
         probe = _clause(s.function, s.offset, s.status)
@@ -197,8 +201,12 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
         if probe is None:
             refused.append(_refusal(s.function, s.offset, s.status, s.reason))
             continue
-        clauses.append({"probe": probe, "label": d_string(f"{s.function}+{s.offset}"),
-                        "comment": f"{s.file}:{s.line} at {s.function}+{s.offset}{inl}"})
+        clause = {"probe": probe, "label": d_string(f"{s.function}+{s.offset}"),
+                  "comment": f"{s.file}:{s.line} at {s.function}+{s.offset}{inl}", "format": "", "args": [],
+                  "values": []}
+        if reader is not None:
+            clause.update(_printed(reader, s.address, args.prints))
+        clauses.append(clause)
     if not clauses:
         raise UserError(f"{args.target}: kinst can trace none of its {len(sites)} sites: {refused[0]}")
     where = f"{sites[0].file}:{sites[0].line}"
@@ -213,10 +221,33 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
     }
 
 
+def _printed(reader, address: int, prints: Tuple[str, ...]) -> Dict[str, Any]:
+    """The printf format, its arguments and a line per value saying where it comes from, for one site."""
+    from generator.analysis.ctypes import FLOAT, POINTER
+
+    variables = reader.at(address)
+    fmt, argv, notes = [], [], []
+    for spec in prints:
+        r = reader.reading(variables, spec)
+        if r.variable is None:
+            raise UserError(f"--print {spec}: {r.reason} at {address:#x}")
+        if not r.d:
+            fmt.append(f"{spec}=<unavailable>")
+            notes.append(f"{spec}: not available here: {r.reason}")
+            continue
+        kind = r.ctype.kind
+        conv = "%p" if kind == POINTER else "%x" if kind == FLOAT else "%d" if r.ctype.signed else "%u"
+        fmt.append(f"{spec}={conv}")
+        argv.append(r.d)
+        bits = " (the raw bits: D has no floating point)" if kind == FLOAT else ""
+        notes.append(f"{spec} ({r.ctype.name}): {r.where}{bits}")
+    return {"format": " " + " ".join(fmt), "args": argv, "values": notes}
+
+
 def _kinst_inline_context(args: Request) -> Dict[str, Any]:
     from generator.analysis.inlines import ENTRY, inline_copies
 
-    img, index = _source_image(args)
+    img, index, _ = _source_image(args)
     copies = inline_copies(img, index, args.target)
     clauses, refused, fbt = [], [], []
     for c in copies:
@@ -272,6 +303,8 @@ def command_line(args: Request) -> str:
         value = getattr(args, flag)
         if value is not None:
             words.append(f"--{flag} {value}")
+    if args.prints:
+        words.append(f"--print {','.join(args.prints)}")
     words += [f"--module {m}" for m in args.module]
     return " ".join(words)
 

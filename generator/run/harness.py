@@ -194,12 +194,14 @@ def plain_sources(arch: str) -> List[Path]:
 
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
-          table_from: Optional[str] = None) -> Build:
+          table_from: Optional[str] = None, generated: Sequence[Tuple[str, str]] = ()) -> Build:
     """Render and compile the audit library for ``elf`` (cached by content).
 
     The table is made from ``elf`` itself, or from ``table_from`` (another
     build of the same code, such as a ``.ko``-style ``ld -r`` object) and
-    placed in ``elf`` function by function.
+    placed in ``elf`` function by function.  ``generated`` adds (file name,
+    text) headers other stages render for the glue: the variable readings
+    of ``generator.run.varsprobe`` (``kinst_harness_vars.h``).
     """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")
@@ -222,11 +224,14 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     parts += [t.read_bytes() for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2"))
               + sorted((TEMPLATE_DIR / "harness").glob("*.j2"))]
     parts += [f.name.encode() + b"\0" + f.read_bytes() for f in plain]
+    parts += [name.encode() + b"\0" + text.encode() for name, text in generated]
 
     def make(out: Path) -> None:
         # One directory holds everything, so that every #include "..." finds this build's files.
         for f in plain:
             shutil.copyfile(f, out / f.name)
+        for name, text in generated:
+            (out / name).write_text(text)
         kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
         render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,
                     only=("kinst_harness_target.h.j2",))

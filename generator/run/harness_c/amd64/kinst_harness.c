@@ -138,6 +138,11 @@ kh_syscall4(long nr, long a1, long a2, long a3, long a4)
 /* Refusals, notes, passing a foreign trap on, the site search, the target. */
 #include "kh_probe.h"
 
+/* Variable readings at sites, when the build generated them (kh_vars.h). */
+#if __has_include("kinst_harness_vars.h")
+#include "kh_vars.h"
+#endif
+
 /*
  * The SIGTRAP handler: probe context.  Only the core, direct memory accesses
  * and raw system calls from here on.
@@ -177,6 +182,9 @@ kh_trap(int sig, siginfo_t *si, void *arg)
 		return;
 	}
 	__atomic_fetch_add(&kh_hits[idx], 1, __ATOMIC_RELAXED);
+#ifdef KH_VARS
+	kh_vars_hit(pc - ki->ki_bias, uc);
+#endif
 	md = &ki->ki_md[idx];
 	if (!kinst_core_is_call(md)) {
 		gr[REG_RIP] = (greg_t)(uintptr_t)(ki->ki_tramp +
