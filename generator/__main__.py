@@ -1,10 +1,10 @@
-"""``python -m generator``: see ``generator/cli/__init__.py``."""
+"""``python -m generator`` in a checkout, the ``kinstkit`` command when installed: see ``cli/__init__.py``."""
 
 import atexit
 import os
 import sys
 
-from generator.cli import main
+from .cli import main
 
 
 def _leave(code: int) -> None:
@@ -29,4 +29,10 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
-_leave(main())
+def run() -> None:
+    """The ``kinstkit`` console script."""
+    _leave(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -15,6 +15,7 @@ input (``helpers.skips``); none of them fakes one.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List
 
@@ -29,10 +30,17 @@ NOT_FOR_UNIT = {"sample_kernel", "debian_modules", "dtmalloc_listing", "lua_gcc"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The tests find the repository through the imported ``generator``: it must be this checkout's."""
+    """The tests find the repository through the imported ``generator``: it must be this checkout's.
+
+    The commands the tests start (``python -m generator ...``) find it the same way, from any folder:
+    the installed distribution is ``kinstkit``, and names no top-level ``generator``.
+    """
     if REPO.resolve() != config.rootpath.resolve():
         raise pytest.UsageError(f"generator is imported from {REPO}, not from this checkout ({config.rootpath}): "
-                                f"run with PYTHONPATH={config.rootpath} or install this checkout")
+                                f"run with PYTHONPATH={config.rootpath}")
+    path = os.environ.get("PYTHONPATH", "")
+    if str(REPO) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), path) if p)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from generator.common import paths
-from generator.common.errors import UserError
+from ._common import paths
+from ._common import errors
 
 from .backends.tools import BHYVE_TOOLS, QEMU
 
@@ -33,7 +33,7 @@ BUILD = paths.BUILD
 RELEASE_RE = re.compile(r"^\d+\.\d+-(RELEASE|BETA\d+|RC\d+)$")
 
 
-class VMError(UserError):
+class VMError(errors.UserError):
     """A request or an environment the runner cannot work with (exit status 2)."""
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.sections import DwarfError, Reads
-from generator.image.dwarf.units import Unit, UnitReader
+from ..image.dwarf import spec as S
+from ..image.dwarf.sections import DwarfError, Reads
+from ..image.dwarf.units import Unit, UnitReader
 
 MAX_CHAIN = 64  # typedef/qualifier/pointer links followed before a type counts as a loop
 
@@ -139,7 +139,7 @@ class Types:
                 if isinstance(where[1], int):
                     offset = where[1]
                 elif isinstance(where[1], bytes) and where[1][:1] == b"\x23":  # DW_OP_plus_uconst N
-                    from generator.image.dwarf.units import uleb
+                    from ..image.dwarf.units import uleb
 
                     offset = uleb(where[1], 1)[0]
             bit = self._int(attrs, S.DW_AT_data_bit_offset)

@@ -28,12 +28,12 @@ from array import array
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.aranges import aranges
-from generator.image.dwarf.lineprog import LineHeader, header, join_path
-from generator.image.dwarf.lists import ranges as range_list
-from generator.image.dwarf.sections import DwarfError, Reads, Sections
-from generator.image.dwarf.units import Abbrev, Unit, sleb, uleb, unit_headers
+from ..image.dwarf import spec as S
+from ..image.dwarf.aranges import aranges
+from ..image.dwarf.lineprog import LineHeader, header, join_path
+from ..image.dwarf.lists import ranges as range_list
+from ..image.dwarf.sections import DwarfError, Reads, Sections
+from ..image.dwarf.units import Abbrev, Unit, sleb, uleb, unit_headers
 
 NO_LINES = 0xFFFFFFFFFFFFFFFF  # a unit without a line program
 

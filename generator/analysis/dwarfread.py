@@ -29,15 +29,15 @@ import posixpath
 from array import array
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from generator.analysis.dwarfdir import NO_LINES, Directory
-from generator.analysis.dwarfindex import (
+from .dwarfdir import NO_LINES, Directory
+from .dwarfindex import (
     ARRAYS, FLAG_END, FLAG_STMT, NAME_DECLARED, NAME_INLINE, NO_FILE, DwarfIndex,
 )
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.lineprog import ROW_END, ROW_STMT, header, join_path, rows as program_rows
-from generator.image.dwarf.lists import ranges as range_list
-from generator.image.dwarf.sections import DwarfError, Reads, Sections
-from generator.image.dwarf.units import MAX_DEPTH, Unit, UnitReader, uleb
+from ..image.dwarf import spec as S
+from ..image.dwarf.lineprog import ROW_END, ROW_STMT, header, join_path, rows as program_rows
+from ..image.dwarf.lists import ranges as range_list
+from ..image.dwarf.sections import DwarfError, Reads, Sections
+from ..image.dwarf.units import MAX_DEPTH, Unit, UnitReader, uleb
 
 # DIEs whose children may include subprograms or inlined copies.
 _DESCEND = frozenset((S.DW_TAG_lexical_block, S.DW_TAG_namespace, S.DW_TAG_module, S.DW_TAG_class_type,

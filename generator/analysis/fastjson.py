@@ -19,10 +19,10 @@ import json
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator.analysis.exclusions import excluded
-from generator.analysis.probes import MAX_INSN, code_runs, function_code, function_reason, refused_regions, reloc_target
-from generator.analysis.records import KIND_SKIP, STATUS_OK, STATUS_SKIP
-from generator.image.elf import Function, KernelImage
+from .exclusions import excluded
+from .probes import MAX_INSN, code_runs, function_code, function_reason, refused_regions, reloc_target
+from .records import KIND_SKIP, STATUS_OK, STATUS_SKIP
+from ..image.elf import Function, KernelImage
 
 _dumps = json.dumps
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # json.dumps of a str, in C

@@ -30,15 +30,15 @@ from array import array
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from generator.analysis import dwarfdir, dwarfread
-from generator.analysis.dwarfdir import DIR_ARRAYS, Directory
-from generator.analysis.dwarfindex import ARRAYS, NO_FILE, DwarfIndex
-from generator.common.errors import UserError
-from generator.common.files import write_bytes
-from generator.common.paths import CACHE
-from generator.image.debuginfo import DEFAULT_ROOTS, DebugInfo, locate, open_debug
-from generator.image.dwarf.sections import DwarfError, Reads, Sections, digest, image_key
-from generator.image.elf import KernelImage
+from . import dwarfdir, dwarfread
+from .dwarfdir import DIR_ARRAYS, Directory
+from .dwarfindex import ARRAYS, NO_FILE, DwarfIndex
+from ..common.errors import UserError
+from ..common.files import write_bytes
+from ..common.paths import CACHE
+from ..image.debuginfo import DEFAULT_ROOTS, DebugInfo, locate, open_debug
+from ..image.dwarf.sections import DwarfError, Reads, Sections, digest, image_key
+from ..image.elf import KernelImage
 
 FORMAT = 2
 MAGIC = b"KINSTKIT-DWARF-INDEX\n"
@@ -388,8 +388,8 @@ class DwarfSource:
 
     def variables(self, index: DwarfIndex):
         """A reader of the variables at the addresses of ``index``'s subprograms (``variables``)."""
-        from generator.analysis.variables import VariableReader
-        from generator.image.dwarf.cfi import frame_tables
+        from .variables import VariableReader
+        from ..image.dwarf.cfi import frame_tables
 
         image = self.sections if self.sections.path == self.img.path else Sections(self.img)
         frames = self._guarded(lambda: frame_tables((self.sections, ".debug_frame"), (image, ".eh_frame")))

@@ -21,11 +21,11 @@ from __future__ import annotations
 import difflib
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from generator.analysis.dwarfindex import NAME_DECLARED, DwarfIndex
-from generator.analysis.lines import Verdicts
-from generator.analysis.records import STATUS_SKIP
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
+from .dwarfindex import NAME_DECLARED, DwarfIndex
+from .lines import Verdicts
+from .records import STATUS_SKIP
+from ..common.errors import UserError
+from ..image.elf import KernelImage
 
 ENTRY = "entry"
 RETURN = "return"

@@ -37,11 +37,11 @@ import difflib
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator.analysis.dwarfindex import FLAG_END, FLAG_STMT, DwarfIndex
-from generator.analysis.probes import analyse
-from generator.analysis.records import STATUS_SKIP, FunctionReport, Probe
-from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage
+from .dwarfindex import FLAG_END, FLAG_STMT, DwarfIndex
+from .probes import analyse
+from .records import STATUS_SKIP, FunctionReport, Probe
+from ..common.errors import UserError
+from ..image.elf import Function, KernelImage
 
 
 class LineSite(NamedTuple):
@@ -264,7 +264,7 @@ def line_sites(img: KernelImage, index: DwarfIndex, spec: str, rule: str = "any"
 def site_at(img: KernelImage, index: DwarfIndex, func: Function, offset: int, rule: str = "any") -> LineSite:
     """The site of ``func``'s instruction at ``offset`` (``--function F --offset N --vars``): its line is the
     row covering it; an offset that is no instruction boundary is the one-line error ``probes`` gives."""
-    from generator.analysis.probes import find_offset
+    from .probes import find_offset
 
     verdicts = Verdicts(img, rule)
     rep, _ = verdicts.report(func)

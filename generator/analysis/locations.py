@@ -14,8 +14,8 @@ Everything else only prints the record: ``value`` turns a location and a
 type's size into one 64-bit value computation (a tree of ``Reg``,
 ``Const``, ``Load`` and arithmetic); ``d_text`` spells it in D over kinst's
 ``regs[]`` for dtrace(1); ``program`` spells the same tree in postfix for
-the user-space harness's evaluator (``generator/run/harness_c/common/
-kh_vars.h``), which runs it in its trap handler so that the tests can hold
+the user-space harness's evaluator (``generator/run/harness_c/vars/
+kh_vars.c``), which runs it in its trap handler so that the tests can hold
 its values to gdb's.  Neither printer decides anything about DWARF.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from generator.image.dwarf.expr import DW_OP_breg0, DW_OP_lit0, DW_OP_reg0, Op
+from ..image.dwarf.expr import DW_OP_breg0, DW_OP_lit0, DW_OP_reg0, Op
 
 MASK = (1 << 64) - 1
 
@@ -406,7 +406,7 @@ def d_value(node: Node, size: int, signed: bool, names: Dict[int, str]) -> str:
     return f"({kind})({d_text(node, names)})"
 
 
-# The harness evaluator's operations (generator/run/harness_c/common/kh_vars.h mirrors these numbers).
+# The harness evaluator's operations (generator/run/harness_c/vars/kh_vars.c mirrors these numbers).
 PROGRAM_OPS = {"reg": 1, "const": 2, "load": 3, "+": 4, "-": 5, "*": 6, "&": 7, "|": 8, "^": 9, "<<": 10, ">>": 11,
                ">>a": 12, "neg": 13, "not": 14, "ext": 15, "/s": 16, "%": 17}
 

@@ -34,14 +34,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.analysis.exclusions import excluded
-from generator.analysis.probes import analyse, function_code
-from generator.analysis.records import STATUS_OK, FunctionReport
-from generator.analysis.whole import map_chunks
-from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-from generator.image.elf import Function, KernelImage
-from generator.isa.contract import Isa
+from .. import isa as isa_registry
+from .exclusions import excluded
+from .probes import analyse, function_code
+from .records import STATUS_OK, FunctionReport
+from .whole import map_chunks
+from ..common.defaults import DEFAULT_PROLOGUE_RULE
+from ..image.elf import Function, KernelImage
+from ..isa.contract import Isa
 
 
 class PlanFunc(NamedTuple):

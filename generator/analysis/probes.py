@@ -12,11 +12,11 @@ from __future__ import annotations
 import bisect
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from generator.analysis import records as R
-from generator.analysis.exclusions import excluded
-from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage, Section, corrupt_function
-from generator.isa.contract import Insn, Isa
+from . import records as R
+from .exclusions import excluded
+from ..common.errors import UserError
+from ..image.elf import Function, KernelImage, Section, corrupt_function
+from ..isa.contract import Insn, Isa
 
 # Bytes read past a symbol's end so an instruction straddling it decodes whole.
 MAX_INSN = 15

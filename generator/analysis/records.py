@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 
-from generator.isa.contract import KIND_SKIP, STATUS_OK, STATUS_SKIP
+from ..isa.contract import KIND_SKIP, STATUS_OK, STATUS_SKIP
 
 __all__ = ["KIND_SKIP", "STATUS_OK", "STATUS_SKIP", "FunctionReport", "Probe"]
 

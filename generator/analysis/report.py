@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Iterable, Optional
 
-from generator.analysis.records import STATUS_OK, FunctionReport, Probe
+from .records import STATUS_OK, FunctionReport, Probe
 
 
 def probe_dict(p: Probe) -> Dict[str, Any]:

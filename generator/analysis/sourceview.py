@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.analysis.inlines import InlineCopy
-from generator.analysis.lines import LineSite
-from generator.analysis.variables import Reading, Variable
-from generator.analysis.records import STATUS_OK
-from generator.image.elf import Function
+from .inlines import InlineCopy
+from .lines import LineSite
+from .variables import Reading, Variable
+from .records import STATUS_OK
+from ..image.elf import Function
 
 NOT_STMT = "*"  # marks a site whose row is not is_stmt
 NO_BYTES = "="  # marks a site whose row owns no bytes: the instruction starts the next row's line too

@@ -22,12 +22,12 @@ from collections import Counter
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from generator.analysis import report
-from generator.analysis.exclusions import excluded
-from generator.analysis.probes import MAX_INSN, analyse, code_runs, function_code
-from generator.analysis.records import STATUS_OK, FunctionReport
-from generator.image.elf import Function, KernelImage
-from generator.isa.contract import Isa
+from . import report
+from .exclusions import excluded
+from .probes import MAX_INSN, analyse, code_runs, function_code
+from .records import STATUS_OK, FunctionReport
+from ..image.elf import Function, KernelImage
+from ..isa.contract import Isa
 
 
 # What a summary is made into: ``record`` (a dict, for JSON and text alike) or, for

@@ -20,17 +20,17 @@ from __future__ import annotations
 import re
 from typing import Dict, List, NamedTuple, Optional, Set, Tuple
 
-from generator.analysis import locations as L
-from generator.analysis.ctypes import BOOL, CType, ENUM, FLOAT, INT, POINTER, Types, members_path
-from generator.analysis.dwarfindex import DwarfIndex
-from generator.common.errors import UserError
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.cfi import FrameTable, cfa_at
-from generator.image.dwarf.expr import decode, text as ops_text
-from generator.image.dwarf.lists import locations as location_list, ranges as range_list
-from generator.image.dwarf.sections import DwarfError
-from generator.image.dwarf.units import Unit, UnitReader
-from generator.isa.contract import Isa
+from . import locations as L
+from .ctypes import BOOL, CType, ENUM, FLOAT, INT, POINTER, Types, members_path
+from .dwarfindex import DwarfIndex
+from ..common.errors import UserError
+from ..image.dwarf import spec as S
+from ..image.dwarf.cfi import FrameTable, cfa_at
+from ..image.dwarf.expr import decode, text as ops_text
+from ..image.dwarf.lists import locations as location_list, ranges as range_list
+from ..image.dwarf.sections import DwarfError
+from ..image.dwarf.units import Unit, UnitReader
+from ..isa.contract import Isa
 
 PARAMETER = "parameter"
 LOCAL = "local"

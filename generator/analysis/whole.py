@@ -17,11 +17,11 @@ import os
 import shutil
 from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from generator.analysis import report, summary
-from generator.analysis.fastjson import ImageJson
-from generator.analysis.probes import analyse
-from generator.common.errors import UserError
-from generator.image.elf import Function, KernelImage
+from . import report, summary
+from .fastjson import ImageJson
+from .probes import analyse
+from ..common.errors import UserError
+from ..image.elf import Function, KernelImage
 
 # Functions per work item, between these bounds: at least eight items per
 # worker, so the workers end together, and no more than needed, because the

@@ -45,16 +45,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import CACHE
-from generator.image.elf import KernelImage
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import CACHE
+from ..image.elf import KernelImage
 
-_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+_HOST = isa_registry.host().oracle
+_LIBDIR = Path("/usr/lib", _HOST.gnu_triple)  # the host's libraries, where Debian installs them
 _OBJDUMP_INSN = re.compile(rb"^ *[0-9a-f]+:\t", re.M)  # a kernel's 16-digit addresses have no indent
 VMLINUX_DIR = CACHE / "bench"
-VMLINUX_PACKAGE = "linux-image-amd64-dbg"  # its vmlinux has symbols: a real kernel, ~2.7 M instructions in functions
-EXTRA_IMAGES = ("/usr/bin/qemu-system-x86_64", str(_LIBDIR / "libstdc++.so.6"))
+# Debian's kernel with symbols for the host's ISA: a real kernel, ~2.7 M instructions in functions on amd64
+VMLINUX_PACKAGE = f"linux-image-{_HOST.debian_arch}-dbg"
+# What a new user tries first: QEMU for the host's own machine, and the C++ library.
+EXTRA_IMAGES = (f"/usr/bin/qemu-system-{_HOST.gnu_triple.split('-')[0]}", str(_LIBDIR / "libstdc++.so.6"))
 
 
 @dataclass(frozen=True)
@@ -233,8 +237,9 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
 
 def bench_generate(path: str, work: Path) -> Dict[str, object]:
     """``generate --all`` on ``path`` and the table compiled as a module build compiles it."""
-    from generator.build.kmodflags import portable_cflags
-    from generator.build.sources import PROVIDERS
+    from ..kmod.kmodflags import portable_cflags
+    from ..kmod.sources import source_dir
+    from ..providers import PROVIDERS
 
     out_dir = work / "kinst"
     gen = [sys.executable, "-m", "generator", "generate", "--kernel", path, "--all", "--out", str(out_dir)]
@@ -242,10 +247,11 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
     line = (work / "generate.out").read_text().splitlines()[0]
     probes = int(line.split()[0])
     provider = PROVIDERS["kinst"]
-    for rel in provider.plain:
-        src = provider.source_dir / rel
-        (out_dir / Path(rel).name).write_bytes(src.read_bytes())
-    cc = ["clang", *portable_cflags("clang"), "-I", str(out_dir), "-c", str(out_dir / "kinst_table.c"),
+    isa = KernelImage.open(path).isa
+    for rel in provider.plain():  # the machine-independent files and the image's ISA's, side by side
+        if str(Path(rel).parent) in provider.includes(isa.name):
+            (out_dir / Path(rel).name).write_bytes((source_dir(provider) / rel).read_bytes())
+    cc = ["clang", *portable_cflags("clang", isa), "-I", str(out_dir), "-c", str(out_dir / "kinst_table.c"),
           "-o", str(work / "kinst_table.o")]
     csecs, ccpu, crss = _timed(cc, work / "cc.out")
     size = subprocess.run(["size", "-A", str(work / "kinst_table.o")], capture_output=True, text=True).stdout
@@ -269,7 +275,8 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
 
 def bench_startup() -> Dict[str, float]:
     """Seconds before any work: the interpreter alone, and the interpreter importing the summary's modules."""
-    imports = "import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa.amd64.native"
+    imports = ("import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa; "
+               "generator.isa.host()")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in (("python", "pass"), ("python_and_imports", imports)):

@@ -30,18 +30,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List
 
-from generator import isa as isa_registry
-from generator.bench.analysis import Run, _count_objdump, _count_ours, _run, text_bytes
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import BENCH_RESULTS, REPO
-from generator.image.elf import KernelImage
-from generator.run import qemu
-from generator.run.audit import audit_env, read_hits
-from generator.run.harness import BUILD_DIR, build, gcc
-from generator.run.process import run_command
+from .. import isa as isa_registry
+from .analysis import Run, _count_objdump, _count_ours, _run, text_bytes
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import BENCH_RESULTS, REPO
+from ..image.elf import KernelImage
+from ..run import qemu
+from ..run.audit import audit_env, read_hits
+from ..run.harness import BUILD_DIR, build, gcc
+from ..run.process import run_command
 
-ARCHES = ("arm64", "riscv")
+# The ISAs whose programs run under qemu-user here: the host's own is benched by ``bench.analysis``.
+ARCHES = tuple(name for name in isa_registry.SUPPORTED if isa_registry.by_name(name).oracle.qemu)
 BENCH_SRC = REPO / "bench" / "harness"
 
 
@@ -51,8 +52,7 @@ def largest_image(arch: str) -> str:
     cands = [p for p in Path(quirks.sysroot, "lib").glob("*.so*") if p.is_file() and not p.is_symlink()]
     cands = [p for p in cands if p.read_bytes()[:4] == b"\x7fELF"]
     if not cands:
-        raise UserError(f"no {arch} shared objects under {quirks.sysroot}/lib (apt-get install "
-                        f"libc6-dev-{'arm64' if arch == 'arm64' else 'riscv64'}-cross)")
+        raise UserError(f"no {arch} shared objects under {quirks.sysroot}/lib (apt-get install {quirks.cross_packages})")
     return str(max(cands, key=lambda p: p.stat().st_size))
 
 
@@ -138,7 +138,7 @@ def bench_arch(out_dir: Path = BENCH_RESULTS) -> dict:
 
 
 def _write(out_dir: Path, result: dict) -> None:
-    md = ["# arm64 and riscv64: analysis against the cross objdump, harness hits against a bare trap", "",
+    md = [f"# {' and '.join(ARCHES)}: analysis against the cross objdump, harness hits against a bare trap", "",
           f"Made by `python3 -m invoke bench` (`generator.bench.arch`) on {result['date']}, {result['cpus']} CPUs.", ""]
     for arch, r in result["arches"].items():
         a, h = r["analysis"], r["harness"]

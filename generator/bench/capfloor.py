@@ -13,8 +13,8 @@ from __future__ import annotations
 import ctypes
 import sys
 
-from generator.analysis.probes import function_code
-from generator.image.elf import KernelImage
+from ..analysis.probes import function_code
+from ..image.elf import KernelImage
 
 
 def count(path: str) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -38,9 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
-from generator.common.errors import UserError
-from generator.common.paths import CACHE
-from generator.common.tools import first_error, tool_version
+from ..common.ccache import compile_cached, content_key
+from ..common.errors import UserError
+from ..common.paths import CACHE
+from ..common.tools import first_error, tool_version
 
 CACHE_DIR = CACHE / "debsrc"
 APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
@@ -181,16 +181,15 @@ def _sources(project: Project, tree: Path) -> List[Path]:
 
 
 def _key(project: Project, variant: Variant, tree: Path, sources: List[Path]) -> str:
-    h = hashlib.sha256()
-    h.update(json.dumps({
+    """The build's content key; the sources' folder is part of it, because the DWARF names it."""
+    return content_key([json.dumps({
         "origin": (tree / ".origin").read_text() if (tree / ".origin").exists() else "",
+        "tree": str(tree),
         "flags": [*KERNEL_FLAGS, *variant.flags],
         "cc": tool_version(variant.cc),
         "ld": tool_version("ld.lld"),
         "script": LINKER_SCRIPT,
-        "sources": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sources},
-    }, sort_keys=True).encode())
-    return h.hexdigest()[:16]
+    }, sort_keys=True), *(p.name.encode() + b"\0" + p.read_bytes() for p in sources)])
 
 
 def debian_image(package: str = DEFAULT_PROJECT, variant: str = "gcc") -> Path:
@@ -204,28 +203,20 @@ def debian_image(package: str = DEFAULT_PROJECT, variant: str = "gcc") -> Path:
     if not sources:
         raise UserError(f"Debian source package {package}: no C files in {project.srcdir}/")
     key = _key(project, var, tree, sources)
-    final = CACHE_DIR / "build" / f"{package}-{variant}-{key}"
-    image = final / f"{package}.elf"
-    with _locked(f"build-{package}-{variant}"):
-        if image.is_file():
-            return image
-        final.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=".build-"))
-        try:
-            objects = _compile(var, sources, work, package)
-            (work / "kernel.ld").write_text(LINKER_SCRIPT)
-            _run(["ld.lld", "-m", "elf_x86_64", "-static", "-nostdlib", "--build-id=sha1",
-                  "--unresolved-symbols=ignore-all", "-e", "0", "-T", str(work / "kernel.ld"),
-                  "-o", str(work / image.name), *map(str, objects)], work, f"{package} image: link")
-            for o in objects:
-                o.unlink()
-            os.chmod(work, 0o755)
-            if final.exists():
-                shutil.rmtree(final)
-            os.rename(work, final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return image
+    image_name = f"{package}.elf"
+
+    def make(work: Path) -> None:
+        objects = _compile(var, sources, work, package)
+        (work / "kernel.ld").write_text(LINKER_SCRIPT)
+        _run(["ld.lld", "-static", "-nostdlib", "--build-id=sha1",
+              "--unresolved-symbols=ignore-all", "-e", "0", "-T", str(work / "kernel.ld"),
+              "-o", str(work / image_name), *map(str, objects)], work, f"{package} image: link")
+        for o in objects:
+            o.unlink()
+
+    with _locked(f"build-{package}-{variant}"):  # one compile at a time: a build takes both cores
+        built = compile_cached(CACHE_DIR / "build", f"{package}-{variant}-{key}", make, marker=image_name)
+    return built / image_name
 
 
 def _compile(var: Variant, sources: List[Path], work: Path, package: str) -> List[Path]:

@@ -30,13 +30,13 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import REPO
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import REPO
 
 
 def _largest(paths: Sequence[Path]) -> Path:
-    from generator.image.elf import KernelImage
+    from ..image.elf import KernelImage
 
     def debug_bytes(p: Path) -> int:
         data = KernelImage.open(str(p)).section_data(".debug_info")
@@ -62,11 +62,11 @@ def _median(f, repeat: int) -> float:
 
 def bench_dwarf(out_dir: Path, image: Optional[str] = None, repeat: int = 3) -> dict:
     """Time the index build and the queries; write dwarf.json and dwarf.md into ``out_dir``."""
-    from generator.analysis.indexcache import open_index
-    from generator.analysis.inlines import inline_copies
-    from generator.analysis.lines import line_sites
-    from generator.bench.debsrc import all_images
-    from generator.image.elf import KernelImage
+    from ..analysis.indexcache import open_index
+    from ..analysis.inlines import inline_copies
+    from ..analysis.lines import line_sites
+    from .debsrc import all_images
+    from ..image.elf import KernelImage
 
     dwarfdump, symbolizer = shutil.which("llvm-dwarfdump"), shutil.which("llvm-symbolizer")
     if not dwarfdump or not symbolizer:

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import BENCH_RESULTS, REPO
-from generator.run.audit import audit_env, read_hits
-from generator.run.harness import BUILD_DIR, build, gcc
-from generator.run.process import Run, run_command
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import BENCH_RESULTS, REPO
+from ..run.audit import audit_env, read_hits
+from ..run.harness import BUILD_DIR, build, gcc
+from ..run.process import Run, run_command
 
 
 BENCH_SRC = REPO / "bench" / "harness"  # the floor and the hot loop, in C

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from generator.common.files import write_all
-from generator.common.paths import BENCH_RESULTS
+from ..common.files import write_all
+from ..common.paths import BENCH_RESULTS
 from vm.backends import accel as accel_mod
 from vm.backends.probe import kvm_probe
 from vm.backends.qemu import qemu_version

@@ -20,7 +20,7 @@ import importlib
 import sys
 from typing import Optional, Sequence
 
-from generator.common.errors import ClassifierError, UserError
+from ..common.errors import ClassifierError, UserError
 
 EXIT_USER = 2
 EXIT_BUG = 3
@@ -61,7 +61,7 @@ def make_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     names = [COMMANDS[command]] if command in COMMANDS else dict.fromkeys(COMMANDS.values())
     for name in names:
-        importlib.import_module(f"generator.cli.{name}").add_parsers(sub)
+        importlib.import_module(f".{name}", __name__).add_parsers(sub)
     return p
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from generator.common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULES
+from ..common.defaults import DEFAULT_FUNCTION, DEFAULT_PROLOGUE_RULE, PROLOGUE_RULE_HELP, PROLOGUE_RULES
 
 KERNEL_HELP = "ELF image: kernel, .ko or shared object (default: the embedded sample kernel)"
 
@@ -26,7 +26,7 @@ def add_prologue_rule(p: argparse.ArgumentParser) -> None:
         "--prologue-rule",
         choices=PROLOGUE_RULES,
         default=DEFAULT_PROLOGUE_RULE,
-        help="frame-pointer rule: 'any' push %%rbp (newest kinst, default) or 'first' byte 0x55 (FreeBSD 14.0)",
+        help=PROLOGUE_RULE_HELP.replace("%", "%%"),
     )
 
 

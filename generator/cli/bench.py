@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from generator.common.paths import BENCH_RESULTS, REPO
+from ..common.paths import BENCH_RESULTS, REPO
 
 
 def add_parsers(sub) -> None:
@@ -24,33 +24,33 @@ def add_parsers(sub) -> None:
     be.add_argument("--dwarf-image", help="image with DWARF for that benchmark (default: the largest the tests "
                     "build, Lua 5.4 from its Debian source package)")
     be.add_argument("--skip-arch", action="store_true",
-                    help="skip arm64/riscv64 (analysis against the cross objdump, harness hits under qemu-user)")
+                    help="skip the ISAs that run under qemu-user here (analysis against the cross objdump, harness hits under qemu-user)")
     be.set_defaults(run=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from generator.bench.analysis import bench_analysis
+    from ..bench.analysis import bench_analysis
 
     out = Path(args.out)
     res = bench_analysis(args.image, out, with_vmlinux=args.with_vmlinux)
     sys.stdout.write((out / "analysis.md").read_text() + "\n")
     if not args.skip_harness:
-        from generator.bench.harness import bench_harness
+        from ..bench.harness import bench_harness
 
         bench_harness(out)
         sys.stdout.write((out / "harness.md").read_text() + "\n")
     if not args.skip_vm:
-        from generator.bench.vm import bench_vm
+        from ..bench.vm import bench_vm
 
         bench_vm(out)
         sys.stdout.write((out / "vm.md").read_text() + "\n")
     if not args.skip_dwarf:
-        from generator.bench.dwarf import bench_dwarf
+        from ..bench.dwarf import bench_dwarf
 
         bench_dwarf(out, args.dwarf_image)
         sys.stdout.write((out / "dwarf.md").read_text() + "\n")
     if not args.skip_arch:
-        from generator.bench.arch import bench_arch
+        from ..bench.arch import bench_arch
 
         bench_arch(out)
         sys.stdout.write((out / "arch.md").read_text())

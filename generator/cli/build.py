@@ -1,8 +1,8 @@
 """Stage 5 and beyond on the command line: ``build``, ``fetch-release``, ``check-ko``, ``load``, ``unload``, ``ci-config``.
 
-Each handler turns the arguments into a call of ``build.kmod``,
-``build.release``, ``build.checkko``, ``run.hostops`` or
-``providers.ciconfig`` and returns the exit status; bad input raises
+Each handler turns the arguments into a call of ``kmod.build``,
+``kmod.release``, ``kmod.checkko``, ``run.hostops`` or
+``kmod.ciconfig`` and returns the exit status; bad input raises
 ``UserError`` (one line, exit 2).
 
 The defaults follow the host: on FreeBSD ``build`` and ``check-ko`` use
@@ -20,9 +20,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-from generator.common.defaults import DEFAULT_FUNCTION, PROVIDER_NAMES
-from generator.common.errors import UserError
-from generator.common.host import on_freebsd
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..common.host import on_freebsd
+from ..providers import PROVIDER_NAMES, PROVIDERS
+from ..providers.contract import add_options, options_given, selection
 
 HOST_KERNEL = "/boot/kernel/kernel"
 HOST_SYSDIR = "/usr/src/sys"
@@ -37,14 +39,9 @@ def add_parsers(sub) -> None:
     tree.add_argument("--sysdir", help="the target's FreeBSD sys/ tree (default: /usr/src/sys on FreeBSD, $SYSDIR)")
     tree.add_argument("--release", help="use the sys/ tree and kernel `fetch-release --release R` cached")
     b.add_argument("--cache", help="fetch-release cache directory (default: ~/.cache/kinstkit)")
-    b.add_argument("--modules", default=MODULES_DEFAULT, help="comma-separated modules (default: kinst,dtmalloc)")
-    b.add_argument("--target", default="amd64", help="target architecture (amd64)")
-    which = b.add_mutually_exclusive_group()
-    which.add_argument("--function", action="append", default=[], help="kinst: a function to table (repeatable; "
-                       f"default: {DEFAULT_FUNCTION})")
-    which.add_argument("--all", action="store_true", help="kinst: every eligible function")
-    b.add_argument("--malloc-module", action="append", default=[], help="dtmalloc: a .ko whose malloc types to "
-                   "include (repeatable)")
+    b.add_argument("--modules", default=MODULES_DEFAULT, help=f"comma-separated modules (default: {MODULES_DEFAULT})")
+    b.add_argument("--target", choices=isa_registry.SUPPORTED, help="target architecture (default: the kernel's)")
+    add_options(b, tuple(PROVIDERS.values()), "build")
     b.add_argument("--dep-module", action="append", default=[], help="check-ko: a dependency .ko (repeatable)")
     b.add_argument("--module-path", action="append", default=[], help="check-ko: a directory of dependency .ko "
                    "files (default: the kernel's directory)")
@@ -66,6 +63,8 @@ def add_parsers(sub) -> None:
     f.add_argument("--dists", default="src.txz,kernel.txz,kernel-dbg.txz", help="comma-separated sets "
                    "(default: all three)")
     f.add_argument("--force", action="store_true", help="download again even when the cache is complete")
+    f.add_argument("--target", choices=isa_registry.SUPPORTED, help="the architecture whose release to fetch "
+                   "(default: this machine's)")
     f.set_defaults(run=cmd_fetch_release)
 
     c = sub.add_parser("check-ko", help="offline checks of .ko files against the target kernel")
@@ -75,7 +74,7 @@ def add_parsers(sub) -> None:
                    "opensolaris.ko; repeatable)")
     c.add_argument("--module-path", action="append", default=None, help="a directory of dependency .ko files "
                    "(repeatable; default: the kernel's directory)")
-    c.add_argument("--target", default="amd64", help="target architecture (amd64)")
+    c.add_argument("--target", choices=isa_registry.SUPPORTED, help="target architecture (default: the kernel's)")
     c.add_argument("--json", action="store_true", help="one JSON array of reports")
     c.set_defaults(run=cmd_check_ko)
 
@@ -109,7 +108,7 @@ def _default_kernel(explicit: Optional[str]) -> str:
         return explicit
     if on_freebsd() and os.path.isfile(HOST_KERNEL):
         return HOST_KERNEL
-    from generator.image import resolve_kernel
+    from ..image import resolve_kernel
 
     return resolve_kernel(None)
 
@@ -117,9 +116,9 @@ def _default_kernel(explicit: Optional[str]) -> str:
 def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
     """The sys/ tree and kernel a build uses, from the flags, the release cache or the host."""
     if args.release:
-        from generator.build.release import fetched
+        from ..kmod.release import fetched
 
-        rel = fetched(args.release, args.cache)
+        rel = fetched(args.release, args.cache, args.target)
         return str(rel.sysdir), args.kernel or str(rel.kernel)
     if args.sysdir:
         return args.sysdir, _default_kernel(args.kernel)
@@ -129,16 +128,20 @@ def _tree_and_kernel(args: argparse.Namespace) -> Tuple[Optional[str], str]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from generator.build import kmod as build
-    from generator.providers import parse_modules
+    from ..kmod import build
+    from ..providers import parse_modules
 
     modules = parse_modules(args.modules)
     sysdir, kernel = _tree_and_kernel(args)
     native = on_freebsd() if args.native is None else args.native
     if native and not on_freebsd():
         raise UserError("--native runs make with bsd.kmod.mk, which needs a FreeBSD host; use --cross here")
-    if args.malloc_module and "dtmalloc" not in modules:
-        raise UserError("--malloc-module is a dtmalloc option, and --modules does not include dtmalloc")
+    sel = selection(args)
+    chosen = tuple(PROVIDERS[m] for m in modules)
+    for name in PROVIDER_NAMES:
+        unused = [] if name in modules else options_given(PROVIDERS[name], sel, "build", chosen)
+        if unused:
+            raise UserError(f"{unused[0]}, and --modules does not include {name}")
     req = build.BuildRequest(
         kernel=kernel,
         sysdir=sysdir,
@@ -146,9 +149,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         target=args.target,
         out_root=Path(args.out) if args.out else build.DEFAULT_OUT,
         src_root=Path(args.src) if args.src else build.DEFAULT_SRC,
-        functions=tuple(args.function) or (() if args.all else (DEFAULT_FUNCTION,)),
-        all_functions=args.all,
-        extra_kos=tuple(args.malloc_module),
+        selection=sel,
         dep_modules=tuple(args.dep_module),
         module_path=tuple(args.module_path),
         native=native,
@@ -157,30 +158,30 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch_release(args: argparse.Namespace) -> int:
-    from generator.build.release import fetch_release
+    from ..kmod.release import fetch_release
 
     dists = tuple(d.strip() for d in args.dists.split(",") if d.strip())
-    fetch_release(args.release, args.mirror, args.cache, dists, args.force, sys.stdout)
+    fetch_release(args.release, args.mirror, args.cache, dists, args.force, sys.stdout, args.target)
     return 0
 
 
 def cmd_check_ko(args: argparse.Namespace) -> int:
-    from generator.build.checkko import print_reports, run_check
+    from ..kmod.checkko import print_reports, run_check
 
     reports = run_check(args.files, _default_kernel(args.kernel), args.dep_module, args.module_path, args.target)
     return print_reports(reports, args.json, sys.stdout, sys.stderr)
 
 
 def _target(args: argparse.Namespace):
-    from generator.run.hostops import Target
+    from ..run.hostops import Target
 
     return Target.choose(args.host, args.vm)
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from generator.build import kmod as build
-    from generator.run import hostops
-    from generator.providers import parse_modules
+    from ..kmod import build
+    from ..run import hostops
+    from ..providers import parse_modules
 
     modules = parse_modules(args.modules)
     root = Path(args.out) if args.out else build.DEFAULT_OUT
@@ -188,14 +189,14 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def cmd_unload(args: argparse.Namespace) -> int:
-    from generator.run import hostops
-    from generator.providers import parse_modules
+    from ..run import hostops
+    from ..providers import parse_modules
 
     return hostops.unload(parse_modules(args.modules), _target(args), out=sys.stdout)
 
 
 def cmd_ci_config(args: argparse.Namespace) -> int:
-    from generator.providers.ciconfig import DEFAULT_OUT, DEFAULT_RELEASES, render_ci
+    from ..kmod.ciconfig import DEFAULT_OUT, DEFAULT_RELEASES, render_ci
 
     paths: List[Path] = render_ci(args.release or list(DEFAULT_RELEASES), Path(args.out) if args.out else DEFAULT_OUT,
                                   args.modules)

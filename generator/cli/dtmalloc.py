@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from generator.cli import args as A
+from . import args as A
 
 
 def add_parsers(sub) -> None:
@@ -28,7 +28,7 @@ def add_parsers(sub) -> None:
     out.add_argument("--list", action="store_true", help="the probes as `dtrace -l -P dtmalloc` would list them")
     mt.set_defaults(run=cmd_malloc_types)
 
-    from generator.providers.dscript import SCRIPTS
+    from ..dscript.scripts import SCRIPTS
 
     ds = sub.add_parser("dscript", help="write a ready-to-run D script (dtmalloc counts or sizes, kinst trace, "
                         "source line or inline function)")
@@ -49,15 +49,16 @@ def add_parsers(sub) -> None:
     ds.add_argument("--print", dest="print_vars", metavar="VAR[,VAR...]",
                     help="kinst-line: print these variables (VAR, VAR->member, VAR.member) at every site of the line, "
                          "read from the DWARF location each has there")
+    A.add_prologue_rule(ds)
     ds.add_argument("--out", help="write the script here (mode 0755) instead of to stdout")
     ds.set_defaults(run=cmd_dscript)
 
 
 def cmd_malloc_types(args: argparse.Namespace) -> int:
-    from generator.image import resolve_kernel
-    from generator.providers.dtmalloc import report
-    from generator.providers.dtmalloc.generate import listing_lines
-    from generator.providers.dtmalloc.mallocs import discover
+    from ..image import resolve_kernel
+    from ..providers.dtmalloc import report
+    from ..providers.dtmalloc.generate import listing_lines
+    from ..providers.dtmalloc.mallocs import discover
 
     d = discover(resolve_kernel(args.kernel), args.module)
     for w in d.warnings:
@@ -73,12 +74,12 @@ def cmd_malloc_types(args: argparse.Namespace) -> int:
 
 
 def cmd_dscript(args: argparse.Namespace) -> int:
-    from generator.common.files import write_all
-    from generator.providers.dscript import Request, render
+    from ..common.files import write_all
+    from ..dscript.scripts import Request, render
 
     prints = tuple(v.strip() for v in args.print_vars.split(",") if v.strip()) if args.print_vars else ()
     req = Request(args.script, args.type, args.function, args.offset, args.kernel, tuple(args.module), args.target,
-                  args.debug, prints)
+                  args.debug, args.prologue_rule, prints)
     text = render(req)
     if args.out:
         path = Path(args.out)

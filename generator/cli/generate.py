@@ -6,8 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from generator.common.defaults import DEFAULT_FUNCTION, DEFAULT_PROVIDER, PROVIDER_NAMES
-from generator.common.errors import UserError
+from ..common.defaults import DEFAULT_PROVIDER
+from ..common.errors import UserError
+from ..providers import PROVIDER_NAMES, PROVIDERS
+from ..providers.contract import add_options, options_given, selection
 
 
 def add_parsers(sub) -> None:
@@ -15,37 +17,25 @@ def add_parsers(sub) -> None:
     ge.add_argument("--provider", choices=PROVIDER_NAMES, default=DEFAULT_PROVIDER,
                     help=f"which provider (default: {DEFAULT_PROVIDER})")
     ge.add_argument("--kernel", help="kernel image (default: the embedded sample kernel)")
-    ge.add_argument("--module", action="append", default=[], help="dtmalloc: a .ko whose contents to include (repeatable)")
-    gwhich = ge.add_mutually_exclusive_group()
-    gwhich.add_argument("--function", action="append", default=[],
-                        help=f"kinst: a function to table (repeatable; default: {DEFAULT_FUNCTION})")
-    gwhich.add_argument("--all", action="store_true", help="kinst: every eligible function")
+    add_options(ge, tuple(PROVIDERS.values()), "generate")
     ge.add_argument("--out", help="output directory (default: sys/modules/<provider>/)")
     ge.set_defaults(run=cmd_generate)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from generator.image import resolve_kernel
+    from ..image import resolve_kernel
+    from ..image.elf import KernelImage
 
-    kernel = resolve_kernel(args.kernel)
-    out = Path(args.out) if args.out else None
-    if args.provider == "kinst":
-        from generator.providers import kinst
-
-        if args.module:
-            raise UserError("--module is a dtmalloc option; kinst tables one image, named with --kernel")
-        functions = args.function or ([] if args.all else [DEFAULT_FUNCTION])
-        plan, paths = kinst.generate(kernel, functions, args.all, out)
-        sys.stdout.write(f"{plan.nprobes} probes in {len(plan.funcs)} functions, {len(plan.refused)} refused\n")
-    else:
-        from generator.providers.dtmalloc import generate as dtmalloc
-
-        if args.function or args.all:
-            raise UserError("--function and --all are kinst options; dtmalloc takes --kernel and --module")
-        d = dtmalloc.discover_for(kernel, args.module)
-        for w in d.warnings:
-            sys.stderr.write(f"warning: {w}\n")
-        paths = dtmalloc.render(d, out)
-    for p in paths:
+    provider = PROVIDERS[args.provider]
+    sel = selection(args)
+    for other in PROVIDERS.values():
+        wrong = [] if other is provider else options_given(other, sel, "generate", (provider,))
+        if wrong:
+            raise UserError(f"{wrong[0]}; --provider {provider.name} does not take it")
+    img = KernelImage.open(resolve_kernel(args.kernel))
+    done = provider.generate(img, sel, Path(args.out) if args.out else None)
+    if done.summary:
+        sys.stdout.write(done.summary + "\n")
+    for p in done.paths:
         sys.stdout.write(f"{p}\n")
     return 0

@@ -7,8 +7,9 @@ import json
 import shlex
 import sys
 
-from generator.common.defaults import RUN_TIMEOUT
-from generator.common.errors import UserError
+from . import args as A
+from ..common.defaults import RUN_TIMEOUT
+from ..common.errors import UserError
 
 
 def add_parsers(sub) -> None:
@@ -27,6 +28,7 @@ def add_parsers(sub) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--function", action="append", default=[], help="a function to probe (repeatable)")
     which.add_argument("--all", action="store_true", help="every eligible instruction of every function")
+    A.add_prologue_rule(p)
     p.add_argument("--json", action="store_true", help="one JSON object: probes placed, hits, hits per emulation "
                    "class, refusals, identical runs")
     p.add_argument(
@@ -41,7 +43,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_harness(args: argparse.Namespace) -> int:
-    from generator.run.harness import run_harness, text_report
+    from ..run.harness import run_harness, text_report
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -53,7 +55,7 @@ def cmd_harness(args: argparse.Namespace) -> int:
     if not args.function and not args.all:
         raise UserError("name the probes: --function F (repeatable) or --all")
     res = run_harness(args.elf, command, args.function, args.all, verify=args.verify, timeout=args.timeout,
-                      table_from=args.table_from)
+                      table_from=args.table_from, rule=args.prologue_rule)
     if args.json:
         sys.stdout.write(json.dumps(res.to_json(), indent=None, sort_keys=False) + "\n")
     else:

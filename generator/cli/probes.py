@@ -6,10 +6,10 @@ import argparse
 import os
 import sys
 
-from generator.cli import args as A
-from generator.common.defaults import DEFAULT_FUNCTION
-from generator.common.errors import UserError
-from generator.common.host import progress_wanted
+from . import args as A
+from ..common.defaults import DEFAULT_FUNCTION
+from ..common.errors import UserError
+from ..common.host import progress_wanted
 
 
 def add_parsers(sub) -> None:
@@ -46,10 +46,10 @@ def add_parsers(sub) -> None:
 
 
 def cmd_probes(args: argparse.Namespace) -> int:
-    from generator.analysis import report, summary
-    from generator.analysis.probes import analyse, find_offset
-    from generator.image.elf import KernelImage
-    from generator.image import resolve_kernel
+    from ..analysis import report, summary
+    from ..analysis.probes import analyse, find_offset
+    from ..image.elf import KernelImage
+    from ..image import resolve_kernel
 
     img = KernelImage.open(resolve_kernel(args.kernel))
     if args.vars:
@@ -75,7 +75,7 @@ def cmd_probes(args: argparse.Namespace) -> int:
 
 
 def _probes_all(img, args: argparse.Namespace) -> int:
-    from generator.analysis.whole import analyse_image
+    from ..analysis.whole import analyse_image
 
     show = progress_wanted(quiet=args.json)
     done = 0
@@ -93,7 +93,7 @@ def _probes_all(img, args: argparse.Namespace) -> int:
 def _write_lines(lines) -> None:
     """Lines of str or bytes (full JSON: a gigabyte for a kernel, kept as bytes from the writer to the file),
     or a worker's ``Spilled`` file of them."""
-    from generator.analysis.whole import Spilled
+    from ..analysis.whole import Spilled
 
     buf = getattr(sys.stdout, "buffer", None)
     if isinstance(lines, Spilled):
@@ -117,8 +117,8 @@ def _probes_source(img, args: argparse.Namespace) -> int:
     """``--line``, ``--inline``, ``--function F --lines``: probe sites named by the DWARF."""
     import json
 
-    from generator.analysis import inlines, lines, sourceview
-    from generator.analysis.indexcache import open_source
+    from ..analysis import inlines, lines, sourceview
+    from ..analysis.indexcache import open_source
 
     if args.offset is not None or args.summary:
         raise UserError("--offset and --summary do not go with --line, --inline or --lines")
@@ -149,9 +149,9 @@ def _probes_vars(img, args: argparse.Namespace) -> int:
     """``--line FILE:LINE --vars``, ``--function F --offset N --vars``: the variables at each site."""
     import json
 
-    from generator.analysis import lines, sourceview
-    from generator.analysis.indexcache import open_source
-    from generator.analysis.variables import variable_dict
+    from ..analysis import lines, sourceview
+    from ..analysis.indexcache import open_source
+    from ..analysis.variables import variable_dict
 
     if args.inline or args.lines or args.all or args.summary:
         raise UserError("--vars goes with --line FILE:LINE, or with --function F --offset N")

@@ -16,7 +16,7 @@ def add_parsers(sub) -> None:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from generator.image.sample import sample_kernel
+    from ..image.sample import sample_kernel
 
     sys.stdout.write(f"{sample_kernel(rebuild=args.rebuild, release=args.release)}\n")
     return 0

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from generator.cli import args as A
-from generator.common.host import progress_wanted
+from . import args as A
+from ..common.host import progress_wanted
 
 
 def add_parsers(sub) -> None:
@@ -20,8 +20,8 @@ def add_parsers(sub) -> None:
 
 def cmd_verify_decoder(args: argparse.Namespace) -> int:
     """Run the check; 0 when objdump agrees everywhere, 1 on any mismatch."""
-    from generator.image import resolve_kernel
-    from generator.verify.objdump import verify_decoder
+    from ..image import resolve_kernel
+    from ..verify.objdump import verify_decoder
 
     res = verify_decoder(resolve_kernel(args.kernel), max_report=args.max_report,
                          progress=progress_wanted(quiet=args.json))

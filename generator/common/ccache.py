@@ -22,7 +22,7 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
-from generator.common.errors import UserError
+from .errors import UserError
 
 Part = Union[bytes, str]
 

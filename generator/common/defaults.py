@@ -10,14 +10,14 @@ from __future__ import annotations
 # dtrace_kinst(4)'s example, and a function the sample kernel has.
 DEFAULT_FUNCTION = "vm_fault"
 
-# The providers kinstkit generates, in build and load order.
-PROVIDER_NAMES = ("kinst", "dtmalloc")
 DEFAULT_PROVIDER = "kinst"
 
 # kinst's frame-pointer rule: 'any' instruction is push %rbp (newest kinst),
 # or the 'first' byte is 0x55 (FreeBSD 14.0).
 PROLOGUE_RULES = ("any", "first")
 DEFAULT_PROLOGUE_RULE = "any"
+PROLOGUE_RULE_HELP = ("kinst's frame-pointer rule: 'any' instruction is push %rbp (newest kinst, the default) or "
+                      "the 'first' one is (FreeBSD 14.0)")
 
 # The FreeBSD release the messages and examples point at.
 EXAMPLE_RELEASE = "14.3-RELEASE"

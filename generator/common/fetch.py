@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
-from generator.common.errors import UserError
+from .errors import UserError
 
 CHUNK = 1 << 20
 

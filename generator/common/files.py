@@ -8,6 +8,7 @@ never a mix, and a set of files is written all or none.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -58,3 +59,12 @@ def install(src: Path, dst: Path) -> None:
     tmp = _temporary(dst)
     shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
+
+
+def sha256_file(path: Path) -> str:
+    """The file's sha256, read a megabyte at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

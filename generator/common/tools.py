@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
-from generator.common.errors import UserError
+from .errors import UserError
 
 
 @dataclass(frozen=True)

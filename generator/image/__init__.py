@@ -21,6 +21,6 @@ def resolve_kernel(path: Optional[str]) -> str:
     """
     if path:
         return path
-    from generator.image.sample import sample_kernel
+    from .sample import sample_kernel
 
     return str(sample_kernel())

@@ -29,8 +29,8 @@ import zlib
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
+from ..common.errors import UserError
+from .elf import KernelImage
 
 DEFAULT_ROOTS: Tuple[str, ...] = ("/usr/lib/debug",)
 

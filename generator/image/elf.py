@@ -47,9 +47,9 @@ from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequenc
 
 from elftools.common.exceptions import ELFError
 
-from generator import isa
-from generator.common.errors import UserError
-from generator.isa.contract import Isa
+from .. import isa
+from ..common.errors import UserError
+from ..isa.contract import Isa
 
 # Base address given to the first section of an ET_REL file.  Nonzero so that
 # a zero displacement or a null pointer never looks like a valid address.
@@ -746,6 +746,35 @@ class KernelImage:
             self._reloc_addrs = [r.address for r in out]
         return self._relocs
 
+    @_guarded
+    def dynamic_relocations(self) -> Dict[int, Reloc]:
+        """ET_DYN: the relocations a loader applies (SHT_RELA with no target section), by address.
+
+        A FreeBSD arm64 or riscv ``.ko`` is linked ``-Bshareable``: a pointer
+        in its data is a ``*_RELATIVE`` relocation whose addend is the
+        address it designates, or a symbol relocation the kernel linker
+        resolves at load.  ``resolved`` is True for a symbol defined in the
+        file (``*_RELATIVE`` has none: its addend alone is the address).
+        """
+        out: Dict[int, Reloc] = {}
+        if self.e_type != "ET_DYN":
+            return out
+        syms, _ = self.dynamic_symbols()
+        for rsec in self._shdrs:
+            if rsec.sh_type != _SHT_RELA or rsec.sh_info != 0:
+                continue
+            data = bytes(self._data[rsec.sh_offset : rsec.sh_offset + rsec.sh_size])
+            for r_offset, r_info, addend in struct.iter_unpack("<QQq", data[: len(data) // 24 * 24]):
+                kind = self.isa.reloc_type(r_info & 0xFFFFFFFF)
+                symidx = r_info >> 32
+                if kind is None:
+                    continue
+                sym = syms[symidx] if 0 < symidx < len(syms) else None
+                name = sym.name if sym is not None else ""
+                defined = sym is None or sym.shndx not in (_SHN_UNDEF, _SHN_COMMON)
+                out[r_offset] = Reloc(r_offset, kind.name, name, addend, defined, kind.width)
+        return out
+
     def relocs_in(self, address: int, size: int) -> List[Reloc]:
         """Relocations whose field starts in ``[address, address + size)``."""
         relocs = self.relocations()
@@ -950,9 +979,9 @@ def _check_ident(path: str, data: Sequence[int]) -> None:
         raise UserError(f"{path}: corrupt ELF file: its class byte is {data[4]} and its byte-order byte {data[5]}, "
                         "and ELF has only 1 and 2 for each; re-copy the file or rebuild it")
     if data[4] != 2:
-        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 images (amd64, arm64, riscv64)")
+        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 images ({', '.join(isa.SUPPORTED)})")
     if data[5] != 1:
-        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian images (amd64, arm64, riscv64)")
+        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian images ({', '.join(isa.SUPPORTED)})")
     if len(data) < 64:
         raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
 

@@ -43,10 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from generator.common.ccache import compile_cached, content_key
-from generator.common.errors import UserError
-from generator.common.paths import CACHE, SAMPLES
-from generator.common.tools import checked, run_tool, tool_version
+from .. import isa
+from ..common.ccache import compile_cached, content_key
+from ..common.errors import UserError
+from ..common.paths import CACHE, SAMPLES
+from ..common.tools import checked, run_tool, tool_version
 
 SOURCE_DIR = SAMPLES / "kernel"
 BUILD_DIR = CACHE / "sample"
@@ -93,12 +94,17 @@ def sample_release(name: Optional[str] = None) -> SampleRelease:
 # Bumped when the build recipe changes in a way the command lines do not show.
 _RECIPE_VERSION = "1"
 
-# FreeBSD's amd64 kernel flags (sys/conf/kern.mk, kern.pre.mk), minus the ones
-# that would change what the analysis sees: no -fstack-protector (the image has
-# no __stack_chk_guard) and no -mretpoline (indirect calls stay real calls).
-# -fno-stack-protector and -fcf-protection=none are spelled out because some
-# distributions' compilers turn those features on by default, and an endbr64
-# would move "push %rbp" away from offset 0 of every function.
+# The ISA the sample kernel's C is written for (its trap frame, its asm).
+SAMPLE_ISA = "amd64"
+_KMOD = isa.by_name(SAMPLE_ISA).kmod
+
+# FreeBSD's kernel flags (sys/conf/kern.mk, kern.pre.mk) for the sample's ISA,
+# minus the ones that would change what the analysis sees: no
+# -fstack-protector (the image has no __stack_chk_guard) and no -mretpoline
+# (indirect calls stay real calls).  -fno-stack-protector and
+# -fcf-protection=none are spelled out because some distributions' compilers
+# turn those features on by default, and an endbr64 would move "push %rbp"
+# away from offset 0 of every function.
 _CFLAGS: Tuple[str, ...] = (
     "-O2",
     "-std=gnu17",
@@ -108,12 +114,7 @@ _CFLAGS: Tuple[str, ...] = (
     "-fno-common",
     "-fno-omit-frame-pointer",
     "-mno-omit-leaf-frame-pointer",
-    "-mcmodel=kernel",
-    "-mno-red-zone",
-    "-mno-mmx",
-    "-mno-sse",
-    "-msoft-float",
-    "-fno-asynchronous-unwind-tables",
+    *_KMOD.cflags,
     "-fno-pic",
     "-fno-stack-protector",
     "-fcf-protection=none",
@@ -122,7 +123,7 @@ _CFLAGS: Tuple[str, ...] = (
     "-Wall",
     "-Werror",
 )
-_CLANG_ONLY: Tuple[str, ...] = ("--target=x86_64-unknown-freebsd14.0", "-mno-aes", "-mno-avx")
+_CLANG_ONLY: Tuple[str, ...] = (f"--target={_KMOD.clang_arch}-unknown-freebsd14.0", *_KMOD.clang_cflags)
 
 # GCC's post-reload scheduler moves argument copies in between "push %rbp" and
 # "mov %rsp,%rbp" (clang never does), which would make the fallback image's
@@ -146,9 +147,10 @@ class Toolchain:
         return [*extra, *_CFLAGS]
 
     def ldflags(self) -> List[str]:
-        """Linker flags; ld.lld gets the FreeBSD emulation (GNU ld builds usually lack it)."""
-        emulation = "elf_x86_64_fbsd" if self.name == "clang" else "elf_x86_64"
-        return ["-m", emulation, *_LDFLAGS]
+        """Linker flags; ld.lld gets the FreeBSD emulation (GNU ld builds usually lack it, and take the
+        objects' own)."""
+        emulation = ["-m", _KMOD.ld_emulation] if self.name == "clang" else []
+        return [*emulation, *_LDFLAGS]
 
 
 # name -> (compiler, linker), in order of preference.

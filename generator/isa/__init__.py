@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
-from generator.common.errors import UserError
-from generator.isa.contract import Isa
+from ..common.errors import UserError
+from .contract import Isa
 
 # ELF e_machine (pyelftools' name) -> the ISA package that reads it.
 MACHINES: Dict[str, str] = {
@@ -28,6 +28,18 @@ def by_name(name: str) -> Isa:
     if name not in SUPPORTED:
         raise UserError(f"no decoder for architecture {name}; supported: {', '.join(SUPPORTED)}")
     return importlib.import_module(f"{__name__}.{name}").ISA
+
+
+def host() -> Isa:
+    """The ISA this machine runs (by ``platform.machine()``); UserError on one kinstkit has no decoder for."""
+    import platform
+
+    cpu = platform.machine()
+    for name in SUPPORTED:
+        isa = by_name(name)
+        if isa.oracle.gnu_triple.split("-")[0] == cpu:
+            return isa
+    raise UserError(f"this machine is {cpu}; kinstkit has no decoder for it (supported: {', '.join(SUPPORTED)})")
 
 
 def for_machine(e_machine: str) -> Isa:

@@ -95,28 +95,70 @@ class RelocType(NamedTuple):
 
 
 class OracleQuirks(NamedTuple):
-    """How the independent tools see this ISA's code, for the decoder and hit-count proofs."""
+    """How the independent tools see this ISA's code, for the decoder and hit-count proofs.
+
+    The defaults are a fixed-width ISA's: no prefixes, nothing objdump prints
+    or valgrind counts differently from the CPU.
+    """
 
     objdump: str  # the binutils objdump that decodes it
     branch_mnemonic: Callable[[str], bool]  # objdump's mnemonics of (possibly) direct branches
-    prefix_words: FrozenSet[str]  # words objdump may print before a mnemonic
-    no_target_branches: FrozenSet[str]  # direct branches classify gives no target for (they are refused)
     pcrel32_relocs: Tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
-    lone_prefix: Optional[Pattern[str]]  # objdump's pseudo-instruction for a prefix the CPU ignores
-    lone_prefix_note: str  # what that tolerance is called in the verify-decoder report
-    repeats_in_place: Callable[[bytes], bool]  # valgrind counts each iteration; the CPU traps once
     conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
+    prefix_words: FrozenSet[str] = frozenset()  # words objdump may print before a mnemonic
+    no_target_branches: FrozenSet[str] = frozenset()  # direct branches classify gives no target for (refused)
+    lone_prefix: Optional[Pattern[str]] = None  # objdump's pseudo-instruction for a prefix the CPU ignores
+    lone_prefix_note: str = ""  # what that tolerance is called in the verify-decoder report
+    repeats_in_place: Callable[[bytes], bool] = lambda orig: False  # valgrind counts each iteration; the CPU traps once
     # objdump prints as one instruction what the CPU runs as two: the length of the first, else 0
-    fused: Callable[[bytes], int]
-    fused_note: str  # what that tolerance is called in the verify-decoder report
+    fused: Callable[[bytes], int] = lambda code: 0
+    fused_note: str = ""  # what that tolerance is called in the verify-decoder report
     # objdump's text after "ADDR:\t" -> ("mnemonic operands", inline relocations); None: split at the first tab
     insn_text: Optional[Callable[[str], Tuple[str, str]]] = None
     # objdump's "mnemonic operands" -> a direct branch's target; None: the first operand, in hex
     branch_target: Optional[Callable[[str], Optional[int]]] = None
     reloc_target_bias: int = 4  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
     qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
-    sysroot: str = ""  # the cross C library's root, for qemu -L
-    cross_prefix: str = ""  # the cross toolchain (gcc, objdump) prefix; "": the host's
+    cross_packages: str = ""  # the Debian packages that give the cross toolchain, its C library and qemu-user
+    gnu_triple: str = ""  # Debian's multiarch name of the ISA (x86_64-linux-gnu): library folders, cross tools
+    debian_arch: str = ""  # Debian's architecture name (amd64, arm64, riscv64): package names
+
+    @property
+    def cross_prefix(self) -> str:
+        """The cross toolchain's prefix (gcc, objdump) for an ISA run under qemu-user; "": the host's own."""
+        return f"{self.gnu_triple}-" if self.qemu else ""
+
+    @property
+    def sysroot(self) -> str:
+        """The cross C library's root (qemu -L), where Debian's cross packages install it; "" for the host."""
+        return f"/usr/{self.gnu_triple}" if self.qemu else ""
+
+
+class Kmod(NamedTuple):
+    """How FreeBSD builds a kernel module for this ISA (``sys/conf/kern.mk``, ``kmod.mk``), and where kinst's C is.
+
+    The build stage (``generator/kmod/``) reads everything ISA-specific from
+    here: adding an ISA adds its record, never a branch in the build.
+    """
+
+    machine: str  # MACHINE ("amd64", "arm64", "riscv")
+    machine_arch: str  # MACHINE_ARCH ("amd64", "aarch64", "riscv64")
+    machine_cpuarch: str  # MACHINE_CPUARCH ("amd64", "aarch64", "riscv")
+    clang_arch: str  # clang --target=<clang_arch>-unknown-freebsdX.Y
+    ld_emulation: str  # ld -m, as kern.mk's LD_EMULATION_<arch> names it
+    shared: bool  # __KLD_SHARED: ld -r into a .kld, then -Bshareable into an ET_DYN .ko; False: ld -r, ET_REL
+    ld_flags: Tuple[str, ...]  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
+    cflags: Tuple[str, ...]  # kern.mk's machine flags (code model, no FPU), before CWARNFLAGS
+    clang_cflags: Tuple[str, ...]  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
+    gcc_spelling: Tuple[Tuple[str, str], ...]  # (clang's flag, gcc's name for it, "": gcc has none) where they differ
+    include_links: Tuple[Tuple[str, str], ...]  # kmod.mk's _ILINKS: (link name, the sys/ folder whose include/)
+    ldscript: str  # sys/conf/<ldscript> the module link uses, "" for none
+    kinst_dirs: Tuple[str, ...]  # folders of sys/modules/kinst/ holding this ISA's C, its own first
+
+    @property
+    def e_type(self) -> str:
+        """The ELF type of a ``.ko`` for this ISA."""
+        return "ET_DYN" if self.shared else "ET_REL"
 
 
 class DwarfReg(NamedTuple):
@@ -143,6 +185,7 @@ class Isa(NamedTuple):
     prologue_reasons: Mapping[str, str]  # prologue rule -> why a function fails it
     reloc_type: Callable[[int], Optional[RelocType]]  # r_type -> its record; None for R_*_NONE
     oracle: OracleQuirks
+    kmod: Kmod  # how FreeBSD builds this ISA's modules, and where its kinst C is
     decode: Callable[[bytes, int, Optional[int]], Tuple[List[Insn], str]]
     classify: Callable[[bytes, int, str, str], Verdict]
     context_refusals: Callable[[Sequence[Insn], bytes], Dict[int, str]]  # the function's insns and code
@@ -162,9 +205,6 @@ class Isa(NamedTuple):
     # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
     # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
     branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
-    # The user-space harness's glue: directories of generator/run/harness_c/ after common/, which every ISA
-    # shares; () is (name,).
-    harness_glue: Tuple[str, ...] = ()
     # The registers a variable's DWARF location may name that kinst's regs[] holds (source-level --vars).
     dwarf_regs: Tuple[DwarfReg, ...] = ()
 

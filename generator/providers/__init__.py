@@ -1,18 +1,34 @@
-"""What kinstkit generates, per provider: template contexts and the files they render to.
+"""Stage 4: what kinstkit generates, one package per provider, each exporting a ``Provider`` record.
 
 - ``kinst``: the kinst provider module (portable core, table, FreeBSD glue) from a ``ProbePlan``;
 - ``dtmalloc``: malloc-type discovery from a kernel and its modules, and the dtmalloc module;
-- ``dscript``: ready-to-run D scripts, checked by ``dsyntax``;
-- ``ciconfig``: CI recipes that build the modules for a list of FreeBSD releases.
+- ``contract``: the ``Provider`` record and the ``Selection`` of what the user asked for.
+
+``PROVIDERS`` is the registry, in build and load order: adding a provider
+is one package here, its ``templates/<name>/`` and ``sys/modules/<name>/``,
+and one line below.
 """
 
 from __future__ import annotations
 
+from typing import Dict, Tuple
 
-from typing import Tuple
+from ..common.errors import UserError
+from . import dtmalloc, kinst
+from .contract import Provider
 
-from generator.common.defaults import PROVIDER_NAMES
-from generator.common.errors import UserError
+PROVIDERS: Dict[str, Provider] = {p.name: p for p in (
+    kinst.PROVIDER,
+    dtmalloc.PROVIDER,
+)}
+PROVIDER_NAMES: Tuple[str, ...] = tuple(PROVIDERS)
+
+
+def by_name(name: str) -> Provider:
+    """The provider called ``name``; UserError naming those kinstkit has."""
+    if name not in PROVIDERS:
+        raise UserError(f"unknown module '{name}'; kinstkit builds {', '.join(PROVIDER_NAMES)}")
+    return PROVIDERS[name]
 
 
 def parse_modules(text: str) -> Tuple[str, ...]:
@@ -21,6 +37,6 @@ def parse_modules(text: str) -> Tuple[str, ...]:
     if not names:
         raise UserError("--modules: name at least one of " + ", ".join(PROVIDER_NAMES))
     for n in names:
-        if n not in PROVIDER_NAMES:
+        if n not in PROVIDERS:
             raise UserError(f"--modules: unknown module '{n}'; kinstkit builds {', '.join(PROVIDER_NAMES)}")
     return names

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
-from generator import __version__
-from generator.common.cstring import c_comment, c_string
-from generator.common.errors import UserError
-from generator.common.files import write_all
-from generator.common.paths import TEMPLATE_DIR
+from .. import __version__
+from ..common.cstring import c_comment, c_string
+from ..common.errors import UserError
+from ..common.files import write_all
+from ..common.paths import TEMPLATE_DIR
 
 if TYPE_CHECKING:
     import jinja2

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
-from generator.run.audit import audit_env, read_dumps
-from generator.run.process import run_command
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..image.elf import KernelImage
+from .audit import audit_env, read_dumps
+from .process import run_command
 
 VALGRIND_FLAGS = (
     "--tool=callgrind",

@@ -1,11 +1,14 @@
 """``harness``: run real code with every table probe placed, and prove the counts.
 
 The portable core that goes into kinst.ko (hand-written,
-``sys/modules/kinst/<arch>/kinst_core.c``) is compiled, with a table
-(``kinst_table.c``) and encodings (``kinst_encoding.h``) rendered for a
-user-space target ELF, and with the hand-written user-space glue
-(``harness_c/<arch>/kinst_harness.c``; the target's path, segments and
-build-id are rendered into ``kinst_harness_target.h``), into an rtld audit
+``sys/modules/kinst/<arch>/kinst_core.c``, with ``dbp/kinst_core_dbp.c`` on
+arm64 and riscv) is compiled, with a table (``kinst_table.c``) and encodings
+(``kinst_encoding.h``) rendered for a user-space target ELF, and with the
+hand-written user-space glue, shaped like ``sys/modules/kinst`` (one
+machine-independent ``harness_c/kinst_harness.c``, its interface to the ISA
+part ``kh_isa.h``, and ``harness_c/<arch>/kh_isa_<arch>.c``, with
+``harness_c/dbp/`` on arm64 and riscv; the target's path, segments and
+build-id are rendered into ``kinst_harness_target.c``), into an rtld audit
 library.  Loaded with ``LD_AUDIT``, it patches int3 over every probe of the
 target as soon as rtld maps it (at startup or on dlopen), resumes through
 static per-probe trampolines or call emulation from its SIGTRAP handler, and
@@ -34,19 +37,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.analysis.plan import ProbePlan, TableProbe
-from generator.common.cstring import c_blob
-from generator.common.ccache import compile_cached, content_key
-from generator.common.errors import UserError
-from generator.common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
-from generator.common.tools import checked, run_tool
-from generator.image.elf import KernelImage
-from generator.providers import kinst
-from generator.render import Input, render_tree
-from generator.run import callgrind, qemu
-from generator.run.audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
-from generator.run.process import DEFAULT_TIMEOUT, Run, run_command
+from .. import isa as isa_registry
+from ..analysis.plan import ProbePlan, TableProbe
+from ..common.cstring import c_blob
+from ..common.ccache import compile_cached, content_key
+from ..common.defaults import DEFAULT_PROLOGUE_RULE
+from ..common.errors import UserError
+from ..common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
+from ..common.tools import checked, run_tool
+from ..image.elf import KernelImage
+from ..providers.kinst import generate as kinst
+from ..render import Input, render_tree
+from . import callgrind, qemu
+from .audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
+from .process import DEFAULT_TIMEOUT, Run, run_command
 
 BUILD_DIR = CACHE / "harness"
 
@@ -62,7 +66,8 @@ CFLAGS = (
 )
 # The hand-written C, by ISA: the module's portable core and the harness's own glue.
 CORE_DIR = SYS_MODULES / "kinst"  # <arch>/kinst_core.[ch]
-GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # <arch>/kinst_harness.c
+GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # kinst_harness.c, kh_*.h; <folder>/*.c
+TARGET_C = "kinst_harness_target.c"  # the target's path, segments, build-id: rendered from templates/harness/
 
 # PF_* -> PROT_* (PF_X = 1 -> PROT_EXEC = 4, PF_W = 2 -> 2, PF_R = 4 -> 1).
 _PROT = {1: 4, 2: 2, 4: 1}
@@ -126,10 +131,12 @@ class Build:
         return self.target_addr[p.func] + p.offset
 
 
-def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_from: Optional[str] = None) -> str:
+def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_from: Optional[str] = None,
+                 rule: str = DEFAULT_PROLOGUE_RULE) -> str:
     words = ["python", "-m", "generator", "harness", "--elf", elf]
     words += ["--table-from", table_from] if table_from else []
     words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
+    words += ["--prologue-rule", rule] if rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -172,36 +179,77 @@ def glue_context(elf: str, lay: Layout, target_addr: Sequence[int]) -> Dict[str,
         "segments": [{"vaddr": f"{v:#x}", "memsz": f"{m:#x}", "prot": p} for v, m, p in lay.segments],
         "image_lo": f"{lo:#x}",
         "image_hi": f"{hi:#x}",
-        "build_id_vaddr": f"{lay.build_id_vaddr:#x}" if lay.build_id else "",
+        "build_id_vaddr": f"{lay.build_id_vaddr:#x}" if lay.build_id else "0",
         "build_id_len": len(lay.build_id),
-        "build_id_bytes": "{ " + ", ".join(f"{b:#04x}" for b in lay.build_id) + " }",
+        "build_id_size": max(1, len(lay.build_id)),  # C has no empty array
+        "build_id_bytes": "{ " + (", ".join(f"{b:#04x}" for b in lay.build_id) or "0") + " }",
         "func_addr_blob": c_blob(struct.pack(f"<{len(target_addr)}Q", *target_addr)),
         "func_addr_size": 8 * len(target_addr),
     }
 
 
+def c_folders(arch: str) -> Tuple[str, ...]:
+    """The folders of ``arch``'s C, its own first (``Isa.kmod.kinst_dirs``): the same names under
+    ``sys/modules/kinst/`` (the module's portable core) and ``harness_c/`` (the harness glue); ``dbp`` is
+    what arm64 and riscv share."""
+    return isa_registry.by_name(arch).kmod.kinst_dirs
+
+
+def core_sources(arch: str) -> List[Path]:
+    """The module's portable core for ``arch``, hand-written: ``kinst_funcs.[ch]`` and each C folder's
+    ``kinst_core*.[ch]`` (the ISA's own, and ``dbp/kinst_core_dbp.[ch]`` on arm64 and riscv)."""
+    out = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
+    for d in c_folders(arch):
+        found = sorted((CORE_DIR / d).glob("kinst_core*.[ch]"))
+        if not found:
+            raise UserError(f"{CORE_DIR / d}: no hand-written kinst core for {arch}")
+        out += found
+    return out
+
+
+def glue_sources(arch: str) -> List[Path]:
+    """The harness glue, hand-written, shaped like ``sys/modules/kinst``: the machine-independent
+    ``kinst_harness.c`` and its interfaces ``kh_isa.h`` (to the ISA part) and ``kh_target.h`` (to the
+    generated target data), then each C folder's files (``<arch>/kh_isa_<arch>.c``; ``dbp/`` on arm64 and
+    riscv, the breakpoint handler both share)."""
+    out = sorted(p for p in GLUE_DIR.iterdir() if p.suffix in (".c", ".h"))
+    for d in c_folders(arch):
+        found = sorted(p for p in (GLUE_DIR / d).glob("*") if p.suffix in (".c", ".h"))
+        if not found:
+            raise UserError(f"{GLUE_DIR / d}: no hand-written harness glue for {arch}")
+        out += found
+    return out
+
+
 def plain_sources(arch: str) -> List[Path]:
     """The hand-written C the library is built from: the module's portable core and the harness glue."""
-    core_dir = CORE_DIR / arch
-    # common/ (kh_audit.h: what does not depend on how a probe traps), then the ISA's own.
-    glue_dirs = [GLUE_DIR / d for d in ("common", *(isa_registry.by_name(arch).harness_glue or (arch,)))]
-    for d, what in [(core_dir, "kinst core")] + [(g, "harness glue") for g in glue_dirs]:
-        if not d.is_dir():
-            raise UserError(f"{d}: no hand-written {what} for {arch}")
-    core = [CORE_DIR / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
-    core += [core_dir / n for n in ("kinst_core.c", "kinst_core.h")]
-    return core + [p for g in glue_dirs for p in sorted(g.iterdir()) if p.suffix in (".c", ".h")]
+    return core_sources(arch) + glue_sources(arch)
+
+
+def optional_sources(folders: Sequence[str]) -> List[Path]:
+    """The C of optional parts of the glue (``harness_c/<folder>/``), which only some builds compile in."""
+    out: List[Path] = []
+    for d in folders:
+        found = sorted(p for p in (GLUE_DIR / d).glob("*") if p.suffix in (".c", ".h"))
+        if not found:
+            raise UserError(f"{GLUE_DIR / d}: no optional harness glue there")
+        out += found
+    return out
 
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
-          table_from: Optional[str] = None, generated: Sequence[Tuple[str, str]] = ()) -> Build:
+          table_from: Optional[str] = None, rule: str = DEFAULT_PROLOGUE_RULE,
+          generated: Sequence[Tuple[str, str]] = (), optional: Sequence[str] = ()) -> Build:
     """Render and compile the audit library for ``elf`` (cached by content).
 
     The table is made from ``elf`` itself, or from ``table_from`` (another
     build of the same code, such as a ``.ko``-style ``ld -r`` object) and
-    placed in ``elf`` function by function.  ``generated`` adds (file name,
-    text) headers other stages render for the glue: the variable readings
-    of ``generator.run.varsprobe`` (``kinst_harness_vars.h``).
+    placed in ``elf`` function by function.  ``optional`` names folders of
+    ``harness_c/`` whose C is compiled in besides the glue, and ``generated``
+    the (file name, text) headers another stage rendered for them: the
+    variable readings of ``generator.run.varsprobe`` (``vars/kh_vars.c``
+    and its ``kinst_harness_vars.h``), which hook the trap handler through
+    ``kh_hit_hook``.
     """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")
@@ -212,14 +260,14 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     lay = layout(elf)
     given = plan
     if plan is None:
-        plan = kinst.build_plan(table_from or elf, functions, all_functions)
+        plan = kinst.build_plan(KernelImage.open(table_from or elf), functions, all_functions, rule)
     cc = gcc(plan.arch)
     target_addr, notes = resolve_functions(plan, elf)
-    command = command_line(elf, functions, all_functions, table_from)
+    command = command_line(elf, functions, all_functions, table_from, rule)
     command += "" if given is None else " (table supplied by the caller)"
     ctx = glue_context(elf, lay, target_addr)
-    plain = plain_sources(plan.arch)
-    sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c"]
+    plain = plain_sources(plan.arch) + optional_sources(optional)
+    sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c", TARGET_C]
     parts = [repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)]
     parts += [t.read_bytes() for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2"))
               + sorted((TEMPLATE_DIR / "harness").glob("*.j2"))]
@@ -234,7 +282,7 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
             (out / name).write_text(text)
         kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
         render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,
-                    only=("kinst_harness_target.h.j2",))
+                    only=(TARGET_C + ".j2",))
         argv = [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources]
         (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\ncd "$(dirname "$0")"\n{shlex.join(argv)}\n')
         checked(run_tool, argv, "compiling the harness library", out)
@@ -345,6 +393,7 @@ def run_harness(
     verify: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     table_from: Optional[str] = None,
+    rule: str = DEFAULT_PROLOGUE_RULE,
 ) -> Result:
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
@@ -352,7 +401,7 @@ def run_harness(
     target = KernelImage.open(elf).isa if elf and os.path.exists(elf) else None
     if target is not None and target.oracle.qemu:  # checked before anything is built
         qemu.check_program(target.oracle, target.name, target.e_machine, command[0])
-    b = build(elf, functions, all_functions, plan, table_from)
+    b = build(elf, functions, all_functions, plan, table_from, rule)
     quirks = isa_registry.by_name(b.plan.arch).oracle
     if quirks.qemu:  # a foreign program: both runs under the ISA's qemu-user, QEMU counts
         emulator = qemu.wrap(quirks, command)

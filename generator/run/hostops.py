@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from generator.common.errors import UserError
-from generator.common.tools import Completed
+from ..common.errors import UserError
+from ..common.tools import Completed
 
 Run = Callable[[Sequence[str]], Completed]
 REMOTE_DIR = "/tmp/kinstkit"

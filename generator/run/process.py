@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Sequence
 
-from generator.common.defaults import RUN_TIMEOUT as DEFAULT_TIMEOUT
-from generator.common.errors import UserError
+from ..common.defaults import RUN_TIMEOUT as DEFAULT_TIMEOUT
+from ..common.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -42,12 +42,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
-from generator.isa.contract import OracleQuirks
-from generator.run.audit import audit_env, padded_like, read_dumps
-from generator.run.process import run_command
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..image.elf import KernelImage
+from ..isa.contract import OracleQuirks
+from .audit import audit_env, padded_like, read_dumps
+from .process import run_command
 
 _PACKAGE = "qemu-user-static"
 _TRACE = re.compile(rb"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/", re.M)

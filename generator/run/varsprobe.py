@@ -3,8 +3,8 @@ by real code's probes at every hit.
 
 For each chosen site, every reading that has a value there (``analysis.variables``) is printed as a
 program for the harness's evaluator (``locations.program``, from the same location record the D
-expression is printed from) into ``kinst_harness_vars.h``; ``harness.build`` compiles it with the
-glue's ``kh_vars.h``.  At each of a site's first ``nhits`` hits, the trap handler runs every program
+expression is printed from) into ``kinst_harness_vars.h``; ``harness.build(optional=(GLUE,), ...)``
+compiles it with the optional glue ``harness_c/vars/kh_vars.c``, which hooks the trap handler.  At each of a site's first ``nhits`` hits, the trap handler runs every program
 against the trap's registers and memory and records the 64-bit result in
 ``$KINST_HARNESS_OUT.<pid>.vars``; ``read_values`` reads them back, as the reading's type reads
 them (``locations.typed``).
@@ -16,10 +16,11 @@ import struct
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from generator.analysis import locations as L
-from generator.analysis.variables import Reading
-from generator.isa.contract import Isa
+from ..analysis import locations as L
+from ..analysis.variables import Reading
+from ..isa.contract import Isa
 
+GLUE = "vars"  # the optional folder of harness_c/ that evaluates the readings
 DEFAULT_HITS = 5
 MAGIC = 0x3153524156484B  # "KHVARS1"
 STATUS = {0: "not recorded", 1: "ok", 2: "memory unreadable", 3: "malformed program", 4: "register not held",
@@ -71,7 +72,7 @@ def header_context(sites: Sequence[VarSite], isa: Isa, nhits: int = DEFAULT_HITS
 
 def render(sites: Sequence[VarSite], isa: Isa, command: str, inputs, nhits: int = DEFAULT_HITS) -> Tuple[str, str]:
     """(file name, text) of the generated header, for ``harness.build(generated=...)``."""
-    from generator.render import c_header, environment
+    from ..render import c_header, environment
 
     name = "harness/kinst_harness_vars.h.j2"
     text = environment().get_template(name).render(header=c_header(name, inputs, command),

@@ -86,11 +86,11 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple, Union
 
-from generator.common.errors import ClassifierError, UserError
-from generator.image.elf import Function, KernelImage, Section
-from generator.analysis.probes import analyse
-from generator.analysis.records import Probe
-from generator.isa.contract import BAD, OracleQuirks
+from ..common.errors import ClassifierError, UserError
+from ..image.elf import Function, KernelImage, Section
+from ..analysis.probes import analyse
+from ..analysis.records import Probe
+from ..isa.contract import BAD, OracleQuirks
 
 _STT_SECTION, _STT_FILE = 3, 4  # symbols that name no code address
 _INSN = re.compile(r"^ *([0-9a-f]+):\t([^\t]*)(?:\t(.*))?$")

@@ -123,14 +123,19 @@ def _build(out: Path, commands: List[List[str]], what: str) -> Path:
     return out
 
 
+# A program finds its library beside itself, wherever the cache entry is (a moved cache still runs); in the
+# keys, so that no entry built with an absolute run path is reused.
+RPATH = "-Wl,-rpath,$ORIGIN"
+
+
 def kfix(arch: Arch) -> Dict[str, Path]:
     """libkfix.so and the driver linked against it, for ``arch``."""
     srcs = [HARNESS_FIXTURES / n for n in ("kfix.c", f"kfix_asm_{arch.name}.S", "kfix_main.c")]
     flags = [*COMMON, *arch.kflags]
-    out = BUILD / "harness-fixtures" / arch.name / _key(arch.gcc, *flags, *srcs)
+    out = BUILD / "harness-fixtures" / arch.name / _key(arch.gcc, *flags, *srcs, RPATH)
     _build(out, [
         [arch.gcc, *flags, "-fPIC", "-shared", "-o", "libkfix.so", str(srcs[0]), str(srcs[1])],
-        [arch.gcc, *flags, "-o", "kfix_linked", str(srcs[2]), "-L.", "-lkfix", f"-Wl,-rpath,{out}"],
+        [arch.gcc, *flags, "-o", "kfix_linked", str(srcs[2]), "-L.", "-lkfix", RPATH],
     ], f"the {arch.name} kfix fixture")
     return {"lib": out / "libkfix.so", "linked": out / "kfix_linked"}
 
@@ -189,10 +194,10 @@ def lua(arch: Arch) -> Dict[str, Path]:
     # function, which differ between the probed run and QEMU's count and with them the hash tables' layout.
     flags += ["-std=gnu99", "-DLUA_COMPAT_5_3", "-DLUA_USE_LINUX", "-Dluai_makeseed(L)=0x2545f491u"]
     objs = [f"{n}.o" for n in LUA_LIB]
-    out = CORPUS_CACHE / f"lua5.4-{arch.name}-{_key(arch.gcc, *flags, *sorted(src.glob('*.[ch]')))}"
+    out = CORPUS_CACHE / f"lua5.4-{arch.name}-{_key(arch.gcc, *flags, *sorted(src.glob('*.[ch]')), RPATH)}"
     cmds = [[arch.gcc, *flags, "-fPIC", "-c", str(src / f"{n}.c"), "-o", f"{n}.o"] for n in LUA_LIB]
     cmds += [[arch.gcc, "-shared", "-o", "liblua5.4.so", *objs, "-lm"],
-             [arch.gcc, *flags, "-o", "lua", str(src / "lua.c"), "-L.", "-llua5.4", "-lm", f"-Wl,-rpath,{out}"]]
+             [arch.gcc, *flags, "-o", "lua", str(src / "lua.c"), "-L.", "-llua5.4", "-lm", RPATH]]
     _build(out, cmds, f"Lua 5.4 for {arch.name}")
     return {"lib": out / "liblua5.4.so", "lua": out / "lua"}
 

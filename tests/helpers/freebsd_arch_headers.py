@@ -109,7 +109,7 @@ def _standin_key() -> str:
     from helpers.freebsd_headers import STANDINS
     from helpers.paths import KO_STANDIN
 
-    h = hashlib.sha256(b"arch-sys-1")
+    h = hashlib.sha256(b"arch-sys-2")
     for rel in STANDINS:
         h.update(rel.encode() + b"\0" + (KO_STANDIN / rel).read_bytes())
     return h.hexdigest()[:12]
@@ -133,6 +133,9 @@ def sys_tree(arch: str) -> Path:
             for d in KERNEL_DIRS:
                 if (include / d).is_dir():
                     (sysdir / d).symlink_to(include / d)
+            # Where a source tree keeps the ISA's machine/ headers, and kmod.mk's machine link points.
+            (sysdir / arch).mkdir()
+            (sysdir / arch / "include").symlink_to(include / "machine")
             for standin in STANDINS:
                 dest = sysdir / standin
                 dest.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""FreeBSD's amd64 kmod compile line, spelled out for the tests, independently of generator/build/.
+"""FreeBSD's amd64 kmod compile line, spelled out for the tests, independently of generator/kmod/.
 
 What ``make`` with ``bsd.kmod.mk`` runs for a DTrace provider module's C file,
 in its order:
@@ -16,7 +16,7 @@ in its order:
    older releases, ``CSTD`` gnu99);
 5. the Makefile's CFLAGS from after the include: ``-include debug_compat.h``.
 
-``generator.build.kmodflags.BUILTIN_KERN_FLAGS`` (the cross build's fallback
+``generator.kmod.kmodflags.builtin_kern_flags`` for amd64 (the cross build's fallback
 when a tree's kern.mk cannot be read) must equal ``KERN_MK``; a unit test
 holds them equal.
 """

@@ -26,8 +26,9 @@ HEADER_CACHE = CACHE / "freebsd-headers"  # the ziglang wheels and the FreeBSD h
 
 def hand_written_c() -> List[Path]:
     """Every hand-written C file: the providers' lists (sys/modules/<m>/) and the harness glue."""
-    from generator.build.sources import PROVIDERS
+    from generator.kmod.sources import source_dir
+    from generator.providers import PROVIDERS
     from generator.run.harness import GLUE_DIR
 
-    files = [p.source_dir / rel for p in PROVIDERS.values() for rel in p.plain]
+    files = [source_dir(p) / rel for p in PROVIDERS.values() for rel in p.plain()]
     return files + sorted(GLUE_DIR.rglob("*.[ch]"))

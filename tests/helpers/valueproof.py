@@ -95,7 +95,7 @@ def prove(lib: Path, lua: Path, script: Path, functions: Sequence[str], max_site
     sites, gone = sites[::step][:max_sites], gone[::step][:max_sites]
     header = varsprobe.render(sites, img.isa, "tests/helpers/valueproof.py",
                               [Input(str(lib), img.build_id or "", img.sha256())], nhits)
-    b = harness.build(str(lib), functions, generated=[header])
+    b = harness.build(str(lib), functions, generated=[header], optional=(varsprobe.GLUE,))
     with tempfile.TemporaryDirectory(prefix="kinstkit-values-") as tmp:
         prefix = Path(tmp) / "run"
         env = audit_env(b.lib, prefix, "probe")

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import stage_sources
+from generator.providers import PROVIDERS
+from generator.run.harness import CORE_DIR, core_sources
 from generator.verify.objdump import verify_decoder
 from helpers import cross
 from helpers.paths import FIXTURES
@@ -137,12 +139,13 @@ def test_generate_is_deterministic_and_compiles_with_the_core(module, arch, tmp_
     assert f"{'0xd42081a0' if arch.name == 'arm64' else '0x9002'}" in encoding
     gen = tmp_path / "g1"
     stage_sources(PROVIDERS["kinst"], gen)  # one complete module directory, as a build reads
-    sources = [gen / "kinst_funcs.c", gen / arch.name / "kinst_core.c", gen / "kinst_table.c"]
+    core = [gen / p.relative_to(CORE_DIR) for p in core_sources(arch.name)]
+    sources = [p for p in core if p.suffix == ".c"] + [gen / "kinst_table.c"]
+    includes = [f"-I{d}" for d in sorted({p.parent for p in core})]
     for cc in ("gcc", "clang"):
         for src in sources:
             proc = subprocess.run([cc, "-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-c",
-                                   f"-I{gen}", f"-I{gen / arch.name}", str(src), "-o", str(tmp_path / "x.o")],
-                                  capture_output=True, text=True)
+                                   *includes, str(src), "-o", str(tmp_path / "x.o")], capture_output=True, text=True)
             assert proc.returncode == 0, (cc, src.name, proc.stderr)
 
 

@@ -21,9 +21,9 @@ import pytest
 
 from generator.analysis.plan import make_plan
 from generator.analysis.probes import analyse
-from generator.common.paths import SYS_MODULES
 from generator.image.elf import KernelImage
-from generator.providers import kinst
+from generator.providers.kinst import generate as kinst
+from generator.run.harness import core_sources
 from helpers import cross
 from helpers.paths import FIXTURES
 from helpers.skips import require_tool
@@ -37,8 +37,8 @@ def derive(image: str, arch: str, tmp_path: Path, corrupt: int = -1) -> Tuple[ob
     plan = make_plan(img, img.functions(), jobs=1)
     work = tmp_path / "derive"
     kinst.render_plan(plan, work, "test_arch_core_derive", only=kinst.CORE_TEMPLATES)
-    for f in [SYS_MODULES / "kinst" / n for n in ("kinst_funcs.c", "kinst_funcs.h")] + \
-             [SYS_MODULES / "kinst" / arch / n for n in ("kinst_core.c", "kinst_core.h")]:
+    core = core_sources(arch)  # kinst_funcs.[ch], <arch>/kinst_core.[ch], dbp/kinst_core_dbp.[ch]
+    for f in core:
         shutil.copyfile(f, work / f.name)
     dump = bytearray(b"".join(img.read(f.address, f.size) for f in plan.funcs))
     if corrupt >= 0:
@@ -47,8 +47,9 @@ def derive(image: str, arch: str, tmp_path: Path, corrupt: int = -1) -> Tuple[ob
     exe = work / "derive_check"
     define = ["-DKINST_TEST_RISCV"] if arch == "riscv" else []
     proc = subprocess.run([gcc, "-O1", "-Wall", "-Wextra", "-Werror", *define, "-I", str(work), "-o", str(exe),
-                           str(FIXTURES / "kinst" / "derive_check_dbp.c"), str(work / "kinst_funcs.c"),
-                           str(work / "kinst_core.c"), str(work / "kinst_table.c")], capture_output=True, text=True)
+                           str(FIXTURES / "kinst" / "derive_check_dbp.c"),
+                           *(str(work / f.name) for f in core if f.suffix == ".c"), str(work / "kinst_table.c")],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe), str(work / "funcs.bin")], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from generator import isa as isa_registry
+from generator.image.elf import KernelImage
 from generator.run import harness, qemu
 from generator.run.audit import ENV_PAD, PAD_ROOM, audit_env, padded_like
 from helpers import cross
@@ -95,7 +96,7 @@ def _probe_of_kind(plan, func: str, kind: str):
 def test_a_record_that_contradicts_the_word_is_refused(arch, kfix):
     """A branch recorded as a plain instruction: the core sees the live word disagree and refuses that probe."""
     isa = isa_registry.by_name(arch.name)
-    plan = harness.kinst.build_plan(str(kfix["lib"]), [], True)
+    plan = harness.kinst.build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     kind = "b.cond" if arch.name == "arm64" else "branch"
     p = _probe_of_kind(plan, "kfix_asm_branches", kind)
     f = plan.funcs[p.func]

@@ -31,14 +31,15 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
-from generator.build.kmod import BuildRequest
+from generator.kmod.build import BuildRequest
 from generator.common.errors import UserError
+from generator import isa
 from generator.image.elf import KernelImage
-from generator.build.kmodflags import KmodProfile
-from generator.build.manifest import sha256_file
-from generator.build.mk import ModuleMakefile
-from generator.build.nativebuild import native_build
-from generator.build.sources import PROVIDERS
+from generator.kmod.kmodflags import KmodProfile
+from generator.kmod.manifest import sha256_file
+from generator.kmod.mk import ModuleMakefile
+from generator.kmod.nativebuild import native_build
+from generator.providers import PROVIDERS
 from generator.common.paths import REPO, SYS_MODULES
 from generator.common.tools import Completed, run_tool
 from helpers import kofixtures, skips, standin
@@ -73,7 +74,7 @@ def test_without_a_tree_does_the_offline_work_then_stops_in_one_line(sample_kern
         assert f"{m}: portable {portable} compile with gcc and clang" in res.stdout
         assert f"{m}: portable objects link (ld.lld -r)" in res.stdout
         # The hand-written Makefile and C are staged beside the generated files.
-        for rel in ("Makefile", *PROVIDERS[m].plain):
+        for rel in ("Makefile", *PROVIDERS[m].plain()):
             assert (src / m / rel).read_bytes() == (SYS_MODULES / m / rel).read_bytes(), rel
     assert not list(out.rglob("*.ko")) and not list((out / bid).glob("*.json"))
 
@@ -206,8 +207,11 @@ def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path)
     res = run_build("--sysdir", str(tmp_path), "--out", str(tmp_path / "b"), "--src", str(tmp_path / "s"))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "not a FreeBSD sys/ tree" in res.stderr
-    res = run_build("--target", "arm64", "--out", str(tmp_path / "b"))
-    assert res.returncode == 2 and "kinstkit builds amd64 modules" in res.stderr
+    res = run_build("--target", "arm64", "--out", str(tmp_path / "b"))  # the sample kernel is amd64
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "--target arm64: the kernel" in res.stderr and "is amd64" in res.stderr
+    res = run_build("--target", "sparc64", "--out", str(tmp_path / "b"))
+    assert res.returncode == 2 and "invalid choice: 'sparc64'" in res.stderr
     res = run_build("--modules", "kinst,fbt", "--out", str(tmp_path / "b"))
     assert res.returncode == 2 and "unknown module 'fbt'" in res.stderr
 
@@ -218,15 +222,15 @@ def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path)
 def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) -> None:
     """The kinst Makefile's ISA files are found through its .PATH, as bmake finds them; a source that
     is nowhere is one line naming where it was looked for."""
-    from generator.build.crossbuild import cross_build
-    from generator.build.sources import stage_sources
+    from generator.kmod.crossbuild import cross_build
+    from generator.kmod.sources import stage_sources
 
-    from generator.providers import kinst
+    from generator.providers.kinst import generate as kinst
 
     tree = world.tree("kinst", tmp_path / "sys")
-    profile = KmodProfile.for_tree(tree)
+    profile = KmodProfile.for_tree(tree, isa.by_name("amd64"))
     src = tmp_path / "src" / "kinst"
-    kinst.generate(str(world.kernel), ["vm_fault"], False, src)
+    kinst.generate(KernelImage.open(str(world.kernel)), ["vm_fault"], False, src)
     stage_sources(PROVIDERS["kinst"], src)
     vars_ = profile.makefile_vars(ModuleMakefile.read(src / "Makefile"))
     assert vars_[".PATH"] == str(src / "amd64")
@@ -248,7 +252,7 @@ def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) 
 def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorld, tmp_path: Path) -> None:
     tree = world.tree("dtmalloc", tmp_path / "sys")
     (tree / "conf" / "kern.mk").write_text(".for _x in a b\nCFLAGS+= -D${_x}\n.endfor\n")
-    profile = KmodProfile.for_tree(tree)
+    profile = KmodProfile.for_tree(tree, isa.by_name("amd64"))
     makefile = ModuleMakefile.read(SYS_MODULES / "dtmalloc" / "Makefile")
     flags = profile.cflags(tmp_path / "obj", makefile)
     assert profile.facts["kern.mk"].startswith("not evaluated (.for)")
@@ -259,12 +263,12 @@ def test_a_kern_mk_that_cannot_be_read_falls_back_and_says_so(world: StandinWorl
 def test_tree_facts(world: StandinWorld, tmp_path: Path) -> None:
     tree = world.tree("kinst", tmp_path / "sys")
     (tree / "sys" / "param.h").write_text("#define\t__FreeBSD_version\t1403000\n")
-    profile = KmodProfile.for_tree(tree)
+    profile = KmodProfile.for_tree(tree, isa.by_name("amd64"))
     assert profile.osreldate == 1403000 and profile.triple == "x86_64-unknown-freebsd14.3"
     assert [n for n, _ in profile.ilinks()] == ["machine", "x86", "i386"]
     (tree / "sys" / "param.h").write_text("/* no version */\n")
     with pytest.raises(UserError, match="no __FreeBSD_version"):
-        KmodProfile.for_tree(tree)
+        KmodProfile.for_tree(tree, isa.by_name("amd64"))
 
 
 # -- the FreeBSD path, with a runner that plays make ------------------------------------------
@@ -362,8 +366,8 @@ def test_fetch_release_then_build_release(world: StandinWorld, tmp_path: Path) -
                     "--src", str(tmp_path / "src"))
     assert res.returncode == 0, res.stdout + res.stderr
     m = manifest(out, world.build_id, "kinst")
-    assert m["kernel"]["path"] == str(cache / "releases" / name / "boot" / "kernel" / "kernel")
-    assert m["sysdir"] == str(cache / "releases" / name / "usr" / "src" / "sys")
+    assert m["kernel"]["path"] == str(cache / "releases" / "amd64" / name / "boot" / "kernel" / "kernel")
+    assert m["sysdir"] == str(cache / "releases" / "amd64" / name / "usr" / "src" / "sys")
     # dtrace.ko and opensolaris.ko came with kernel.txz, next to the kernel: every symbol was checked.
     assert m["check_ko"]["ok"] and not m["check_ko"]["assumed"]
     assert m["check_ko"]["resolved"]["dtrace_register"] == "dtrace.ko"
@@ -376,7 +380,7 @@ def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     """The real thing: a release's sys/ tree and kernel from `invoke fetch-release`."""
     name = skips.require_env("KINSTKIT_TEST_RELEASE", "set it to a release `invoke fetch-release` cached "
                              "(e.g. 14.3-RELEASE); no FreeBSD sys/ tree or kernel exists here otherwise")
-    from generator.build.release import fetched
+    from generator.kmod.release import fetched
 
     rel = fetched(name)
     res = run_build("--release", name, "--out", str(tmp_path / "build"), "--src", str(tmp_path / "src"))
@@ -385,3 +389,30 @@ def test_build_against_a_fetched_release(tmp_path: Path) -> None:
     for m in ("kinst", "dtmalloc"):
         man = manifest(tmp_path / "build", bid, m)
         assert man["check_ko"]["ok"] and not man["check_ko"]["assumed"]
+
+
+@pytest.mark.parametrize("arch, machine", [("arm64", "EM_AARCH64"), ("riscv", "EM_RISCV")])
+def test_cross_build_for_a_shared_module_isa(arch: str, machine: str, tmp_path: Path) -> None:
+    """arm64 and riscv modules are ET_DYN (kmod.mk's __KLD_SHARED): ``build`` with an ISA's kernel links
+    ``ld -r`` into a .kld, then ``-Bshareable``, from the ISA's own record, and check-ko reads the result's
+    module records through its dynamic relocations.  The kernel is kfix linked as a FreeBSD kernel of that
+    ISA, the tree FreeBSD 14.3's installed headers for it (the ziglang wheel)."""
+    from helpers import cross
+    from helpers.freebsd_arch_headers import sys_tree
+
+    cross.require_cross(arch, f"the {arch} module's portable core is also compiled with the ISA's gcc")
+    kernel = cross.freebsd_module(arch)["kernel"]
+    out = tmp_path / "out"
+    res = run_build("--kernel", str(kernel), "--sysdir", str(sys_tree(arch)), "--modules", "kinst", "--all",
+                    "--out", str(out), "--src", str(tmp_path / "src"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    ko = next(out.glob("*/kinst.ko"))
+    img = KernelImage.open(str(ko))
+    assert (img.e_type, img.machine) == ("ET_DYN", machine)
+    manifest = json.loads(ko.with_suffix(".json").read_text())
+    links = [c for c in manifest["commands"] if "ld.lld" in Path(c[0]).name]
+    assert [("-r" in c, "-Bshareable" in c) for c in links] == [(True, False), (False, True)]
+    assert all(isa.by_name(arch).kmod.ld_emulation in c for c in links)
+    report = manifest["check_ko"]
+    assert report["ok"] and report["modules"] == ["kinst"] and report["versions"] == [{"name": "kinst", "version": 1}]
+    assert {d["name"] for d in report["depends"]} == {"kernel", "dtrace", "opensolaris"}

@@ -18,7 +18,7 @@ from typing import List
 
 import pytest
 
-from generator.build.checkko import check_ko, kernel_facts, read_metadata
+from generator.kmod.checkko import check_ko, kernel_facts, read_metadata
 from generator.common.errors import UserError
 from generator.image.elf import KernelImage
 from generator.common.paths import REPO

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.providers.ciconfig import render_ci
+from generator.kmod.ciconfig import render_ci
 from helpers import actionlint
 from helpers.skips import missing
 

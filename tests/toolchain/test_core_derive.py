@@ -23,7 +23,7 @@ from generator.analysis.plan import make_plan
 from generator.analysis.probes import analyse
 from generator.common.paths import SYS_MODULES
 from generator.image.elf import KernelImage
-from generator.providers import kinst
+from generator.providers.kinst import generate as kinst
 from helpers.paths import FIXTURES
 from helpers.skips import require_system_library, require_tool
 

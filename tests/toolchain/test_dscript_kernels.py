@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.providers.dsyntax import check
+from generator.dscript.syntax import check
 from helpers.dtmalloc_fixtures import RELEASE_14, Fixtures, assert_one_line_error, dscript, run_cli, shared
 from helpers.skips import require_tool
 

@@ -26,7 +26,8 @@ from typing import List
 
 import pytest
 
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import source_dir, stage_sources
+from generator.providers import PROVIDERS
 from generator.common.paths import SYS_MODULES
 from generator.providers.dtmalloc.mallocs import discover, probe_name
 from helpers.dtmalloc_fixtures import (
@@ -37,7 +38,7 @@ from helpers.skips import require_bsd_make, require_sysdir, require_tools
 
 DTMALLOC = PROVIDERS["dtmalloc"]
 GENERATED = ["dtmalloc.list", "dtmalloc_abi.h", "dtmalloc_table.c", "dtmalloc_target.h", "dtmalloc_types.md"]
-PORTABLE = list(DTMALLOC.portable)  # dtmalloc_core.c, dtmalloc_table.c
+PORTABLE = list(DTMALLOC.portable("amd64"))  # dtmalloc_core.c, dtmalloc_table.c
 STRICT = ["-std=c99", "-ffreestanding", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0", "-nostdinc", "-mcmodel=kernel", "-mno-red-zone",
                  "-fno-pic"]
@@ -112,7 +113,7 @@ def test_table_and_doc_hold_the_types(generated: Path, inputs) -> None:
     target = (generated / "dtmalloc_target.h").read_text()
     assert f"#define\tDTMALLOC_NKNOWN\t\t\t{len(d.probed)}\n" in target
     assert "#define\tDTMALLOC_TARGET_M_VERSION\t2020110501UL" in target
-    assert "mtip = DTMALLOC_MTIP(mtp);" in (DTMALLOC.source_dir / "dtmalloc.c").read_text()
+    assert "mtip = DTMALLOC_MTIP(mtp);" in (source_dir(DTMALLOC) / "dtmalloc.c").read_text()
 
 
 @pytest.mark.parametrize("cc", [["gcc"], FREEBSD_CLANG], ids=["gcc", "clang-freebsd"])
@@ -190,8 +191,8 @@ def test_makefile_uses_bsd_kmod_mk() -> None:
     assert sorted(c_files) == ["dtmalloc.c", "dtmalloc_core.c", "dtmalloc_table.c"]
     # Each is hand-written and committed beside the Makefile, or generated: never both.
     for name in c_files:
-        assert (name in DTMALLOC.plain) != (name in GENERATED), name
-        assert name in GENERATED or (DTMALLOC.source_dir / name).is_file(), name
+        assert (name in DTMALLOC.plain()) != (name in GENERATED), name
+        assert name in GENERATED or (source_dir(DTMALLOC) / name).is_file(), name
 
 
 def test_default_out_and_sample_kernel(sample_kernel, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.providers.dsyntax import check
+from generator.dscript.syntax import check
 from helpers.dtmalloc_fixtures import assert_one_line_error, dscript, run_cli
 from helpers.skips import require_tools
 

@@ -359,9 +359,9 @@ def _with_record(plan, probe, kind=None, length=None):
 
 def test_a_call_recorded_as_a_plain_instruction_makes_the_run_fail(kfix):
     """call rel32 run from the trampoline reaches the wrong place: a wrong record is caught, whatever it does."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_asm_calls", "e8")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="trampoline"), timeout=60)
     assert not res.ok and res.differences
@@ -369,9 +369,9 @@ def test_a_call_recorded_as_a_plain_instruction_makes_the_run_fail(kfix):
 
 def test_a_wrong_length_makes_the_run_fail(kfix):
     """One record a byte short: every later probe of the function lands inside an instruction."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_leaf", "488d447f01")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, length=p.length - 1), timeout=60)
     assert not res.ok
@@ -379,9 +379,9 @@ def test_a_wrong_length_makes_the_run_fail(kfix):
 
 def test_a_record_that_contradicts_the_bytes_is_refused(kfix):
     """A direct call recorded as a jmp rel32: the core checks the opcode and refuses that probe, with why."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_asm_calls", "e8")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="jmp-rel32"))
     assert res.identical and not res.errors
@@ -392,9 +392,9 @@ def test_a_record_that_contradicts_the_bytes_is_refused(kfix):
 
 def test_a_digest_mismatch_skips_the_function_and_names_it(kfix):
     """The table's digest of kfix_leaf is off by one: its probes are refused, the rest still run."""
-    from generator.providers.kinst import build_plan
+    from generator.providers.kinst.generate import build_plan
 
-    plan = build_plan(str(kfix["lib"]), [], True)
+    plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     fi = next(i for i, f in enumerate(plan.funcs) if f.name == "kfix_leaf")
     funcs = list(plan.funcs)
     funcs[fi] = funcs[fi]._replace(digest=funcs[fi].digest ^ 1)
@@ -526,7 +526,7 @@ def test_handler_calls_nothing_but_the_core(kfix):
             bodies[cur] = []
         elif cur and "\t" in line:
             bodies[cur].append(line.split("\t", 1)[1])
-    seen, todo = set(), ["kh_trap"]
+    seen, todo = set(), ["kh_isa_trap"]
     while todo:
         fn = todo.pop()
         if fn in seen:
@@ -544,12 +544,12 @@ def test_handler_calls_nothing_but_the_core(kfix):
             assert "@plt" not in target, f"{fn} reaches {target} from probe context"
             if target != fn:
                 todo.append(target)
-    assert {"kh_trap", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
+    assert {"kh_isa_trap", "kh_probe_at", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
 
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
     from generator.run.harness import build, command_line, glue_context, layout
-    from generator.providers.kinst import CORE_TEMPLATES, render_plan
+    from generator.providers.kinst.generate import CORE_TEMPLATES, render_plan
     from generator.render import Input, render_tree
 
     b = build(str(kfix["lib"]), all_functions=True)
@@ -559,7 +559,7 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     ctx = glue_context(str(kfix["lib"]), layout(str(kfix["lib"])), b.target_addr)
     render_tree("harness", tmp_path, ctx, inputs, cmd)
     rendered = sorted(p.name for p in tmp_path.iterdir())
-    assert rendered == ["kinst_encoding.h", "kinst_harness_target.h", "kinst_refused.txt", "kinst_table.c"]
+    assert rendered == ["kinst_encoding.h", "kinst_harness_target.c", "kinst_refused.txt", "kinst_table.c"]
     for name in rendered:
         assert (tmp_path / name).read_bytes() == (b.dir / name).read_bytes(), name
 
@@ -575,15 +575,16 @@ def test_library_is_built_from_the_hand_written_core_and_glue(kfix, tmp_path, mo
     b = build(str(kfix["lib"]), all_functions=True)
     line = (b.dir / "commands.sh").read_text().splitlines()[-1]
     core = SYS_MODULES / "kinst" / "amd64" / "kinst_core.c"
-    glue = harness.GLUE_DIR / "amd64" / "kinst_harness.c"
-    for name in ("kinst_core.c", "kinst_harness.c", "kinst_funcs.c", "kinst_table.c"):
+    glue = harness.GLUE_DIR / "kinst_harness.c"
+    for name in ("kinst_core.c", "kinst_harness.c", "kh_isa_amd64.c", "kinst_funcs.c", "kinst_table.c",
+                 "kinst_harness_target.c"):
         assert f" {name}" in line, name
     assert (b.dir / "kinst_core.c").read_bytes() == core.read_bytes()
     assert (b.dir / "kinst_harness.c").read_bytes() == glue.read_bytes()
     # The same inputs with a copy of the hand-written glue that differs in a comment: another key.
     copy = tmp_path / "harness_c"
     shutil.copytree(harness.GLUE_DIR, copy)
-    with open(copy / "amd64" / "kinst_harness.c", "a") as f:
+    with open(copy / "kinst_harness.c", "a") as f:
         f.write("/* changed */\n")
     monkeypatch.setattr(harness, "GLUE_DIR", copy)
     again = build(str(kfix["lib"]), all_functions=True)

@@ -47,19 +47,22 @@ from elftools.elf.elffile import ELFFile
 
 from generator import __version__
 from generator.analysis.plan import ProbePlan
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import source_dir, stage_sources
+from generator.providers import PROVIDERS
 from generator.common.paths import REPO, SAMPLES
+from generator import isa
+from generator.image.elf import KernelImage
 from generator.isa.contract import STATUS_OK
 from generator.isa.amd64.probe_md import KinstFlag
 from generator.isa.amd64.probe_md import TABLE_KINDS
 from helpers.paths import KINST_FIXTURES as FIXTURES
-from generator.providers.kinst import build_plan
+from generator.providers.kinst.generate import build_plan
 from helpers.skips import require_sample_toolchain, require_sysdir, require_tools
 
 KINST = PROVIDERS["kinst"]
 RENDERED = ["kinst_encoding.h", "kinst_refused.txt", "kinst_table.c", "kinst_target.c"]
-CORE_SOURCES = list(KINST.portable)  # amd64/kinst_core.c, kinst_table.c, kinst_target.c
-INCLUDES = [f"-I{d}" for d in KINST.includes]  # relative to the module directory
+CORE_SOURCES = list(KINST.portable("amd64"))  # amd64/kinst_core.c, kinst_table.c, kinst_target.c
+INCLUDES = [f"-I{d}" for d in KINST.includes("amd64")]  # relative to the module directory
 GLUE_SOURCES = ["kinst.c", "amd64/kinst_isa.c"]  # hand-written, each its own compilation unit
 
 STRICT = ["-std=c99", "-ffreestanding", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-Wall", "-Wextra", "-Werror"]
@@ -213,12 +216,12 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
         assert (work / "kinst.ko").is_file()
         return
     require_tools("clang", "awk", why="the glue is compiled with clang against $SYSDIR, vnode_if.h made with awk")
-    from generator.build.kmodflags import KmodProfile
+    from generator.kmod.kmodflags import KmodProfile
     from helpers.kmod import kmod_cflags, prepare_objdir
 
     obj = tmp_path / "obj"
     prepare_objdir(sysdir, obj)
-    argv = kmod_cflags(sysdir, obj, [work, work / "amd64"], KmodProfile.for_tree(sysdir).triple)
+    argv = kmod_cflags(sysdir, obj, [work, work / "amd64"], KmodProfile.for_tree(sysdir, isa.by_name("amd64")).triple)
     for src in (*GLUE_SOURCES, *CORE_SOURCES):
         res = cc([*argv, "-c", str(work / src), "-o", str(obj / (Path(src).stem + ".o"))], obj)
         assert res.returncode == 0, f"{src}:\n{res.stderr}"
@@ -229,9 +232,9 @@ def test_glue_against_sysdir(trees: Dict[str, Path], tmp_path: Path) -> None:
 def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None:
     """SRCS: the hand-written and the generated C, as bmake reads the Makefile for each MACHINE_CPUARCH;
     .PATH finds the ISA folder's files (and, on arm64 and riscv, their shared dbp/), -I their headers."""
-    from generator.build.mk import MkReader, ModuleMakefile
+    from generator.kmod.mk import MkReader, ModuleMakefile
 
-    module = KINST.source_dir
+    module = source_dir(KINST)
     text = (module / "Makefile").read_text()
     assert re.search(r"^KMOD=\s+kinst$", text, re.M)
     assert ".include <bsd.kmod.mk>" in text and "${OPENZFS_CFLAGS}" in text
@@ -241,7 +244,7 @@ def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None
     mk.read(makefile.before)
     srcs = mk.expand("${SRCS}").split()
     c_files = [n for n in srcs if n.endswith(".c")]
-    shared = ["kinst_tramp.c"] if "dbp" in folders else []
+    shared = ["kinst_dbp.c", "kinst_tramp.c", "kinst_core_dbp.c"] if "dbp" in folders else []
     assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c",
                                       "kinst_table.c", *shared])
     assert "vnode_if.h" in srcs
@@ -348,7 +351,7 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id
     work.mkdir(parents=True, exist_ok=True)
     stubs = standin_tree(tree, work / "stubs")
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
-    includes = [f"-I{tree / d}" for d in KINST.includes]
+    includes = [f"-I{tree / d}" for d in KINST.includes("amd64")]
     res = cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{stubs}", f"-I{FIXTURES}", *includes,
               "-c", str(FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], work)
     assert res.returncode == 0, res.stderr
@@ -386,7 +389,7 @@ HINT = ("kinst: probes are made per named function (kinst::FUNC: or kinst::FUNC:
 
 def plan_of(kernel: Path, which: str) -> ProbePlan:
     """The plan ``generate`` rendered into trees[which]."""
-    return build_plan(str(kernel), [] if which == "all" else ["vm_fault"], which == "all")
+    return build_plan(KernelImage.open(str(kernel)), [] if which == "all" else ["vm_fault"], which == "all")
 
 
 @pytest.mark.parametrize("which", ["single", "all"])
@@ -536,7 +539,7 @@ def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path
     live = live_image(module_ko)
     file_bytes = bytes(live.data)
     assert relocate_elsewhere(live) > 0
-    expected = write_expectations(live, build_plan(str(module_ko), [], True), tmp_path / "expect")
+    expected = write_expectations(live, build_plan(KernelImage.open(str(module_ko)), [], True), tmp_path / "expect")
     relocated = [e for e in expected if e.relocated]
     # The calls into the kernel, at least, are probes whose live bytes differ from the file's.
     assert any(e.kind == "call-direct" for e in relocated) and live.data != file_bytes
@@ -555,7 +558,7 @@ def test_glue_data_for_the_kernel(trees: Dict[str, Path], sample_kernel: Path) -
     assert "const int kinst_table_kernel = 1;" in glue
     from generator.analysis.exclusions import EXCLUDED_NAMES, EXCLUDED_PREFIXES
     from generator.common.cstring import c_blob
-    from generator.providers.kinst import table_blobs
+    from generator.providers.kinst.generate import table_blobs
 
     plan = plan_of(sample_kernel, "all")
     blobs = table_blobs(plan)
@@ -581,8 +584,8 @@ def test_invoke_generate(sample_kernel: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     table = (tmp_path / "o" / "kinst_table.c").read_text()
     from generator.common.cstring import c_blob
-    from generator.providers.kinst import table_blobs
+    from generator.providers.kinst.generate import table_blobs
 
-    names = table_blobs(build_plan(str(sample_kernel), ["vm_fault", "malloc"], False))["names"]
+    names = table_blobs(build_plan(KernelImage.open(str(sample_kernel)), ["vm_fault", "malloc"], False))["names"]
     assert sorted(names.split(b"\0")[:-1]) == [b"malloc", b"vm_fault"] and c_blob(names) in table
     assert " * 2 functions, " in table

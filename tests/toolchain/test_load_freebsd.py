@@ -18,7 +18,7 @@ def test_real_load_on_freebsd() -> None:
     """kldload on this host: only on FreeBSD, as root, with a build for the running kernel."""
     skips.require_freebsd_host("the real kldload path")
     skips.require_root("the real kldload path")
-    from generator.build.kmod import DEFAULT_OUT
+    from generator.kmod.build import DEFAULT_OUT
     from generator.run.hostops import running_build_id, run_command
 
     bid = running_build_id(Target(), run_command)

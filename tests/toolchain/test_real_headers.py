@@ -29,7 +29,8 @@ from typing import Dict, List
 
 import pytest
 
-from generator.build.sources import PROVIDERS, stage_sources
+from generator.kmod.sources import stage_sources
+from generator.providers import PROVIDERS
 from generator.common.paths import REPO
 from generator.image.elf import KernelImage
 from generator.image.sample import ENV_RELEASE, sample_kernel

@@ -1,8 +1,8 @@
 """Which C is generated and which is written by hand, and that each says so.
 
 C that no template variable changes is committed as C (sys/modules/<m>/ for
-the kernel modules, ISA files in <arch>/; generator/run/harness_c/<arch>/ for
-the user-space harness); templates render only what varies.  So, with what
+the kernel modules, ISA files in <arch>/; generator/run/harness_c/ for the
+user-space harness, shaped the same way); templates render only what varies.  So, with what
 ``generate`` writes for the sample kernel:
 
 * every generated file carries the "generated, do not edit" banner, naming
@@ -27,7 +27,8 @@ from typing import Dict, List
 
 import pytest
 
-from generator.build.sources import PROVIDERS
+from generator.kmod.sources import source_dir
+from generator.providers import PROVIDERS
 from generator.common.paths import REPO
 from helpers.paths import hand_written_c
 
@@ -81,12 +82,12 @@ def test_module_directory_holds_exactly_the_listed_files(name: str, generated: D
     """The hand-written list is the C in the module directory that is not generated, and .gitignore is
     exactly what generate writes: hand-written files are committed, generated ones never are."""
     provider = PROVIDERS[name]
-    module = provider.source_dir
+    module = source_dir(provider)
     ignored = ignored_names(module)
     assert sorted(ignored) == sorted(f.name for f in generated[name])
     on_disk = sorted(str(p.relative_to(module)) for p in module.rglob("*.[ch]") if p.name not in ignored)
-    assert on_disk == sorted(provider.plain)
-    assert all((module / rel).is_file() for rel in provider.plain)
+    assert on_disk == sorted(provider.plain())
+    assert all((module / rel).is_file() for rel in provider.plain())
 
 
 @pytest.mark.parametrize("name, stale", [("kinst", "kinst_glue.c"), ("dtmalloc", "dtmalloc_core.c")])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.providers.ciconfig import render_ci
+from generator.kmod.ciconfig import render_ci
 from generator.common.errors import UserError
 from generator.common.paths import REPO
 from helpers.skips import require_python_package

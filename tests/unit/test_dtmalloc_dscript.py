@@ -1,6 +1,6 @@
 """D scripts: generated for dtmalloc, and parsed.
 
-``generator.providers.dsyntax.check`` is a parser for the D subset the templates use;
+``generator.dscript.syntax.check`` is a parser for the D subset the templates use;
 the tests first show it rejects broken D (so that its passing means
 something), then run the dtmalloc script kinds, which need no kernel,
 through it.  The scripts checked against a kernel (a dtmalloc type, kinst's
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.providers.dscript import d_function_part
-from generator.providers.dsyntax import DSyntaxError, check
+from generator.dscript.scripts import d_function_part
+from generator.dscript.syntax import DSyntaxError, check
 from helpers.dtmalloc_fixtures import dscript, run_cli
 
 GOOD = """#!/usr/sbin/dtrace -s

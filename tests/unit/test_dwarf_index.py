@@ -22,7 +22,7 @@ from generator.analysis.dwarfread import kept_rows
 from generator.analysis.lines import parse_spec
 from generator.common.errors import UserError
 from generator.image import debuginfo
-from generator.providers.dscript import d_string
+from generator.dscript.scripts import d_string
 
 BASE = 0x1000
 

@@ -1,14 +1,17 @@
 """Which C is written by hand, and that it says so.
 
 C that no template variable changes is committed as C (sys/modules/<m>/ for
-the kernel modules, ISA files in <arch>/; generator/run/harness_c/<arch>/ for
-the user-space harness); templates render only what varies.  So:
+the kernel modules, ISA files in <arch>/; generator/run/harness_c/ for the
+user-space harness, shaped the same way); templates render only what varies.
+So:
 
 * every template has a tag besides ``{{ header }}``: one without would be
   plain C in disguise;
 * hand-written C carries an SPDX line and no "generated, do not edit" banner;
 * the generator's fingerprint, which decides when ``build`` regenerates,
-  covers the hand-written C and not the generated files beside it.
+  covers the hand-written C and not the generated files beside it;
+* a hand-written header declares and never defines a function: C is
+  assembled from .c files, never from headers included partway through one.
 
 What ``generate`` writes is checked in tests/toolchain/test_source_layout.py.
 """
@@ -42,19 +45,27 @@ def test_hand_written_c_has_spdx_and_no_generated_banner() -> None:
         assert not BANNER.search(f.read_text()), f"{f} carries a generated/do-not-edit banner"
 
 
+def test_no_hand_written_header_holds_a_function_body() -> None:
+    """style(9) opens a function body with a brace alone at the start of a line; no header has one (the harness
+    glue was once assembled from headers with function bodies, included partway through a file)."""
+    headers = [f for f in hand_written_c() if f.suffix == ".h"]
+    assert {f.name for f in headers} >= {"kinst.h", "kinst_core.h", "kh_isa.h", "kh_target.h", "kh_dbp.h"}
+    bodies = [f"{f.relative_to(REPO)}:{n}" for f in headers for n, line in enumerate(f.read_text().splitlines(), 1)
+              if line.startswith("{")]
+    assert bodies == [], f"function bodies in headers: {bodies}"
+
+
 def test_generator_fingerprint_covers_the_hand_written_c(tmp_path: Path, monkeypatch) -> None:
     """A change to a committed module source regenerates (build's stamp keys on the fingerprint);
     the generated files beside them do not count."""
     import shutil
 
-    from generator.build import sources
+    from generator.kmod import sources
 
     copy = tmp_path / "repo"
     shutil.copytree(sources.MODULES, copy / "sys" / "modules")
     monkeypatch.setattr(sources, "MODULES", copy / "sys" / "modules")
-    monkeypatch.setattr(sources, "REPO", copy)
-    for base in ("generator", "templates"):
-        (copy / base).symlink_to(REPO / base)
+    monkeypatch.setattr(sources, "SYS_MODULES", copy / "sys" / "modules")
     before = sources.generator_fingerprint()
     (copy / "sys" / "modules" / "kinst" / "kinst_table.c").write_text("/* generated: not an input */\n")
     assert sources.generator_fingerprint() == before

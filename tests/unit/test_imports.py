@@ -118,8 +118,10 @@ ALLOWED = {
     "generator.verify": {"generator.common", "generator.isa", "generator.image", "generator.analysis"},
     "generator.providers": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
                             "generator.render", "generator.providers"},
-    "generator.build": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
-                        "generator.render", "generator.providers", "generator.build"},
+    "generator.dscript": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
+                          "generator.render", "generator.providers", "generator.dscript"},
+    "generator.kmod": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
+                        "generator.render", "generator.providers", "generator.kmod"},
     "generator.run": {"generator.common", "generator.isa", "generator.image", "generator.analysis",
                       "generator.render", "generator.providers", "generator.run"},
 }
@@ -142,3 +144,77 @@ def test_arch_neutral_code_imports_no_isa_package():
             continue
         isa_packages = sorted(d for d in deps if d.startswith("generator.isa.") and d != "generator.isa.contract")
         assert not isa_packages, f"{name} imports {isa_packages}"
+
+
+# String literals of arch-neutral code that may name an ISA, and why.  Anything else that names one
+# fails: an ISA's facts belong to its Isa record, so that adding an ISA is one folder and one line.
+ISA_NAMES_ALLOWED = {
+    ("generator/image/sample.py", "amd64"): "the embedded sample kernel's C is written for amd64",
+}
+
+
+def _isa_words() -> Set[str]:
+    """Every name the registry's ISAs go by: kinstkit's, FreeBSD's MACHINE*, clang's, Debian's, GNU's."""
+    from generator import isa
+
+    words: Set[str] = set()
+    for name in isa.SUPPORTED:
+        i = isa.by_name(name)
+        k, o = i.kmod, i.oracle
+        words |= {i.name, k.machine, k.machine_arch, k.machine_cpuarch, k.clang_arch, o.debian_arch,
+                  o.gnu_triple.split("-")[0]}
+    return {w for w in words if w}
+
+
+def _string_literals(path: Path):
+    """(line, text) of every string constant of the module that is not a docstring."""
+    tree = ast.parse(path.read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+            yield n.lineno, n.value
+
+
+def isa_names_in(path: Path, words: Set[str]) -> List[str]:
+    """The ISA names the module's string literals hold ("iced-x86", a library, and ELF's EM_/R_ names aside)."""
+    import re
+
+    pattern = re.compile(r"(?<![A-Za-z0-9])(?<!EM_)(?<!R_)("
+                         + "|".join(sorted(map(re.escape, words), key=len, reverse=True)) + r")(?![A-Za-z0-9])")
+    rel = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
+    found = []
+    for line, text in _string_literals(path):
+        for m in pattern.finditer(text.replace("iced-x86", "")):
+            if (rel, m.group(1)) not in ISA_NAMES_ALLOWED:
+                found.append(f"{rel}:{line}: {m.group(1)!r} in {text[:60]!r}")
+    return found
+
+
+def test_arch_neutral_code_names_no_isa() -> None:
+    words = _isa_words()
+    assert {"amd64", "arm64", "aarch64", "riscv64", "x86_64"} <= words
+    found = [f for p in sorted((REPO / "generator").rglob("*.py"))
+             if p.relative_to(REPO).parts[1] != "isa" for f in isa_names_in(p, words)]
+    assert not found, "ISA names outside generator/isa/ (put the fact in the ISA's record):\n" + "\n".join(found)
+
+
+def test_the_isa_name_scan_finds_one(tmp_path: Path) -> None:
+    words = _isa_words()
+    mod = tmp_path / "probe.py"
+    mod.write_text('"""A docstring may say amd64."""\nR = "R_X86_64_PC32"\n'
+                   'FLAGS = ["-m", "elf_x86_64_fbsd", "--target=aarch64"]\n')
+    assert [f.split(": ", 1)[1].split(" ")[0] for f in isa_names_in(mod, words)] == ["'x86_64'", "'aarch64'"]
+
+
+def test_the_package_imports_itself_relatively() -> None:
+    """Installed, generator/ is ``kinstkit`` (setup.py): an absolute ``generator`` import would fail there."""
+    absolute = []
+    for path in sorted((REPO / "generator").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            absolute += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names
+                         if n == "generator" or n.startswith("generator.")]
+    assert not absolute, "absolute imports of generator: " + ", ".join(absolute)

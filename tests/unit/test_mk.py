@@ -1,7 +1,7 @@
 """The bsd.kmod.mk reader: conditions, modifiers and .PATH, as bmake reads them.
 
 ``invoke build`` evaluates a tree's kern.mk and a module's Makefile with
-``generator.build.mk``; these tests give it make text directly, so nothing is
+``generator.kmod.mk``; these tests give it make text directly, so nothing is
 compiled.  tests/toolchain/test_build.py runs it on the stand-in trees.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from generator.build.mk import MkReader, MkUnsupported
+from generator.kmod.mk import MkReader, MkUnsupported
 
 
 def test_mk_reader_conditions_and_modifiers() -> None:
@@ -69,7 +69,8 @@ def test_builtin_kern_flags_are_freebsd_14s() -> None:
     """The cross build's fallback when a tree's kern.mk cannot be read is kern.mk as FreeBSD 14 evaluates it
     for amd64 and clang -- the same flags, in the same order, as the tests' own spelling of the kmod line:
     no -Wredundant-decls/-Wnested-externs (gone from CWARNFLAGS), CSTD gnu99."""
-    from generator.build.kmodflags import BUILTIN_KERN_FLAGS
+    from generator import isa
+    from generator.kmod.kmodflags import builtin_kern_flags
     from helpers.kmod import KERN_MK
 
-    assert list(BUILTIN_KERN_FLAGS) == KERN_MK
+    assert list(builtin_kern_flags(isa.by_name("amd64"))) == KERN_MK

@@ -23,7 +23,7 @@ from typing import Dict, Iterator, Optional, Tuple
 import pytest
 
 from generator.common.errors import UserError
-from generator.build.release import DISTS, fetch_release, fetched, parse_manifest
+from generator.kmod.release import DISTS, fetch_release, fetched, parse_manifest
 from generator.common.paths import REPO
 
 RELEASE = "14.3-RELEASE"
@@ -109,7 +109,7 @@ def publish(state: Mirror, sets: Optional[Dict[str, bytes]] = None, manifest: Op
 
 def cache_is_clean(cache: Path) -> bool:
     """Nothing of a failed fetch: no release directory, no temporary directory."""
-    releases = cache / "releases"
+    releases = cache / "releases" / "amd64"  # this machine's ISA: fetch-release's default --target
     return not releases.exists() or not any(releases.iterdir())
 
 
@@ -128,7 +128,7 @@ def test_good_release_is_verified_and_unpacked(mirror, tmp_path: Path) -> None:
     for d in DISTS:
         assert f"{RELEASE}: {d} verified" in out.getvalue()
     assert f"next: invoke build --release {RELEASE}" in out.getvalue()
-    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == [RELEASE]  # no temporaries left
+    assert sorted(p.name for p in (tmp_path / "releases" / "amd64").iterdir()) == [RELEASE]  # no temporaries left
     # Fetched once, found the second time: no request reaches the server.
     before = len(state.requests)
     again = io.StringIO()
@@ -205,7 +205,7 @@ def test_a_failed_refetch_keeps_the_good_copy(mirror, tmp_path: Path) -> None:
     with pytest.raises(UserError, match="truncated"):
         fetch_release(RELEASE, url, str(tmp_path), force=True, out=io.StringIO())
     assert rel.complete() and rel.kernel.is_file()
-    assert sorted(p.name for p in (tmp_path / "releases").iterdir()) == [RELEASE]
+    assert sorted(p.name for p in (tmp_path / "releases" / "amd64").iterdir()) == [RELEASE]
 
 
 def test_manifest_and_release_name_checks() -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
-from generator.common import fetch
+from .._common import fetch
 
 from ..config import CACHE, GUEST_DIR, RELEASE_RE, VMError
 

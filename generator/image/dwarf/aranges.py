@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 from typing import List, Tuple
 
-from generator.image.dwarf.sections import DwarfError, Reads, Sections
+from .sections import DwarfError, Reads, Sections
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from

@@ -19,9 +19,9 @@ import bisect
 import struct
 from typing import Dict, List, NamedTuple, Tuple
 
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.sections import DwarfError, Sections
-from generator.image.dwarf.units import sleb, uleb
+from . import spec as S
+from .sections import DwarfError, Sections
+from .units import sleb, uleb
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from

@@ -12,8 +12,8 @@ from __future__ import annotations
 import struct
 from typing import Dict, List, NamedTuple, Tuple
 
-from generator.image.dwarf.sections import DwarfError
-from generator.image.dwarf.units import sleb, uleb
+from .sections import DwarfError
+from .units import sleb, uleb
 
 # opcode -> (name, operand kinds): "u" uleb, "s" sleb, "a" address, "1u"/"1s"/"2u"/"2s"/"4u"/"4s"/"8u"/"8s"
 # fixed, "r" a DIE offset of the unit's offset size, "b" a uleb length then that many bytes, "t" a type

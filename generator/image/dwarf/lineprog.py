@@ -16,9 +16,9 @@ from __future__ import annotations
 import struct
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.sections import DwarfError, Reads, Sections
-from generator.image.dwarf.units import sleb, uleb
+from . import spec as S
+from .sections import DwarfError, Reads, Sections
+from .units import sleb, uleb
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from

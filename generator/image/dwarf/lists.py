@@ -13,9 +13,9 @@ from __future__ import annotations
 import struct
 from typing import List, NamedTuple, Optional, Tuple
 
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.sections import DwarfError, Reads
-from generator.image.dwarf.units import Unit, uleb
+from . import spec as S
+from .sections import DwarfError, Reads
+from .units import Unit, uleb
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from

@@ -19,7 +19,7 @@ import struct
 import zlib
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.image.elf import KernelImage
+from ..elf import KernelImage
 
 SHF_COMPRESSED = 0x800
 ELFCOMPRESS_ZLIB = 1

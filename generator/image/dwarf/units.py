@@ -20,8 +20,8 @@ from __future__ import annotations
 import struct
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from generator.image.dwarf import spec as S
-from generator.image.dwarf.sections import DwarfError, Reads, Sections
+from . import spec as S
+from .sections import DwarfError, Reads, Sections
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from

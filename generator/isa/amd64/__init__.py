@@ -16,14 +16,14 @@
 
 from __future__ import annotations
 
-from generator.isa.amd64 import classify as _classify
-from generator.isa.amd64 import decode as _decode
-from generator.isa.amd64 import probe_md as _md
-from generator.isa.amd64 import table as _table
-from generator.isa.amd64.oracle import QUIRKS
-from generator.isa.amd64.relocs import branch_field, reloc_type
-from generator.isa.contract import Isa
-from generator.isa.amd64.dwarfregs import DWARF_REGS
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import table as _table
+from .oracle import QUIRKS
+from .relocs import branch_field, reloc_type
+from ..contract import Isa, Kmod
+from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="amd64",
@@ -38,6 +38,16 @@ ISA = Isa(
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=reloc_type,
     oracle=QUIRKS,
+    kmod=Kmod(
+        machine="amd64", machine_arch="amd64", machine_cpuarch="amd64", clang_arch="x86_64",
+        ld_emulation="elf_x86_64_fbsd", shared=False, ld_flags=(),
+        cflags=("-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float",
+                "-fno-asynchronous-unwind-tables"),
+        gcc_spelling=(),
+        clang_cflags=("-mno-aes", "-mno-avx"),
+        include_links=(("machine", "amd64"), ("x86", "x86"), ("i386", "i386")),
+        ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),
+    ),
     decode=_decode.decode,
     classify=_classify.classify,
     context_refusals=_classify.context_refusals,
@@ -47,7 +57,7 @@ ISA = Isa(
     stream_record=_table.record,
     stream_decode=_table.decode,
     stream_masks=_table.with_masks,
-    accelerator="generator.isa.amd64.native",
+    accelerator=f"{__name__}.native",  # the package, under whatever name it is installed
     branch_reloc=branch_field,
     dwarf_regs=DWARF_REGS,
 )

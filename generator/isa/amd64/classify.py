@@ -28,13 +28,13 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence
 
-from generator.common.errors import ClassifierError
-from generator.isa.amd64 import tables as T
-from generator.isa.amd64.decode import SIZED_BY_ICED, modrm_index
-from generator.isa.amd64.probe_md import (KIND_CALL_DIRECT, KIND_CALL_MEM, KIND_CALL_REG, KIND_CALL_RIPREL,
+from ...common.errors import ClassifierError
+from . import tables as T
+from .decode import SIZED_BY_ICED, modrm_index
+from .probe_md import (KIND_CALL_DIRECT, KIND_CALL_MEM, KIND_CALL_REG, KIND_CALL_RIPREL,
                                          KIND_JCC32, KIND_JCC_WIDEN, KIND_JMP32, KIND_JMP_WIDEN, KIND_RIPREL,
                                          KIND_TRAMPOLINE, KinstFlag, ProbeMd, skip_md)
-from generator.isa.contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
+from ..contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
 
 # Functions refused by name on amd64, with the reason.  kinst_md_excluded() is
 # empty on amd64; these are kinstkit's additions (docs/refusals.md).

@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 from typing import List, Optional, Tuple
 
-from generator.isa.amd64 import tables as T
-from generator.isa.contract import BAD, Insn
+from . import tables as T
+from ..contract import BAD, Insn
 
 _LENGTH_FIX_MNEMONICS = frozenset(T.LENGTH_FIXES.values())
 _MODRM_1 = T.MODRM_1

@@ -7,7 +7,7 @@ DWARF 16 is the return-address column, not a register a variable lives in; 17 an
 x87 registers, which kinst's ``regs[]`` does not hold.
 """
 
-from generator.isa.contract import DwarfReg
+from ..contract import DwarfReg
 
 _NAMES = ("rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
           "r15")

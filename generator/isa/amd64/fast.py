@@ -23,11 +23,11 @@ from typing import NamedTuple, Optional, Tuple
 from iced_x86 import (Code, CpuidFeature, Decoder, FlowControl, Instruction, Mnemonic, OpCodeInfo, OpCodeOperandKind,
                       Register)
 
-from generator.isa.amd64 import probe_md as M
-from generator.isa.amd64 import tables as T
-from generator.isa.amd64.summaryrec import KIND_CODES, Summary
-from generator.isa.amd64.table import REFUSED as T_REFUSED
-from generator.isa.amd64.table import RIPREL_IMM as T_RIPREL_IMM
+from . import probe_md as M
+from . import tables as T
+from .summaryrec import KIND_CODES, Summary
+from .table import REFUSED as T_REFUSED
+from .table import RIPREL_IMM as T_RIPREL_IMM
 
 # capstone base mnemonics of tables.REFUSED -> iced mnemonics.  Far
 # call/jmp are found from their bytes (ff /3, ff /5), not by name.

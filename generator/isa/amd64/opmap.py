@@ -28,9 +28,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from iced_x86 import Decoder, Mnemonic, Register
 
-from generator.isa.amd64 import fast as F
-from generator.isa.amd64 import probe_md as M
-from generator.isa.amd64.decode import _modrm_end
+from . import fast as F
+from . import probe_md as M
+from .decode import _modrm_end
 
 HEADER = os.path.join(os.path.dirname(__file__), "accel", "kk_opmap.h")
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 
-from generator.isa.amd64.probe_md import KIND_JCC32, KIND_JCC_WIDEN
-from generator.isa.contract import OracleQuirks
+from .probe_md import KIND_JCC32, KIND_JCC_WIDEN
+from ..contract import OracleQuirks
 
 _PREFIXES = {0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3}
 _STRING_OPS = {0x6C, 0x6D, 0x6E, 0x6F, 0xA4, 0xA5, 0xA6, 0xA7, 0xAA, 0xAB, 0xAC, 0xAD, 0xAE, 0xAF}
@@ -72,4 +72,6 @@ QUIRKS = OracleQuirks(
     conditional_kinds=(KIND_JCC_WIDEN, KIND_JCC32),
     fused=fused_wait,
     fused_note="objdump fuses fwait into the x87 instruction after it",
+    gnu_triple="x86_64-linux-gnu",
+    debian_arch="amd64",
 )

@@ -9,8 +9,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, NamedTuple
 
-from generator.common.cstring import c_bytes
-from generator.isa.contract import FlagBit, TableKind
+from ...common.cstring import c_bytes
+from ..contract import FlagBit, TableKind
 
 
 class KinstFlag(enum.IntFlag):

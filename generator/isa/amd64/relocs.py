@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from generator.isa.contract import RelocType
+from ..contract import RelocType
 
 R_X86_64_NONE = 0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Tuple
 
-from generator.isa.amd64 import probe_md as M
+from . import probe_md as M
 
 # The counter of each kind, in TABLE_KINDS order from 1 (0 is unused).
 KIND_CODES = {kind.kind: i + 1 for i, kind in enumerate(M.TABLE_KINDS)}

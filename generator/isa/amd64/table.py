@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence, Tuple
 
-from generator.common.errors import ClassifierError
-from generator.isa.amd64.probe_md import KIND_RIPREL, TABLE_KINDS
-from generator.isa.contract import CConst, StreamInsn
+from ...common.errors import ClassifierError
+from .probe_md import KIND_RIPREL, TABLE_KINDS
+from ..contract import CConst, StreamInsn
 
 _KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
 _RIPREL = _KIND_CODE[KIND_RIPREL]

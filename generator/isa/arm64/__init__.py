@@ -12,14 +12,14 @@
 
 from __future__ import annotations
 
-from generator.isa.arm64 import classify as _classify
-from generator.isa.arm64 import decode as _decode
-from generator.isa.arm64 import probe_md as _md
-from generator.isa.arm64 import relocs as _relocs
-from generator.isa.arm64 import table as _table
-from generator.isa.arm64.oracle import QUIRKS
-from generator.isa.contract import Isa
-from generator.isa.arm64.dwarfregs import DWARF_REGS
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import relocs as _relocs
+from . import table as _table
+from .oracle import QUIRKS
+from ..contract import Isa, Kmod
+from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="arm64",
@@ -34,6 +34,13 @@ ISA = Isa(
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=_relocs.reloc_type,
     oracle=QUIRKS,
+    kmod=Kmod(
+        machine="arm64", machine_arch="aarch64", machine_cpuarch="aarch64", clang_arch="aarch64",
+        ld_emulation="aarch64elf", shared=True, ld_flags=("--no-relax",),
+        cflags=("-mgeneral-regs-only", "-ffixed-x18", "-mbranch-protection=standard", "-mno-outline-atomics"),
+        gcc_spelling=(),
+        clang_cflags=(), include_links=(("machine", "arm64"),), ldscript="", kinst_dirs=("arm64", "dbp"),
+    ),
     decode=_decode.decode,
     classify=_classify.classify,
     context_refusals=_classify.context_refusals,
@@ -45,7 +52,6 @@ ISA = Isa(
     stream_masks=_table.with_masks,
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
-    harness_glue=("dbp", "arm64"),
     mapping_symbols=True,
     dwarf_regs=DWARF_REGS,
 )

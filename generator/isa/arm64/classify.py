@@ -30,11 +30,11 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.common.errors import ClassifierError
-from generator.isa.arm64 import tables as T
-from generator.isa.arm64.probe_md import (KIND_ADR, KIND_ADRP, KIND_B, KIND_BCOND, KIND_BL, KIND_BR_REG, KIND_CBZ,
+from ...common.errors import ClassifierError
+from . import tables as T
+from .probe_md import (KIND_ADR, KIND_ADRP, KIND_B, KIND_BCOND, KIND_BL, KIND_BR_REG, KIND_CBZ,
                                           KIND_LDR_LITERAL, KIND_TBZ, KIND_TRAMPOLINE, ProbeMd, skip_md)
-from generator.isa.contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
+from ..contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
 
 # kinst_md_excluded() on arm64, with the reasons.
 MD_EXCLUDED: Dict[str, str] = {

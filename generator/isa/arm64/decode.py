@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 
 import capstone
 
-from generator.isa.contract import BAD, Insn
+from ..contract import BAD, Insn
 
 INSN_SIZE = 4
 

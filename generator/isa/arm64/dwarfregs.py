@@ -6,7 +6,7 @@
 DWARF 64-95 are the SIMD and floating-point registers, which kinst's ``regs[]`` does not hold.
 """
 
-from generator.isa.contract import DwarfReg
+from ..contract import DwarfReg
 
 DWARF_REGS = tuple(DwarfReg(n, f"x{n}", "R_LR" if n == 30 else f"R_X{n}", f"uc->uc_mcontext.regs[{n}]")
                    for n in range(31)) + (DwarfReg(31, "sp", "R_SP", "uc->uc_mcontext.sp"),)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from generator.isa.arm64.probe_md import CONDITIONAL_KINDS
-from generator.isa.contract import OracleQuirks
+from .probe_md import CONDITIONAL_KINDS
+from ..contract import OracleQuirks
 
 DIRECT_BRANCHES = frozenset({"b", "bl", "cbz", "cbnz", "tbz", "tbnz"})
 _RELOC = re.compile(r"^[0-9a-f]+: R_")
@@ -49,19 +49,13 @@ def branch_target(text: str) -> Optional[int]:
 QUIRKS = OracleQuirks(
     objdump="aarch64-linux-gnu-objdump",
     branch_mnemonic=lambda m: m in DIRECT_BRANCHES or m.startswith(("b.", "bc.")),
-    prefix_words=frozenset(),
-    no_target_branches=frozenset(),
     pcrel32_relocs=("R_AARCH64_CALL26", "R_AARCH64_JUMP26", "R_AARCH64_CONDBR19", "R_AARCH64_TSTBR14"),
-    lone_prefix=None,
-    lone_prefix_note="",
-    repeats_in_place=lambda orig: False,
     conditional_kinds=CONDITIONAL_KINDS,
-    fused=lambda code: 0,  # fixed-width words: objdump never prints two as one
-    fused_note="",
     insn_text=insn_text,
     branch_target=branch_target,
     reloc_target_bias=0,
     qemu="qemu-aarch64",
-    sysroot="/usr/aarch64-linux-gnu",
-    cross_prefix="aarch64-linux-gnu-",
+    cross_packages="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static",
+    gnu_triple="aarch64-linux-gnu",
+    debian_arch="arm64",
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from generator.isa.contract import RelocType
+from ..contract import RelocType
 
 R_AARCH64_NONE = 0
 
@@ -40,6 +40,8 @@ _UNAPPLIED = {
     269: ("R_AARCH64_MOVW_UABS_G2_NC", 4), 270: ("R_AARCH64_MOVW_UABS_G3", 4),
     541: ("R_AARCH64_TLSIE_ADR_GOTTPREL_PAGE21", 4), 542: ("R_AARCH64_TLSIE_LD64_GOTTPREL_LO12_NC", 4),
     549: ("R_AARCH64_TLSLE_ADD_TPREL_HI12", 4), 551: ("R_AARCH64_TLSLE_ADD_TPREL_LO12_NC", 4),
+    # What a -Bshareable module (FreeBSD's ET_DYN .ko) leaves for the kernel linker at load.
+    1025: ("R_AARCH64_GLOB_DAT", 8), 1026: ("R_AARCH64_JUMP_SLOT", 8), 1027: ("R_AARCH64_RELATIVE", 8),
 }
 
 RELOCATIONS: Dict[int, RelocType] = {

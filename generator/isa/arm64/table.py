@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence, Tuple
 
-from generator.common.errors import ClassifierError
-from generator.isa.arm64.probe_md import TABLE_KINDS
-from generator.isa.contract import CConst, StreamInsn
+from ...common.errors import ClassifierError
+from .probe_md import TABLE_KINDS
+from ..contract import CConst, StreamInsn
 
 _KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
 REFUSED = 15

@@ -13,14 +13,14 @@
 
 from __future__ import annotations
 
-from generator.isa.contract import Isa
-from generator.isa.riscv.dwarfregs import DWARF_REGS
-from generator.isa.riscv import classify as _classify
-from generator.isa.riscv import decode as _decode
-from generator.isa.riscv import probe_md as _md
-from generator.isa.riscv import relocs as _relocs
-from generator.isa.riscv import table as _table
-from generator.isa.riscv.oracle import QUIRKS
+from ..contract import Isa, Kmod
+from . import classify as _classify
+from . import decode as _decode
+from . import probe_md as _md
+from . import relocs as _relocs
+from . import table as _table
+from .oracle import QUIRKS
+from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="riscv",
@@ -37,6 +37,15 @@ ISA = Isa(
     prologue_reasons=_classify.PROLOGUE_REASONS,
     reloc_type=_relocs.reloc_type,
     oracle=QUIRKS,
+    kmod=Kmod(
+        machine="riscv", machine_arch="riscv64", machine_cpuarch="riscv", clang_arch="riscv64",
+        ld_emulation="elf64lriscv", shared=True, ld_flags=(),
+        # FreeBSD's -march is rv64imafdch_zifencei, which clang < 19 rejects; the extensions it adds (h,
+        # zifencei) change no instruction kinst's C is compiled to.
+        cflags=("-march=rv64imafdc", "-mabi=lp64", "-mcmodel=medium", "-mno-relax"),
+        gcc_spelling=(("-mcmodel=medium", "-mcmodel=medany"), ("-mno-omit-leaf-frame-pointer", "")),
+        clang_cflags=(), include_links=(("machine", "riscv"),), ldscript="", kinst_dirs=("riscv", "dbp"),
+    ),
     decode=_decode.decode,
     classify=_classify.classify,
     context_refusals=_classify.context_refusals,
@@ -48,7 +57,6 @@ ISA = Isa(
     stream_masks=_table.with_masks,
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
-    harness_glue=("dbp", "riscv"),
     mapping_symbols=True,
     dwarf_regs=DWARF_REGS,
 )

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.common.errors import ClassifierError
-from generator.isa.contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
-from generator.isa.riscv import tables as T
-from generator.isa.riscv.decode import SIZED
-from generator.isa.riscv.probe_md import (KIND_AUIPC, KIND_BRANCH, KIND_C_BRANCH, KIND_C_J, KIND_C_JR, KIND_JAL,
+from ...common.errors import ClassifierError
+from ..contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Verdict
+from . import tables as T
+from .decode import SIZED
+from .probe_md import (KIND_AUIPC, KIND_BRANCH, KIND_C_BRANCH, KIND_C_J, KIND_C_JR, KIND_JAL,
                                           KIND_JALR, KIND_TRAMPOLINE, ProbeMd, skip_md)
 
 # kinst_md_excluded() on riscv, with the reasons.

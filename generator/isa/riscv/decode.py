@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 import capstone
 
-from generator.isa.contract import BAD, Insn
+from ..contract import BAD, Insn
 
 SIZED = "length from the encoding"  # operands text of a (bad) entry whose length is known
 

@@ -7,7 +7,7 @@ qemu-user.
 DWARF 32-63 are the floating-point registers, which kinst's ``regs[]`` does not hold.
 """
 
-from generator.isa.contract import DwarfReg
+from ..contract import DwarfReg
 
 _ABI = ("zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7",
         "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4", "t5", "t6")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Optional, Tuple
 
-from generator.isa.contract import OracleQuirks
-from generator.isa.riscv.probe_md import CONDITIONAL_KINDS
+from ..contract import OracleQuirks
+from .probe_md import CONDITIONAL_KINDS
 
 DIRECT_BRANCHES = frozenset({"j", "jal", "beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez",
                              "bltz", "bgtz", "bgt", "ble", "bgtu", "bleu"})
@@ -51,19 +51,13 @@ def branch_target(text: str) -> Optional[int]:
 QUIRKS = OracleQuirks(
     objdump="riscv64-linux-gnu-objdump",
     branch_mnemonic=lambda m: m in DIRECT_BRANCHES,
-    prefix_words=frozenset(),
-    no_target_branches=frozenset(),
     pcrel32_relocs=("R_RISCV_BRANCH", "R_RISCV_JAL", "R_RISCV_RVC_BRANCH", "R_RISCV_RVC_JUMP"),
-    lone_prefix=None,
-    lone_prefix_note="",
-    repeats_in_place=lambda orig: False,
     conditional_kinds=CONDITIONAL_KINDS,
-    fused=lambda code: 0,  # fixed-width words: objdump never prints two as one
-    fused_note="",
     insn_text=insn_text,
     branch_target=branch_target,
     reloc_target_bias=0,
     qemu="qemu-riscv64",
-    sysroot="/usr/riscv64-linux-gnu",
-    cross_prefix="riscv64-linux-gnu-",
+    cross_packages="gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user-static",
+    gnu_triple="riscv64-linux-gnu",
+    debian_arch="riscv64",
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
-from generator.isa.contract import TableKind
+from ..contract import TableKind
 
 KIND_TRAMPOLINE = "trampoline"
 KIND_JAL = "jal"

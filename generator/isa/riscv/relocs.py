@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Tuple
 
-from generator.isa.contract import RelocType
+from ..contract import RelocType
 
 R_RISCV_NONE = 0
 R_RISCV_RELAX = 51
@@ -74,6 +74,8 @@ _UNAPPLIED = {
     37: ("R_RISCV_SUB8", 1), 38: ("R_RISCV_SUB16", 2), 39: ("R_RISCV_SUB32", 4), 40: ("R_RISCV_SUB64", 8),
     52: ("R_RISCV_SUB6", 1), 53: ("R_RISCV_SET6", 1), 54: ("R_RISCV_SET8", 1), 55: ("R_RISCV_SET16", 2),
     56: ("R_RISCV_SET32", 4), 60: ("R_RISCV_SET_ULEB128", 1), 61: ("R_RISCV_SUB_ULEB128", 1),
+    # What a -Bshareable module (FreeBSD's ET_DYN .ko) leaves for the kernel linker at load.
+    3: ("R_RISCV_RELATIVE", 8), 5: ("R_RISCV_JUMP_SLOT", 8),
 }
 
 RELOCATIONS: Dict[int, RelocType] = {

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence, Tuple
 
-from generator.common.errors import ClassifierError
-from generator.isa.contract import CConst, StreamInsn
-from generator.isa.riscv.probe_md import TABLE_KINDS
+from ...common.errors import ClassifierError
+from ..contract import CConst, StreamInsn
+from .probe_md import TABLE_KINDS
 
 _KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
 REFUSED = 15

@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from generator.providers.dtmalloc import layouts as L
-from generator.common.errors import UserError
-from generator.common.paths import SYS_MODULES
-from generator.providers.dtmalloc.mallocs import Discovery, MallocType, discover, probe_bytes
-from generator.render import Input, remove_outdated, render_tree
+from . import layouts as L
+from ...common.errors import UserError
+from ...common.paths import MODULES_OUT
+from .mallocs import Discovery, MallocType, discover, probe_bytes
+from ...render import Input, remove_outdated, render_tree
 
 PROVIDER = "dtmalloc"
 PROBE_NAMES = ("malloc", "free")
 TEMPLATE_DIR = "dtmalloc"
-DEFAULT_OUT = SYS_MODULES / PROVIDER
+DEFAULT_OUT = MODULES_OUT / PROVIDER
 # What kinstkit generated before the fixed C was committed; removed from the output directory.
 OUTDATED = ("dtmalloc_glue.c", "dtmalloc_core.c", "dtmalloc_core.h")
 
@@ -214,7 +214,7 @@ def context(d: Discovery) -> Dict[str, Any]:
 
 def inputs_of(paths: Sequence[str]) -> List[Input]:
     """Provenance of each input file for the generated headers."""
-    from generator.image.elf import KernelImage
+    from ...image.elf import KernelImage
 
     out = []
     for p in paths:

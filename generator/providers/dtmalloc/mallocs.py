@@ -32,9 +32,9 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from generator.providers.dtmalloc import layouts as L
-from generator.common.errors import UserError
-from generator.image.elf import KernelImage
+from . import layouts as L
+from ...common.errors import UserError
+from ...image.elf import KernelImage
 
 _STT_OBJECT = 1
 _STT_FUNC = 2
@@ -183,7 +183,7 @@ def read_pointer(img: KernelImage, address: int) -> Pointer:
     if img.e_type != "ET_REL":
         return Pointer(raw, None)
     for r in img.relocs_in(address, L.POINTER_SIZE):
-        if r.address == address and r.type == "R_X86_64_64":
+        if r.address == address and r.width == L.POINTER_SIZE:  # the ISA's 64-bit absolute pointer relocation
             return Pointer(raw if r.resolved else None, r.symbol or None)
     return Pointer(raw, None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Sequence
 
-from generator.providers.dtmalloc.mallocs import Discovery, MallocType
+from .mallocs import Discovery, MallocType
 
 COLUMNS = ("PROBE", "SYMBOL", "BINDING", "FILE", "ADDRESS", "SHORTDESC")
 MAX_WIDTH = 40  # a longer cell overflows its column rather than widening every row

@@ -16,8 +16,8 @@
  *
  *   made (kinst_sx held, may sleep): kp_md derived from the verified
  *     bytes, kp_savedval = kinst_isa_peek(kp, verified copy),
- *     kinst_tramp_prepare(kp) (reserves, or on arm64 and riscv fills, its
- *     trampoline);
+ *     kinst_tramp_prepare(kp) (finds the address's filled trampoline, or
+ *     reserves one);
  *   enabled (dtrace_lock held, no sleep): kinst_tramp_take(kp), then
  *     kinst_isa_arm(kp), which writes the breakpoint only over kp_savedval;
  *   disabled (likewise): kinst_isa_disarm(kp), which writes kp_savedval

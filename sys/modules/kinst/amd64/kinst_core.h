@@ -6,7 +6,7 @@
  * Freestanding C99 with no system headers at all, so that the same core
  * compiles into the FreeBSD module (kinst.c, kinst_isa.c) and into the
  * user-space harness that proves it on real code
- * (generator/run/harness_c/amd64/kinst_harness.c).
+ * (generator/run/harness_c/).
  *
  * A table keeps one small record per instruction (kinst_encoding.h names the
  * codes; generator/isa/amd64/table.py writes them): its length, how a hit

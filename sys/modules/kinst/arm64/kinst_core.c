@@ -3,11 +3,11 @@
  *
  * kinst_core.c: the table's word records, the emulation data derived from
  * the live word, the trampoline fill and the emulation of every PC-relative
- * and register-branch class over a register file, for arm64.  Freestanding
- * C99, no headers, no library calls: the kernel glue runs the trap-time
- * part in probe context and the user-space harness in a SIGTRAP handler,
- * and neither may call into code that could itself be probed (kinst's
- * kinst_memcpy() rule).  Hence byte loops instead of memcpy().
+ * and register-branch class over a register file, for arm64; the rest of
+ * the core is ../dbp/kinst_core_dbp.c.  Freestanding C99, no headers, no
+ * library calls: the kernel glue runs the trap-time part in probe context
+ * and the user-space harness in a SIGTRAP handler, and neither may call
+ * into code that could itself be probed (kinst's kinst_memcpy() rule).
  *
  * The classes are kinst's (sys/cddl/dev/kinst/aarch64/kinst_isa.c), with
  * the corrections generator/isa/arm64/classify.py makes and
@@ -23,88 +23,15 @@
 #define	KINST_XZR		31
 #define	KINST_NOT_RESTORED(r)	((r) >= 18 && (r) <= 28)
 
-void
-kinst_core_walk(const struct kinst_table *kt, const struct kinst_func *kf,
-    struct kinst_walk *kw)
-{
-
-	kw->kw_p = kt->kt_records + kf->kf_records;
-	kw->kw_end = kt->kt_records + kf->kf_end;
-	kw->kw_off = 0;
-	kw->kw_size = kf->kf_size;
-	kw->kw_probe = kf->kf_first;
-}
-
-/*
- * The next word of the walk: 1, or 0 at the function's end, or
- * -KINST_E_TABLE for a record this core cannot read.
- */
+/* A record byte: its code in the low bits, and the masked bit. */
 int
-kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
-{
-	kc_uint8_t b, code;
-
-	if (kw->kw_off >= kw->kw_size || kw->kw_p >= kw->kw_end)
-		return (0);
-	b = *kw->kw_p++;
-	code = b & KINST_R_CODE;
-	if ((b & ~(KINST_R_CODE | KINST_R_MASKED)) != 0 ||
-	    (code >= KINST_NKINDS && code != KINST_R_REFUSED))
-		return (-KINST_E_TABLE);
-	ki->ki_len = KINST_INSN_SIZE;
-	ki->ki_kind = code;
-	ki->ki_masked = (b & KINST_R_MASKED) != 0;
-	ki->ki_off = kw->kw_off;
-	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
-	kw->kw_off += KINST_INSN_SIZE;
-	return (1);
-}
-
-/*
- * Is 'copy', a writable copy of the live function's kf_size bytes, the
- * function the table was made from?  The relocated words are zeroed first,
- * as the generator zeroed them.  0, KINST_E_BYTES or KINST_E_TABLE.
- */
-int
-kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
-    kc_uint8_t *copy)
-{
-	struct kinst_walk kw;
-	struct kinst_insn ki;
-	kc_uint32_t i;
-	int rv;
-
-	kinst_core_walk(kt, kf, &kw);
-	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
-		if (!ki.ki_masked)
-			continue;
-		if (ki.ki_off + KINST_INSN_SIZE > kf->kf_size)
-			return (KINST_E_TABLE);
-		for (i = 0; i < KINST_INSN_SIZE; i++)
-			copy[ki.ki_off + i] = 0;
-	}
-	if (rv < 0)
-		return (KINST_E_TABLE);
-	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
-	    KINST_E_BYTES);
-}
-
-static kc_uint32_t
-kinst_core_word(const volatile kc_uint8_t *p)
+kinst_core_record(kc_uint8_t b, kc_uint8_t *len)
 {
 
-	return ((kc_uint32_t)p[0] | (kc_uint32_t)p[1] << 8 |
-	    (kc_uint32_t)p[2] << 16 | (kc_uint32_t)p[3] << 24);
-}
-
-static kc_int64_t
-kinst_core_sext(kc_uint64_t v, int bits)
-{
-
-	v &= ((kc_uint64_t)1 << bits) - 1;
-	if ((v >> (bits - 1)) & 1)
-		v |= ~(((kc_uint64_t)1 << bits) - 1);
-	return ((kc_int64_t)v);
+	*len = KINST_INSN_SIZE;
+	if ((b & ~(KINST_R_CODE | KINST_R_MASKED)) != 0)
+		return (-1);
+	return (b & KINST_R_CODE);
 }
 
 /*
@@ -153,7 +80,7 @@ kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
 
 	if (ki->ki_kind >= KINST_NKINDS || ki->ki_len != KINST_INSN_SIZE)
 		return (KINST_E_TABLE);
-	w = kinst_core_word(b);
+	w = kinst_core_get(b, KINST_INSN_SIZE);
 	if (kinst_core_kind_of(w) != ki->ki_kind)
 		return (KINST_E_TABLE);
 	md->km_insn = w;
@@ -221,27 +148,10 @@ kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
 	return (0);
 }
 
-int
-kinst_core_is_emulated(const struct kinst_md *md)
-{
-
-	return (md->km_kind != KINST_K_TRAMPOLINE);
-}
-
-static void
-kinst_core_put32(volatile kc_uint8_t *p, kc_uint32_t v)
-{
-
-	p[0] = (kc_uint8_t)v;
-	p[1] = (kc_uint8_t)(v >> 8);
-	p[2] = (kc_uint8_t)(v >> 16);
-	p[3] = (kc_uint8_t)(v >> 24);
-}
-
 /*
  * Fill a KINST_TRAMP_SIZE trampoline: the word, then the trampoline's own
  * breakpoint, which the glue recognises by its address.  The caller syncs
- * the instruction cache.
+ * the instruction caches.
  */
 int
 kinst_core_tramp_fill(const struct kinst_md *md, volatile kc_uint8_t *tramp)
@@ -249,19 +159,10 @@ kinst_core_tramp_fill(const struct kinst_md *md, volatile kc_uint8_t *tramp)
 
 	if (kinst_core_is_emulated(md))
 		return (KINST_E_KIND);
-	kinst_core_put32(tramp, md->km_insn);
-	kinst_core_put32(tramp + KINST_INSN_SIZE, KINST_PATCHVAL);
+	kinst_core_put(tramp, md->km_insn, KINST_INSN_SIZE);
+	kinst_core_put(tramp + KINST_INSN_SIZE, KINST_PATCHVAL,
+	    KINST_INSN_SIZE);
 	return (0);
-}
-
-/* The breakpoint for the probe, in 'buf' (4 bytes); its length. */
-int
-kinst_core_patch(const struct kinst_md *md, kc_uint8_t *buf)
-{
-
-	(void)md;
-	kinst_core_put32(buf, KINST_PATCHVAL);
-	return (KINST_INSN_SIZE);
 }
 
 /* Where a thread resumes after the trampoline of the word at 'patchpoint'. */

@@ -4,10 +4,11 @@
  * kinst_core.c: the table's instruction records, the emulation data
  * derived from the live instruction, the trampoline fill and the emulation
  * of every PC-relative and register-jump class over a register file, for
- * riscv.  Freestanding C99, no headers, no library calls: the kernel glue
- * runs the trap-time part in probe context and the user-space harness in a
- * SIGTRAP handler, and neither may call into code that could itself be
- * probed (kinst's kinst_memcpy() rule).  Hence byte loops.
+ * riscv; the rest of the core is ../dbp/kinst_core_dbp.c.  Freestanding
+ * C99, no headers, no library calls: the kernel glue runs the trap-time
+ * part in probe context and the user-space harness in a SIGTRAP handler,
+ * and neither may call into code that could itself be probed (kinst's
+ * kinst_memcpy() rule).
  *
  * The classes are kinst's (sys/cddl/dev/kinst/riscv/kinst_isa.c), with the
  * correction generator/isa/riscv/classify.py makes and docs/refusals.md
@@ -19,81 +20,15 @@
 #define	KINST_NONE	0xff	/* km_rd, km_rs1, km_rs2, km_funct3: not used */
 #define	KINST_EBREAK	0x00100073U
 
-void
-kinst_core_walk(const struct kinst_table *kt, const struct kinst_func *kf,
-    struct kinst_walk *kw)
-{
-
-	kw->kw_p = kt->kt_records + kf->kf_records;
-	kw->kw_end = kt->kt_records + kf->kf_end;
-	kw->kw_off = 0;
-	kw->kw_size = kf->kf_size;
-	kw->kw_probe = kf->kf_first;
-}
-
-/*
- * The next instruction of the walk: 1, or 0 at the function's end, or
- * -KINST_E_TABLE for a record this core cannot read.
- */
+/* A record byte: the length bit, the code above it, and the masked bit. */
 int
-kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
-{
-	kc_uint8_t b, code;
-
-	if (kw->kw_off >= kw->kw_size || kw->kw_p >= kw->kw_end)
-		return (0);
-	b = *kw->kw_p++;
-	code = (b >> KINST_R_CODE_SHIFT) & 15;
-	if ((b & 0xc0) != 0 ||
-	    (code >= KINST_NKINDS && code != KINST_R_REFUSED))
-		return (-KINST_E_TABLE);
-	ki->ki_len = (b & KINST_R_LONG) != 0 ? KINST_INSN_SIZE :
-	    KINST_INSN_C_SIZE;
-	ki->ki_kind = code;
-	ki->ki_masked = (b & KINST_R_MASKED) != 0;
-	ki->ki_off = kw->kw_off;
-	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
-	kw->kw_off += ki->ki_len;
-	return (1);
-}
-
-/*
- * Is 'copy', a writable copy of the live function's kf_size bytes, the
- * function the table was made from?  The relocated instructions are zeroed
- * first, as the generator zeroed them.  0, KINST_E_BYTES or KINST_E_TABLE.
- */
-int
-kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
-    kc_uint8_t *copy)
-{
-	struct kinst_walk kw;
-	struct kinst_insn ki;
-	kc_uint32_t i;
-	int rv;
-
-	kinst_core_walk(kt, kf, &kw);
-	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
-		if (!ki.ki_masked)
-			continue;
-		if (ki.ki_off + ki.ki_len > kf->kf_size)
-			return (KINST_E_TABLE);
-		for (i = 0; i < ki.ki_len; i++)
-			copy[ki.ki_off + i] = 0;
-	}
-	if (rv < 0)
-		return (KINST_E_TABLE);
-	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
-	    KINST_E_BYTES);
-}
-
-static kc_int64_t
-kinst_core_sext(kc_uint64_t v, int bits)
+kinst_core_record(kc_uint8_t b, kc_uint8_t *len)
 {
 
-	v &= ((kc_uint64_t)1 << bits) - 1;
-	if ((v >> (bits - 1)) & 1)
-		v |= ~(((kc_uint64_t)1 << bits) - 1);
-	return ((kc_int64_t)v);
+	*len = (b & KINST_R_LONG) != 0 ? KINST_INSN_SIZE : KINST_INSN_C_SIZE;
+	if ((b & 0xc0) != 0)
+		return (-1);
+	return ((b >> KINST_R_CODE_SHIFT) & 15);
 }
 
 /* The kind a 4-byte instruction is emulated as, or KINST_K_TRAMPOLINE. */
@@ -205,13 +140,13 @@ kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
 
 	if (ki->ki_kind >= KINST_NKINDS)
 		return (KINST_E_TABLE);
-	v = (kc_uint32_t)b[0] | (kc_uint32_t)b[1] << 8;
+	v = kinst_core_get(b, KINST_INSN_C_SIZE);
 	if (((v & 3) == 3) != (ki->ki_len == KINST_INSN_SIZE))
 		return (KINST_E_TABLE);
 	if (ki->ki_len == KINST_INSN_SIZE) {
 		if ((v & 0x1f) == 0x1f)
 			return (KINST_E_TABLE);	/* 6 bytes or more */
-		v |= (kc_uint32_t)b[2] << 16 | (kc_uint32_t)b[3] << 24;
+		v = kinst_core_get(b, KINST_INSN_SIZE);
 		kind = kinst_core_kind32(v);
 	} else
 		kind = kinst_core_kind16(v);
@@ -229,26 +164,10 @@ kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
 	return (0);
 }
 
-int
-kinst_core_is_emulated(const struct kinst_md *md)
-{
-
-	return (md->km_kind != KINST_K_TRAMPOLINE);
-}
-
-static void
-kinst_core_put(volatile kc_uint8_t *p, kc_uint32_t v, int len)
-{
-	int i;
-
-	for (i = 0; i < len; i++)
-		p[i] = (kc_uint8_t)(v >> (8 * i));
-}
-
 /*
  * Fill a KINST_TRAMP_SIZE trampoline: the instruction, a c.nop after a
  * compressed one, then the trampoline's own ebreak at +4, which the glue
- * recognises by its address.  The caller runs fence.i.
+ * recognises by its address.  The caller syncs the instruction caches.
  */
 int
 kinst_core_tramp_fill(const struct kinst_md *md, volatile kc_uint8_t *tramp)
@@ -264,29 +183,12 @@ kinst_core_tramp_fill(const struct kinst_md *md, volatile kc_uint8_t *tramp)
 	return (0);
 }
 
-/*
- * The breakpoint for the probe in 'buf', and its length: c.ebreak over the
- * first halfword, whatever the instruction's length.  A 4-byte instruction
- * may sit at an address that is only 2-byte aligned (after a compressed
- * one), where a 4-byte ebreak would take two stores and a hart fetching
- * between them would run half of each; one aligned 16-bit store is atomic,
- * and the CPU, seeing a 16-bit encoding, traps without reading the rest.
- */
-int
-kinst_core_patch(const struct kinst_md *md, kc_uint8_t *buf)
-{
-
-	(void)md;
-	kinst_core_put(buf, KINST_PATCHVAL, KINST_INSN_C_SIZE);
-	return (KINST_INSN_C_SIZE);
-}
-
-/* Where a thread resumes after the trampoline of the instruction at 'patchpoint'. */
+/* Where a thread resumes after the trampoline of the instruction at 'pp'. */
 kc_uintptr_t
-kinst_core_resume(const struct kinst_md *md, kc_uintptr_t patchpoint)
+kinst_core_resume(const struct kinst_md *md, kc_uintptr_t pp)
 {
 
-	return (patchpoint + md->km_instlen);
+	return (pp + md->km_instlen);
 }
 
 static kc_uint64_t

@@ -1,18 +1,23 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kh_isa.h: what the double-breakpoint harness glue (../dbp/kinst_harness.c)
- * needs of riscv64 Linux: raw system calls, and the signal frame's registers
- * mapped onto the core's struct kinst_regs.
+ * kh_isa_riscv.c: what the harness glue needs of riscv64 Linux besides the
+ * double-breakpoint handler it shares with arm64 (../dbp/kh_dbp.c): raw
+ * system calls (../kh_isa.h), and the signal frame's registers mapped onto
+ * the core's struct kinst_regs (../dbp/kh_dbp.h).
  */
 
-#ifndef _KH_ISA_H_
-#define	_KH_ISA_H_
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucontext.h>
 
-#define	KH_ISA_NAME	"riscv"
+#include "kinst_core.h"
+#include "kh_isa.h"
+#include "kh_dbp.h"
 
-static long
-kh_syscall4(long nr, long a1, long a2, long a3, long a4)
+long
+kh_isa_syscall4(long nr, long a1, long a2, long a3, long a4)
 {
 	register long a7 __asm__("a7") = nr;
 	register long a0 __asm__("a0") = a1;
@@ -27,23 +32,9 @@ kh_syscall4(long nr, long a1, long a2, long a3, long a4)
 	return (a0);
 }
 
-static uintptr_t
-kh_uc_pc(const ucontext_t *uc)
-{
-
-	return ((uintptr_t)uc->uc_mcontext.__gregs[REG_PC]);
-}
-
-static void
-kh_uc_set_pc(ucontext_t *uc, uintptr_t pc)
-{
-
-	uc->uc_mcontext.__gregs[REG_PC] = pc;
-}
-
 /* x1-x31 and pc from the signal frame (__gregs[0] is pc, [n] is xn). */
-static void
-kh_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
+void
+kh_dbp_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
 {
 	int i;
 
@@ -53,8 +44,8 @@ kh_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
 	kr->kr_pc = uc->uc_mcontext.__gregs[REG_PC];
 }
 
-static void
-kh_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
+void
+kh_dbp_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
 {
 	int i;
 
@@ -62,5 +53,3 @@ kh_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
 		uc->uc_mcontext.__gregs[i] = kr->kr_x[i];
 	uc->uc_mcontext.__gregs[REG_PC] = kr->kr_pc;
 }
-
-#endif /* !_KH_ISA_H_ */

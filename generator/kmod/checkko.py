@@ -34,9 +34,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from generator.common.errors import UserError
-from generator.image.elf import EM_NAMES, KernelImage, read_ident
-from generator.build.targets import TARGETS
+from ..common.errors import UserError
+from .. import isa as isa_registry
+from ..image.elf import EM_NAMES, ET_NAMES, KernelImage, read_ident
 
 # ELF symbol bindings and the undefined section index.
 _STB_LOCAL, _STB_GLOBAL, _STB_WEAK = 0, 1, 2
@@ -165,7 +165,7 @@ class KoReport:
 
 
 def _pointer(img: KernelImage, address: int) -> Tuple[int, Optional[str]]:
-    """The pointer stored at ``address`` and, in an ET_REL file, the symbol its relocation names.
+    """The pointer stored at ``address`` and, in an ET_REL or ET_DYN module, the symbol its relocation names.
 
     ``KernelImage.read`` returns the bytes with the relocations it could
     resolve applied, so a pointer to data of the same file reads as that
@@ -173,6 +173,13 @@ def _pointer(img: KernelImage, address: int) -> Tuple[int, Optional[str]]:
     and only the relocation says what it designates.
     """
     value = struct.unpack("<Q", img.read(address, _PTR))[0]
+    if img.e_type == "ET_DYN":  # a -Bshareable module (arm64, riscv): the loader's relocation decides
+        dyn = img.dynamic_relocations().get(address)
+        if dyn is None:
+            return value, None
+        if not dyn.symbol:
+            return dyn.addend, None  # *_RELATIVE: the addend is the address
+        return (value if dyn.resolved else 0), dyn.symbol
     if img.e_type != "ET_REL":
         return value, None
     for r in img.relocs_in(address, _PTR):
@@ -267,10 +274,9 @@ def _registered_modules(img: KernelImage) -> Set[int]:
     for addr, _ in _set_entries(img, SYSINIT_SET):
         if not addr:
             continue
-        for r in img.relocs_in(addr, 32):
-            if r.symbol == MODULE_REGISTER_INIT and (r.address - addr) % _PTR == 0:
-                udata, _ = _pointer(img, r.address + _PTR)
-                out.add(udata)
+        for field in range(addr, addr + 32, _PTR):
+            if _pointer(img, field)[1] == MODULE_REGISTER_INIT:
+                out.add(_pointer(img, field + _PTR)[0])
     return out
 
 
@@ -372,7 +378,7 @@ def check_ko(
     kernel: KernelFacts,
     dep_modules: Sequence[str] = (),
     search_path: Optional[Sequence[str]] = None,
-    target: str = "amd64",
+    target: Optional[str] = None,
 ) -> KoReport:
     """Run every check on ``path``; the report holds one line per failure.
 
@@ -380,31 +386,30 @@ def check_ko(
     ``dtrace.ko`` and ``opensolaris.ko`` (``/boot/kernel``, or the unpacked
     ``kernel.txz`` of ``fetch-release``).
     """
-    if target not in TARGETS:
-        raise UserError(f"--target {target}: kinstkit checks {', '.join(TARGETS)} modules")
-    want_machine, arch = TARGETS[target].e_machine, TARGETS[target].arch
     report = KoReport(path=path, kernel=kernel.path, kernel_table=kernel.table)
     hdr = read_ident(path)
     report.machine = EM_NAMES.get(hdr.e_machine, f"machine {hdr.e_machine}")
-    if kernel.machine != want_machine:
-        raise UserError(
-            f"{kernel.path}: the kernel is {EM_NAMES.get(kernel.machine, kernel.machine)}, "
-            f"not a --target {target} kernel"
-        )
+    kernel_isa = EM_NAMES.get(kernel.machine, "")
+    if target is not None and isa_registry.by_name(target).e_machine != kernel_isa:
+        raise UserError(f"{kernel.path}: the kernel is {EM_NAMES.get(kernel.machine, kernel.machine)}, "
+                        f"not a --target {target} kernel")
+    isa = isa_registry.for_machine(kernel_isa or f"machine {kernel.machine}")
+    arch, e_type = isa.name, isa.kmod.e_type
     if (hdr.elf_class, hdr.data) == (2, 1) or hdr.elf_class not in (1, 2) or hdr.data not in (1, 2):
         # The same validation as every other command: a corrupt file is bad input (one line, exit 2),
         # never a verdict.  Any architecture: a module built for another is a check that fails, below.
         KernelImage.open(path, any_machine=True)
     if hdr.elf_class != 2:
-        report.fail("ELF32 file; a FreeBSD amd64 module is ELF64: build it for amd64")
+        report.fail(f"ELF32 file; a FreeBSD {arch} module is ELF64: build it for {arch}")
     if hdr.data != 1:
-        report.fail("big-endian ELF; an amd64 module is little-endian: build it for amd64")
-    if hdr.e_type != 1:
-        report.fail(f"ELF type {hdr.type_name}; an {arch} .ko is ET_REL (kmod.mk links it with ld -r): "
+        report.fail(f"big-endian ELF; an {arch} module is little-endian: build it for {arch}")
+    if ET_NAMES.get(hdr.e_type) != e_type:
+        how = "ld -r, then ld -Bshareable" if isa.kmod.shared else "ld -r"
+        report.fail(f"ELF type {hdr.type_name}; an {arch} .ko is {e_type} (kmod.mk links it with {how}): "
                     "link it as kmod.mk does")
-    if hdr.e_machine != want_machine:
+    if hdr.e_machine != kernel.machine:
         report.fail(
-            f"machine {hdr.machine_name}, but the target kernel is {EM_NAMES[want_machine]} ({arch}): "
+            f"machine {hdr.machine_name}, but the target kernel is {kernel_isa} ({arch}): "
             f"built for the wrong architecture; build it for {arch}"
         )
     if report.failures:
@@ -529,7 +534,7 @@ def run_check(
     kernel: str,
     dep_modules: Sequence[str] = (),
     module_path: Optional[Sequence[str]] = None,
-    target: str = "amd64",
+    target: Optional[str] = None,
 ) -> List[KoReport]:
     facts = kernel_facts(kernel)
     return [check_ko(f, facts, dep_modules, module_path, target) for f in files]

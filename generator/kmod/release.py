@@ -36,9 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from generator.common import fetch
-from generator.common.errors import UserError
-from generator.common.paths import CACHE
+from .. import isa as isa_registry
+from ..common import fetch
+from ..common.errors import UserError
+from ..common.paths import CACHE
+from ..isa.contract import Isa
 
 DEFAULT_MIRROR = "https://download.freebsd.org"  # same variable and meaning as vm/images/freebsd.py's
 ENV_MIRROR = "KINSTKIT_FREEBSD_MIRROR"
@@ -85,9 +87,14 @@ def cache_root(explicit: Optional[str] = None) -> Path:
     return Path(explicit) if explicit else CACHE
 
 
-def release_dir(name: str, cache: Optional[str] = None) -> Release:
+def release_dir(name: str, cache: Optional[str] = None, target: Optional[str] = None) -> Release:
+    """Where release ``name`` for ``target`` (an ISA name; None: this machine's) is cached."""
     check_name(name)
-    return Release(name, cache_root(cache) / "releases" / name)
+    return Release(name, cache_root(cache) / "releases" / _isa(target).name / name)
+
+
+def _isa(target: Optional[str]) -> Isa:
+    return isa_registry.by_name(target) if target else isa_registry.host()
 
 
 def check_name(name: str) -> None:
@@ -95,11 +102,13 @@ def check_name(name: str) -> None:
         raise UserError(f"--release {name!r}: expected a FreeBSD release name such as 14.3-RELEASE")
 
 
-def fetched(name: str, cache: Optional[str] = None) -> Release:
+def fetched(name: str, cache: Optional[str] = None, target: Optional[str] = None) -> Release:
     """A release that ``fetch-release`` completed, or a UserError saying how to get it."""
-    rel = release_dir(name, cache)
+    rel = release_dir(name, cache, target)
     if not rel.complete():
-        raise UserError(f"{name} is not in the cache ({rel.root}): run `invoke fetch-release --release {name}` first")
+        again = f" --target {target}" if target else ""
+        raise UserError(f"{name} is not in the cache ({rel.root}): run `invoke fetch-release --release {name}{again}` "
+                        "first")
     return rel
 
 
@@ -116,8 +125,11 @@ def parse_manifest(text: str, url: str) -> Dict[str, str]:
     return out
 
 
-def _url(mirror: str, release: str, name: str, arch: str = "amd64") -> str:
-    return f"{mirror.rstrip('/')}/releases/{arch}/{release}/{name}"
+def _url(mirror: str, release: str, name: str, isa: Isa) -> str:
+    """The mirror's path of a release's file: releases/<MACHINE>[/<MACHINE_ARCH>]/<release>/<file>."""
+    k = isa.kmod
+    machine = k.machine if k.machine == k.machine_arch else f"{k.machine}/{k.machine_arch}"
+    return f"{mirror.rstrip('/')}/releases/{machine}/{release}/{name}"
 
 
 def download(url: str, dest: Path, progress=None) -> str:
@@ -160,9 +172,11 @@ def unpack(archive: Path, dest: Path, prefixes: Optional[Sequence[str]], url: st
 
 
 def fetch_release(name: str, mirror: Optional[str] = None, cache: Optional[str] = None,
-                  dists: Sequence[str] = DISTS, force: bool = False, out=sys.stdout) -> Release:
-    """Download, verify and unpack ``dists`` of release ``name`` into the cache (all or nothing)."""
-    rel = release_dir(name, cache)
+                  dists: Sequence[str] = DISTS, force: bool = False, out=sys.stdout,
+                  target: Optional[str] = None) -> Release:
+    """Download, verify and unpack ``dists`` of release ``name`` for ``target`` into the cache (all or nothing)."""
+    rel = release_dir(name, cache, target)
+    isa = _isa(target)
     mirror = mirror or os.environ.get(ENV_MIRROR) or DEFAULT_MIRROR
     for d in dists:
         if d not in DISTS:
@@ -176,7 +190,7 @@ def fetch_release(name: str, mirror: Optional[str] = None, cache: Optional[str] 
     parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{name}.fetch.", dir=parent))
     try:
-        manifest_url = _url(mirror, name, "MANIFEST")
+        manifest_url = _url(mirror, name, "MANIFEST", isa)
         mpath = work / "MANIFEST"
         download(manifest_url, mpath)
         sums = parse_manifest(mpath.read_text(errors="replace"), manifest_url)
@@ -184,7 +198,7 @@ def fetch_release(name: str, mirror: Optional[str] = None, cache: Optional[str] 
         root.mkdir()
         record = {}
         for d in dists:
-            url = _url(mirror, name, d)
+            url = _url(mirror, name, d, isa)
             if d not in sums:
                 raise UserError(f"{manifest_url}: lists no {d}; this release does not publish it")
             path = work / d

@@ -1,18 +1,23 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kh_isa.h: what the double-breakpoint harness glue (../dbp/kinst_harness.c)
- * needs of arm64 Linux: raw system calls, and the signal frame's registers
- * mapped onto the core's struct kinst_regs.
+ * kh_isa_arm64.c: what the harness glue needs of arm64 Linux besides the
+ * double-breakpoint handler it shares with riscv (../dbp/kh_dbp.c): raw
+ * system calls (../kh_isa.h), and the signal frame's registers mapped onto
+ * the core's struct kinst_regs (../dbp/kh_dbp.h).
  */
 
-#ifndef _KH_ISA_H_
-#define	_KH_ISA_H_
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <ucontext.h>
 
-#define	KH_ISA_NAME	"arm64"
+#include "kinst_core.h"
+#include "kh_isa.h"
+#include "kh_dbp.h"
 
-static long
-kh_syscall4(long nr, long a1, long a2, long a3, long a4)
+long
+kh_isa_syscall4(long nr, long a1, long a2, long a3, long a4)
 {
 	register long x8 __asm__("x8") = nr;
 	register long x0 __asm__("x0") = a1;
@@ -27,23 +32,9 @@ kh_syscall4(long nr, long a1, long a2, long a3, long a4)
 	return (x0);
 }
 
-static uintptr_t
-kh_uc_pc(const ucontext_t *uc)
-{
-
-	return ((uintptr_t)uc->uc_mcontext.pc);
-}
-
-static void
-kh_uc_set_pc(ucontext_t *uc, uintptr_t pc)
-{
-
-	uc->uc_mcontext.pc = pc;
-}
-
 /* x0-x30, sp, pc and NZCV (pstate bits 31-28) from the signal frame. */
-static void
-kh_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
+void
+kh_dbp_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
 {
 	int i;
 
@@ -55,8 +46,8 @@ kh_regs_in(const ucontext_t *uc, struct kinst_regs *kr)
 }
 
 /* What an emulation may change: the general registers and pc. */
-static void
-kh_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
+void
+kh_dbp_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
 {
 	int i;
 
@@ -64,5 +55,3 @@ kh_regs_out(const struct kinst_regs *kr, ucontext_t *uc)
 		uc->uc_mcontext.regs[i] = kr->kr_x[i];
 	uc->uc_mcontext.pc = kr->kr_pc;
 }
-
-#endif /* !_KH_ISA_H_ */

@@ -10,11 +10,15 @@ works out for the target's ``sys/`` tree:
   it, in a ``.PATH`` directory (the module's ISA folder), is compiled with
   ``clang --target=...-freebsdX.Y`` and ``-MD``, so the manifest can list
   every header the compiler read;
-* ``ld.lld -m elf_x86_64_fbsd -r`` with the tree's link script makes the
-  ``.ko`` (ET_REL, as amd64 modules are);
+* ``ld.lld -m <the ISA's emulation> -r`` (with the tree's link script where
+  the ISA has one) makes the ``.ko`` (ET_REL, as amd64 modules are), or,
+  where the ISA's modules are shared (``__KLD_SHARED``: arm64, riscv), a
+  ``.kld`` that ``ld -Bshareable -znotext -znorelro`` turns into an ET_DYN
+  ``.ko``;
 * ``EXPORT_SYMS=NO`` (kmod.mk's default) makes every defined global local,
-  as ``kmod_syms.awk | xargs objcopy`` does, and debug info is stripped, as
-  kmod.mk does without ``DEBUG_FLAGS``.  No CTF: ctfconvert and ctfmerge are
+  as ``kmod_syms.awk | xargs objcopy`` does (in the ``.kld``, before a
+  shared link), and debug info is stripped, as kmod.mk does without
+  ``DEBUG_FLAGS``.  No CTF: ctfconvert and ctfmerge are
   FreeBSD tools.
 """
 
@@ -23,12 +27,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
-from generator.common.errors import UserError
-from generator.build.kmodflags import KmodProfile, generated_headers
-from generator.build.mk import ModuleMakefile
-from generator.build.objdir import Built, fresh, headers_read
-from generator.build.sources import Provider
-from generator.common.tools import Runner, checked, require_tool, tool_version
+from ..common.errors import UserError
+from .kmodflags import KmodProfile, generated_headers
+from .mk import ModuleMakefile
+from .objdir import Built, fresh, headers_read
+from ..common.tools import Runner, checked, require_tool, tool_version
+from ..providers.contract import Provider
 
 
 def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodProfile, run: Runner) -> Built:
@@ -61,15 +65,22 @@ def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodPro
         commands.append(argv)
         objs.append(obj)
     ko = f"{kmod}.ko"
+    shared = profile.isa.kmod.shared
+    relocatable = f"{kmod}.kld" if shared else ko
     link = [lld, "-m", profile.emulation, *profile.ldflags()]
     script = profile.ldscript()
     if script is not None:
         link += ["-T", str(script)]
-    link += ["-r", "-o", ko, *objs]
-    checked(run, link, f"{provider.name}: linking {ko}", cwd=objdir)
+    link += ["-r", "-o", relocatable, *objs]
+    checked(run, link, f"{provider.name}: linking {relocatable}", cwd=objdir)
     commands.append(link)
     if mvars["EXPORT_SYMS"] != "YES":
-        commands += _localize(objdir / ko, objcopy, mvars["EXPORT_SYMS"], run)
+        commands += _localize(objdir / relocatable, objcopy, mvars["EXPORT_SYMS"], run)
+    if shared:
+        dyn = [lld, "-m", profile.emulation, *profile.isa.kmod.ld_flags, "-Bshareable", "-znotext", "-znorelro",
+               "-o", ko, relocatable]
+        checked(run, dyn, f"{provider.name}: linking {ko}", cwd=objdir)
+        commands.append(dyn)
     strip = [objcopy, "--strip-debug", ko]
     checked(run, strip, f"{provider.name}: stripping debug info", cwd=objdir)
     commands.append(strip)
@@ -92,7 +103,7 @@ def _localize(ko: Path, objcopy: str, export: str, run: Runner) -> List[List[str
     Defined means neither SHN_UNDEF (0) nor SHN_COMMON (0xFFF2); global means
     STB_GLOBAL (1) or STB_WEAK (2).  Names in a non-NO ``EXPORT_SYMS`` list stay global.
     """
-    from generator.image.elf import KernelImage
+    from ..image.elf import KernelImage
 
     keep = set(export.split()) if export not in ("", "NO") else set()
     names = sorted({s.name for s in KernelImage.open(str(ko)).symbols()

@@ -20,18 +20,12 @@ import json
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
+from ..common.files import sha256_file
+
 
 
 # Bumped when the build recipe changes in a way the command lines do not show.
 RECIPE = "1"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def input_record(path: Path, role: str) -> Dict[str, str]:

@@ -14,10 +14,10 @@ import shlex
 from pathlib import Path
 from typing import Dict, List
 
-from generator.common.errors import UserError
-from generator.build.objdir import Built, fresh, headers_read
-from generator.build.sources import Provider
-from generator.common.tools import Runner, checked, tool_version
+from ..common.errors import UserError
+from .objdir import Built, fresh, headers_read
+from .sources import Provider
+from ..common.tools import Runner, checked, tool_version
 
 # What the manifest needs from make after the build.  "-V NAME" prints the
 # raw value; "-V ${NAME}" the expanded one (make(1)).

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
-from generator.common.errors import UserError
+from ..common.errors import UserError
 
 # Directives MkReader.read handles.  Conditionals are tracked even in branches not taken.
 _CONDITIONALS = ("if", "ifdef", "ifndef", "elif", "else", "endif")

@@ -7,13 +7,15 @@ compiles and links them the way FreeBSD's ``bsd.kmod.mk`` does, against the
 * **On FreeBSD** it runs ``make`` with ``bsd.kmod.mk`` in the module's
   directory, with ``SYSDIR`` and an object directory outside the source tree
   (``MAKEOBJDIR``); ``make -V`` supplies the flags for the manifest.
-* **Elsewhere** it cross-builds with ``clang --target=x86_64-unknown-freebsdX.Y``
-  and ``ld.lld -m elf_x86_64_fbsd -r``.  The flags are ``sys/conf/kmod.mk``'s
+* **Elsewhere** it cross-builds with ``clang --target=<arch>-unknown-freebsdX.Y``
+  and ``ld.lld -m <emulation>`` (``-r``; then ``-Bshareable`` where the ISA's
+  modules are ET_DYN), everything ISA-specific read from the target ISA's
+  ``Isa.kmod`` record.  The flags are ``sys/conf/kmod.mk``'s
   (written out, with the parts that differ between releases probed in the
   tree's ``kmod.mk``) followed by what the tree's own ``sys/conf/kern.mk``
-  evaluates to for amd64 and clang, then the module Makefile's additions.
+  evaluates to for the ISA and clang, then the module Makefile's additions.
   The object directory gets what ``kmod.mk`` would generate there: the
-  ``machine``/``x86``/``i386`` include links, an empty ``opt_global.h`` (and
+  ISA's include links (``machine``, ...), an empty ``opt_global.h`` (and
   any ``opt_*.h`` in SRCS) and ``vnode_if*.h`` from ``tools/vnode_if.awk``.
   Symbols are localised as ``EXPORT_SYMS=NO`` does and debug info is
   stripped, as ``kmod.mk`` does without ``DEBUG_FLAGS``; no CTF (ctfconvert
@@ -42,8 +44,6 @@ This module is the order of those steps; each step is a module of its own:
 * ``nativebuild`` -- compile and link with make and bsd.kmod.mk (on FreeBSD)
 * ``objdir``      -- the object directory, and the ``Built`` record both leave
 * ``manifest``    -- inputs, stamp keys and the manifest files
-* ``tools``       -- running the host's tools
-* ``targets``     -- the ``--target`` table
 * ``checkko``     -- the offline checks of the finished ``.ko``
 """
 
@@ -55,26 +55,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
-from generator import __version__
-from generator.build.crossbuild import cross_build
-from generator.common.defaults import DEFAULT_FUNCTION
-from generator.common.errors import UserError
-from generator.build.kmodflags import FETCH_HINT, KmodProfile
-from generator.build.manifest import RECIPE, input_record, module_up_to_date, read_manifest, sha256_file, stamp_key
-from generator.common.files import install, write_json
-from generator.common.paths import BUILD, SYS_MODULES
-from generator.build.nativebuild import native_build
-from generator.build.objdir import Built
-from generator.build.portable import portable_checks
-from generator.build.sources import PROVIDERS, Provider, generate_module, stage_sources, table_names_kernel
-from generator.build.targets import TARGETS
-from generator.common.tools import Runner, run_tool, tool_version
+from .. import __version__
+from .. import isa as isa_registry
+from ..common.errors import UserError
+from ..common.files import install, sha256_file, write_json
+from ..common.paths import BUILD, MODULES_OUT
+from ..common.tools import Runner, run_tool, tool_version
+from ..image.elf import KernelImage
+from ..isa.contract import Isa
+from .crossbuild import cross_build
+from .kmodflags import FETCH_HINT, KmodProfile
+from .manifest import RECIPE, input_record, module_up_to_date, read_manifest, stamp_key
+from .nativebuild import native_build
+from .objdir import Built
+from .portable import portable_checks
+from .sources import generate_module, stage_sources, table_names_kernel
+from ..providers import PROVIDERS
+from ..providers.contract import Provider, Selection
 
 if TYPE_CHECKING:
-    from generator.build.checkko import KoReport
+    from .checkko import KoReport
 
 DEFAULT_OUT = BUILD
-DEFAULT_SRC = SYS_MODULES
+DEFAULT_SRC = MODULES_OUT
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,10 @@ class BuildRequest:
     kernel: str
     sysdir: Optional[str]
     modules: Tuple[str, ...]
-    target: str = "amd64"
+    target: Optional[str] = None  # the ISA to build for (None: the kernel's); any other is refused
     out_root: Path = DEFAULT_OUT
     src_root: Path = DEFAULT_SRC
-    functions: Tuple[str, ...] = (DEFAULT_FUNCTION,)
-    all_functions: bool = False
-    extra_kos: Tuple[str, ...] = ()  # dtmalloc: .ko files whose malloc types to include
+    selection: Selection = Selection()  # what each provider is asked for (functions, malloc modules, ...)
     dep_modules: Tuple[str, ...] = ()  # check-ko: dependency .ko files
     module_path: Tuple[str, ...] = ()  # check-ko: directories with dependency .ko files
     native: bool = False  # run bsd.kmod.mk with make (FreeBSD host)
@@ -109,13 +110,10 @@ class ModuleResult:
     failures: List[str] = field(default_factory=list)
 
 
-def build_dir_for(kernel_path: str) -> Tuple[str, str, Optional[str]]:
+def build_dir_for(img: KernelImage) -> Tuple[str, str, Optional[str]]:
     """(directory name, sha256, build-id) of the kernel: build/<build-id>/, or nobuildid-<sha256 prefix>."""
-    from generator.image.elf import KernelImage
-
-    img = KernelImage.open(kernel_path)
     if img.e_type != "ET_EXEC":
-        raise UserError(f"{kernel_path}: an {img.e_type} file; --kernel must be the kernel image (ET_EXEC)")
+        raise UserError(f"{img.path}: an {img.e_type} file; --kernel must be the kernel image (ET_EXEC)")
     sha = img.sha256()
     bid = img.build_id
     return (bid or f"nobuildid-{sha[:16]}"), sha, bid
@@ -131,16 +129,15 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     date) and passed check-ko, 1 when a check failed.  A missing tree, a
     failing tool or bad input raises UserError after the offline work.
     """
-    from generator.build.checkko import exported_symbols
+    from .checkko import exported_symbols
 
-    if req.target not in TARGETS:
-        raise UserError(f"--target {req.target}: kinstkit builds {', '.join(TARGETS)} modules "
-                        "(kinst is amd64-only; other architectures link ET_DYN modules differently)")
-    dirname, kernel_sha, build_id = build_dir_for(req.kernel)
+    img = KernelImage.open(req.kernel)
+    isa = target_isa(img, req.target)
+    dirname, kernel_sha, build_id = build_dir_for(img)
     bdir = req.out_root / dirname
     bdir.mkdir(parents=True, exist_ok=True)
     exports, _table = exported_symbols(req.kernel)
-    profile = _tree_profile(req, out)
+    profile = _tree_profile(req, isa, out)
     results: List[ModuleResult] = []
     for name in req.modules:
         provider = PROVIDERS[name]
@@ -148,10 +145,10 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
         srcdir.mkdir(parents=True, exist_ok=True)
         res = ModuleResult(name)
         results.append(res)
-        _sources_and_offline_checks(req, provider, srcdir, bdir, build_id, exports, res, run)
+        _sources_and_offline_checks(req, img, provider, srcdir, bdir, build_id, exports, res, run)
         _emit(res, out)
         if req.sysdir:
-            _build_module(req, provider, srcdir, bdir, profile, kernel_sha, build_id, res, run)
+            _build_module(req, isa, provider, srcdir, bdir, profile, kernel_sha, build_id, res, run)
             _emit(res, out)
     if not req.sysdir:
         raise UserError(
@@ -164,12 +161,20 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     return 1 if failed else 0
 
 
-def _tree_profile(req: BuildRequest, out) -> Optional[KmodProfile]:
+def target_isa(img: KernelImage, target: Optional[str]) -> Isa:
+    """The ISA the modules are built for: the kernel's; ``--target`` may only name it again."""
+    if target is not None and isa_registry.by_name(target) is not img.isa:
+        raise UserError(f"--target {target}: the kernel {img.path} is {img.isa.name}; modules are built for the "
+                        f"kernel's architecture (leave --target out, or name an {target} kernel)")
+    return img.isa
+
+
+def _tree_profile(req: BuildRequest, isa: Isa, out) -> Optional[KmodProfile]:
     """Check the sys/ tree before any module is built: the cross build's flag profile for it
     (warning when it is not the kernel's release), or None for a native build or no tree."""
     if req.sysdir and not req.native:
-        profile = KmodProfile.for_tree(Path(req.sysdir), req.target)
-        from generator.build.checkko import kernel_facts
+        profile = KmodProfile.for_tree(Path(req.sysdir), isa)
+        from .checkko import kernel_facts
 
         osreldate = kernel_facts(req.kernel).osreldate
         if osreldate is not None and osreldate != profile.osreldate:
@@ -183,18 +188,18 @@ def _tree_profile(req: BuildRequest, out) -> Optional[KmodProfile]:
     return None
 
 
-def _sources_and_offline_checks(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Path,
-                                build_id: Optional[str], exports: Set[str], res: ModuleResult, run: Runner) -> None:
+def _sources_and_offline_checks(req: BuildRequest, img: KernelImage, provider: Provider, srcdir: Path,
+                                bdir: Path, build_id: Optional[str], exports: Set[str], res: ModuleResult,
+                                run: Runner) -> None:
     """Steps 1 and 2, which need no tree: generate, then check the table and the portable cores."""
-    _, wrote = generate_module(provider, srcdir, bdir / ".stamps", kernel=req.kernel, functions=req.functions,
-                               all_functions=req.all_functions, extra_kos=req.extra_kos)
+    _, wrote = generate_module(provider, img, req.selection, srcdir, bdir / ".stamps")
     stage_sources(provider, srcdir)
     res.lines.append(f"{provider.name}: sources {'generated' if wrote else 'unchanged'} in {srcdir}")
     bad = table_names_kernel(srcdir, provider, build_id)
     if bad:
         raise UserError(bad)
     res.lines.append(f"{provider.name}: {provider.table} names kernel build-id {build_id or '(none)'}")
-    res.lines += portable_checks(provider, srcdir, bdir / "portable" / provider.name, exports, run)
+    res.lines += portable_checks(provider, img.isa, srcdir, bdir / "portable" / provider.name, exports, run)
 
 
 def _emit(res: ModuleResult, out) -> None:
@@ -208,16 +213,17 @@ def _emit(res: ModuleResult, out) -> None:
 # -- one module: compile, link, check, record -------------------------------------------
 
 
-def _build_module(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Path, profile: Optional[KmodProfile],
-                  kernel_sha: str, build_id: Optional[str], res: ModuleResult, run: Runner) -> None:
+def _build_module(req: BuildRequest, isa: Isa, provider: Provider, srcdir: Path, bdir: Path,
+                  profile: Optional[KmodProfile], kernel_sha: str, build_id: Optional[str], res: ModuleResult,
+                  run: Runner) -> None:
     """Compile, link and check one module, unless its manifest says the same inputs built it."""
-    from generator.build.checkko import check_ko, kernel_facts
+    from .checkko import check_ko, kernel_facts
 
     manifest_path = bdir / f"{provider.name}.json"
     final = bdir / f"{provider.name}.ko"
     sources = module_sources(srcdir)
     sysdir = str(profile.sysdir) if profile else str(Path(req.sysdir).resolve())
-    key = stamp_key(_material(req, provider, kernel_sha, sysdir, srcdir, sources))
+    key = stamp_key(_material(req, isa, provider, kernel_sha, sysdir, srcdir, sources))
     if module_up_to_date(read_manifest(manifest_path), key, final):
         res.up_to_date, res.ko, res.manifest, res.check_ok = True, final, manifest_path, True
         res.lines.append(f"{provider.name}: up to date: {final} (same inputs; nothing rebuilt)")
@@ -230,9 +236,9 @@ def _build_module(req: BuildRequest, provider: Provider, srcdir: Path, bdir: Pat
         built = cross_build(provider, srcdir, objdir, profile, run)
     install(built.ko_built, final)
     search = list(req.module_path) or [os.path.dirname(os.path.abspath(req.kernel))]
-    report = check_ko(str(final), kernel_facts(req.kernel), req.dep_modules, search, req.target)
+    report = check_ko(str(final), kernel_facts(req.kernel), req.dep_modules, search, isa.name)
     inputs = _inputs(req, sources, built, _dependency_files(req, report, search))
-    write_json(manifest_path, _manifest(req, provider, final, sysdir, kernel_sha, build_id, built, report, inputs,
+    write_json(manifest_path, _manifest(req, isa, provider, final, sysdir, kernel_sha, build_id, built, report, inputs,
                                         key if report.ok else None))
     res.ko, res.manifest, res.check_ok = final, manifest_path, report.ok
     res.lines.append(f"{provider.name}: built {final} ({built.mode}); manifest {manifest_path}")
@@ -246,13 +252,13 @@ def module_sources(srcdir: Path) -> List[Path]:
                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(srcdir).parts))
 
 
-def _material(req: BuildRequest, provider: Provider, kernel_sha: str, sysdir: str, srcdir: Path,
+def _material(req: BuildRequest, isa: Isa, provider: Provider, kernel_sha: str, sysdir: str, srcdir: Path,
               sources: Sequence[Path]) -> Dict[str, object]:
     """What decides the module build's result: its stamp key is a hash of this."""
     return {
         "recipe": RECIPE,
         "module": provider.name,
-        "target": req.target,
+        "target": isa.name,
         "mode": "native" if req.native else "cross",
         "kernel": kernel_sha,
         "sysdir": sysdir,
@@ -279,19 +285,17 @@ def _inputs(req: BuildRequest, sources: Sequence[Path], built: Built, dep_files:
     return inputs
 
 
-def _manifest(req: BuildRequest, provider: Provider, final: Path, sysdir: str, kernel_sha: str,
+def _manifest(req: BuildRequest, isa: Isa, provider: Provider, final: Path, sysdir: str, kernel_sha: str,
               build_id: Optional[str], built: Built, report: KoReport, inputs: List[Dict[str, str]],
               key: Optional[str]) -> Dict[str, object]:
     """The ``<m>.json`` beside ``<m>.ko``; ``key`` is None when the check failed, so it is never a stamp."""
-    from generator.image.elf import KernelImage
-
     return {
         "kinstkit": __version__,
         "module": provider.name,
         "ko": {"path": str(final), "sha256": sha256_file(final), "build_id": KernelImage.open(str(final)).build_id},
         "kernel": {"path": req.kernel, "sha256": kernel_sha, "build_id": build_id},
         "table_build_id": build_id,
-        "target": req.target,
+        "target": isa.name,
         "mode": built.mode,
         "sysdir": sysdir,
         "flags": {"cflags": built.cflags, "ldflags": built.ldflags},

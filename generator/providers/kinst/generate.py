@@ -21,16 +21,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from generator import isa as isa_registry
-from generator.analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
-from generator.analysis.plan import ProbePlan, make_plan
-from generator.common.cstring import c_blob
-from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-from generator.common.paths import SYS_MODULES
-from generator.image.elf import KernelImage
-from generator.render import Input, remove_outdated, render_tree
+from ... import isa as isa_registry
+from ...analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
+from ...analysis.plan import ProbePlan, make_plan
+from ...common.cstring import c_blob
+from ...common.defaults import DEFAULT_PROLOGUE_RULE
+from ...common.paths import MODULES_OUT
+from ...image.elf import KernelImage
+from ...render import Input, remove_outdated, render_tree
 
-DEFAULT_OUT = SYS_MODULES / "kinst"
+DEFAULT_OUT = MODULES_OUT / "kinst"
 # What kinstkit generated before the fixed C was committed; removed from the output directory.
 OUTDATED = ("kinst_glue.c", "kinst_core.c", "kinst_core.h")
 # What the harness renders for the hand-written core: everything but kinst_target.c (module glue data).
@@ -50,9 +50,9 @@ FUNC_FIELDS = (
 )
 
 
-def build_plan(kernel: str, functions: Sequence[str], all_functions: bool,
+def build_plan(img: KernelImage, functions: Sequence[str], all_functions: bool,
                rule: str = DEFAULT_PROLOGUE_RULE, jobs: int = 0) -> ProbePlan:
-    img = KernelImage.open(kernel)
+    """The plan of the named functions of ``img`` (or all of them) under kinst's prologue ``rule``."""
     funcs = img.functions() if all_functions else [img.lookup(f) for f in functions]
     return make_plan(img, funcs, rule, jobs=jobs if all_functions else 1)
 
@@ -145,10 +145,12 @@ def glue_context(plan: ProbePlan, md_excluded: Mapping[str, str]) -> Dict[str, A
     }
 
 
-def command_line(kernel: str, functions: Sequence[str], all_functions: bool) -> str:
+def command_line(kernel: str, functions: Sequence[str], all_functions: bool,
+                 rule: str = DEFAULT_PROLOGUE_RULE) -> str:
     """The canonical command for the header: inputs only, never the output directory."""
     words = ["python", "-m", "generator", "generate", "--provider", "kinst", "--kernel", kernel]
     words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
+    words += ["--prologue-rule", rule] if rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -157,10 +159,10 @@ def render_plan(plan: ProbePlan, out: Path, command: str, only: Sequence[str] = 
     return render_tree("kinst", out, context(plan), inputs, command, only=only)
 
 
-def generate(kernel: str, functions: Sequence[str], all_functions: bool,
-             out: Optional[Path] = None) -> Tuple[ProbePlan, List[Path]]:
-    """Analyse ``kernel``, plan its table and render the module sources into ``out``."""
-    plan = build_plan(kernel, functions, all_functions)
-    paths = render_plan(plan, out or DEFAULT_OUT, command_line(kernel, functions, all_functions))
+def generate(img: KernelImage, functions: Sequence[str], all_functions: bool, out: Optional[Path] = None,
+             rule: str = DEFAULT_PROLOGUE_RULE) -> Tuple[ProbePlan, List[Path]]:
+    """Analyse ``img``, plan its table and render the module sources into ``out``."""
+    plan = build_plan(img, functions, all_functions, rule)
+    paths = render_plan(plan, out or DEFAULT_OUT, command_line(img.path, functions, all_functions, rule))
     remove_outdated(out or DEFAULT_OUT, OUTDATED)
     return plan, paths

@@ -29,10 +29,11 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from generator.common.errors import UserError
+from ..common.defaults import DEFAULT_PROLOGUE_RULE
+from ..common.errors import UserError
 
 if TYPE_CHECKING:
-    from generator.render import Input
+    from ..render import Input
 
 # Bytes allowed literally in the function part of a generated probe
 # description; any other byte becomes the one-character glob '?'.
@@ -50,6 +51,7 @@ class Request(NamedTuple):
     module: Tuple[str, ...] = ()  # dtmalloc: .ko files for the --type check
     target: Optional[str] = None  # kinst-line: FILE:LINE; kinst-inline: the inline function's name
     debug: Optional[str] = None  # kinst-line, kinst-inline: the kernel's separate debug file
+    prologue_rule: str = DEFAULT_PROLOGUE_RULE  # kinst scripts: kinst's frame-pointer rule the sites are judged by
     prints: Tuple[str, ...] = ()  # kinst-line: variables (VAR, VAR->member) to print at every site
 
 
@@ -86,7 +88,7 @@ def _no_target(args: Request) -> None:
 
 
 def _dtmalloc_context(args: Request) -> Dict[str, Any]:
-    from generator.providers.dtmalloc.mallocs import probe_bytes
+    from ..providers.dtmalloc.mallocs import probe_bytes
 
     _no_target(args)
     if args.function or args.offset is not None:
@@ -100,7 +102,7 @@ def _dtmalloc_context(args: Request) -> Dict[str, Any]:
 
 
 def _check_type(args: Request, func: str) -> None:
-    from generator.providers.dtmalloc.mallocs import discover
+    from ..providers.dtmalloc.mallocs import discover
 
     d = discover(args.kernel, args.module)
     probes = [t.probe for t in d.probed]
@@ -111,9 +113,9 @@ def _check_type(args: Request, func: str) -> None:
 
 
 def _kinst_context(args: Request) -> Dict[str, Any]:
-    from generator.image import resolve_kernel
-    from generator.image.elf import KernelImage
-    from generator.analysis.probes import analyse, find_offset
+    from ..image import resolve_kernel
+    from ..image.elf import KernelImage
+    from ..analysis.probes import analyse, find_offset
 
     _no_target(args)
     if args.type:
@@ -122,7 +124,7 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
         raise UserError("kinst-trace needs --function NAME")
     kernel = resolve_kernel(args.kernel)
     img = KernelImage.open(kernel)
-    rep = analyse(img, img.lookup(args.function))
+    rep = analyse(img, img.lookup(args.function), args.prologue_rule)
     if not rep.eligible:
         raise UserError(f"{rep.qualified}: kinst refuses the whole function: {rep.reason}")
     if args.offset is None:
@@ -146,11 +148,11 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
 
 def _source_image(args: Request):
     """The kernel, its line and inline index and its DWARF source, for kinst-line and kinst-inline."""
-    from generator.analysis.indexcache import open_source
-    from generator.analysis.lines import parse_spec
-    from generator.common.host import progress_wanted
-    from generator.image.elf import KernelImage
-    from generator.image import resolve_kernel
+    from ..analysis.indexcache import open_source
+    from ..analysis.lines import parse_spec
+    from ..common.host import progress_wanted
+    from ..image.elf import KernelImage
+    from ..image import resolve_kernel
 
     if args.type or args.function or args.offset is not None or args.module:
         raise UserError(f"{args.script} takes {'FILE:LINE' if args.script == 'kinst-line' else 'NAME'} "
@@ -183,16 +185,16 @@ def _refusal(function: Optional[str], offset: Optional[int], status: str, reason
 
 
 def _header_inputs(img) -> List["Input"]:
-    from generator.render import Input
+    from ..render import Input
 
     return [Input(img.path, img.build_id or "", img.sha256())]
 
 
 def _kinst_line_context(args: Request) -> Dict[str, Any]:
-    from generator.analysis.lines import line_sites
+    from ..analysis.lines import line_sites
 
     img, index, source = _source_image(args)
-    sites = line_sites(img, index, args.target)
+    sites = line_sites(img, index, args.target, args.prologue_rule)
     reader = source.variables(index) if args.prints else None
     clauses, refused = [], []
     for s in sites:
@@ -223,7 +225,7 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
 
 def _printed(reader, address: int, prints: Tuple[str, ...]) -> Dict[str, Any]:
     """The printf format, its arguments and a line per value saying where it comes from, for one site."""
-    from generator.analysis.ctypes import FLOAT, POINTER
+    from ..analysis.ctypes import FLOAT, POINTER
 
     variables = reader.at(address)
     fmt, argv, notes = [], [], []
@@ -245,10 +247,10 @@ def _printed(reader, address: int, prints: Tuple[str, ...]) -> Dict[str, Any]:
 
 
 def _kinst_inline_context(args: Request) -> Dict[str, Any]:
-    from generator.analysis.inlines import ENTRY, inline_copies
+    from ..analysis.inlines import ENTRY, inline_copies
 
     img, index, _ = _source_image(args)
-    copies = inline_copies(img, index, args.target)
+    copies = inline_copies(img, index, args.target, args.prologue_rule)
     clauses, refused, fbt = [], [], []
     for c in copies:
         if c.caller is None:
@@ -306,14 +308,15 @@ def command_line(args: Request) -> str:
     if args.prints:
         words.append(f"--print {','.join(args.prints)}")
     words += [f"--module {m}" for m in args.module]
+    words += [f"--prologue-rule {args.prologue_rule}"] if args.prologue_rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(words)
 
 
 def render(args: Request) -> str:
     """The script text, checked."""
     # Imported here: the command line imports this module for SCRIPTS whenever it builds its parsers.
-    from generator.providers import dsyntax
-    from generator.render import c_header, environment
+    from . import syntax as dsyntax
+    from ..render import c_header, environment
 
     script = SCRIPTS[args.script]
     ctx = script.build(args)

@@ -21,11 +21,11 @@ from typing import List, Sequence
 
 import jinja2
 
-from generator import __version__
-from generator.common.errors import UserError
-from generator.common.paths import REPO
-from generator.render import SPDX, environment
-from generator.common.files import write_all
+from .. import __version__
+from ..common.errors import UserError
+from ..common.paths import REPO
+from ..render import SPDX, environment
+from ..common.files import write_all
 
 DEFAULT_OUT = REPO / ".ci" / "generated"  # next to the CI entry point, not the project's own workflow
 DEFAULT_RELEASES = ("14.2-RELEASE", "14.3-RELEASE")
@@ -59,7 +59,7 @@ def render_ci(releases: Sequence[str], out_dir: Path, modules: str = "kinst,dtma
     if not releases:
         raise UserError("--release: name at least one FreeBSD release")
     rels = [ci_release(r) for r in dict.fromkeys(releases)]
-    from generator.providers import parse_modules
+    from ..providers import parse_modules
 
     parse_modules(modules)
     header = (

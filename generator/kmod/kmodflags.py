@@ -4,7 +4,7 @@ What ``bsd.kmod.mk`` would put on a module's compile and link lines, spelled
 out for the cross build (clang and ld.lld off FreeBSD): ``sys.mk``'s
 ``-O2 -pipe``, the module Makefile's CFLAGS, ``sys/conf/kmod.mk``'s own flags
 (written out here, with the parts that differ between releases probed in the
-tree's copy), what the tree's ``sys/conf/kern.mk`` evaluates to for amd64 and
+tree's copy), what the tree's ``sys/conf/kern.mk`` evaluates to for the ISA and
 clang (read with ``generator/mk.py``, falling back to FreeBSD 14's flags when
 it cannot be read -- and saying so in ``facts``), and the Makefile's CFLAGS
 from after the include.  ``generated_headers`` fills the object directory
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from generator.common.defaults import EXAMPLE_RELEASE
-from generator.common.errors import UserError
-from generator.build.mk import MkReader, MkUnsupported, ModuleMakefile, mk_block
-from generator.build.targets import TARGETS
-from generator.common.tools import Runner, checked, llvm_version, require_tool
+from ..common.defaults import EXAMPLE_RELEASE
+from ..common.errors import UserError
+from .mk import MkReader, MkUnsupported, ModuleMakefile, mk_block
+from ..isa.contract import Isa
+from ..common.tools import Runner, checked, llvm_version, require_tool
 
 FETCH_HINT = f"invoke fetch-release --release {EXAMPLE_RELEASE}"
 
@@ -44,25 +44,30 @@ def read_osreldate(sysdir: Path) -> int:
     return int(m.group(1))
 
 
-# kern.mk as FreeBSD 14 evaluates it for amd64 with clang: the fallback when a
-# tree's kern.mk cannot be read (recorded in the manifest when used).  14.x's
-# CWARNFLAGS no longer has -Wredundant-decls and -Wnested-externs, and its
-# CSTD is gnu99.
-BUILTIN_KERN_FLAGS: Tuple[str, ...] = (
-    "-mcmodel=kernel", "-mno-red-zone", "-mno-mmx", "-mno-sse", "-msoft-float", "-fno-asynchronous-unwind-tables",
+# kern.mk as FreeBSD 14 evaluates it with clang, between an ISA's machine flags
+# (``Isa.kmod.cflags``) and its CFLAGS.clang (``Isa.kmod.clang_cflags``): the
+# fallback when a tree's kern.mk cannot be read (recorded in the manifest when
+# used).  14.x's CWARNFLAGS no longer has -Wredundant-decls and
+# -Wnested-externs, and its CSTD is gnu99.
+KERN_COMMON_FLAGS: Tuple[str, ...] = (
     "-ffreestanding", "-fwrapv", "-fstack-protector",
     "-Wall", "-Wstrict-prototypes", "-Wmissing-prototypes", "-Wpointer-arith", "-Wcast-qual", "-Wundef",
     "-Wno-pointer-sign", "-D__printf__=__freebsd_kprintf__", "-Wmissing-include-dirs", "-fdiagnostics-show-option",
     "-Wno-unknown-pragmas", "-Wno-error=tautological-compare", "-Wno-error=empty-body",
     "-Wno-error=parentheses-equality", "-Wno-error=unused-function", "-Wno-error=pointer-sign",
     "-Wno-error=shift-negative-value", "-Wno-address-of-packed-member", "-Wno-format-zero-length",
-    "-mno-aes", "-mno-avx", "-std=gnu99",
 )
+KERN_CSTD = "-std=gnu99"
+
+
+def builtin_kern_flags(isa: Isa) -> Tuple[str, ...]:
+    """kern.mk's flags for ``isa`` and clang, in kern.mk's order, as FreeBSD 14 evaluates them."""
+    return (*isa.kmod.cflags, *KERN_COMMON_FLAGS, *isa.kmod.clang_cflags, KERN_CSTD)
 
 
 @dataclass(frozen=True)
 class KmodProfile:
-    """How bsd.kmod.mk would compile and link a module against one sys/ tree, for amd64.
+    """How bsd.kmod.mk would compile and link a module against one sys/ tree, for one ISA.
 
     ``facts`` records what was read from the tree and what was assumed, for
     the manifest: nobody should have to guess where a flag came from.  The
@@ -70,6 +75,7 @@ class KmodProfile:
     """
 
     sysdir: Path
+    isa: Isa  # the target's ISA: its machine names, flags and link steps
     osreldate: int
     triple: str
     emulation: str
@@ -78,7 +84,7 @@ class KmodProfile:
     facts: Dict[str, object] = field(default_factory=dict)
 
     @classmethod
-    def for_tree(cls, sysdir: Path, target: str = "amd64") -> "KmodProfile":
+    def for_tree(cls, sysdir: Path, isa: Isa) -> "KmodProfile":
         sysdir = sysdir.resolve()
         if not (sysdir / "kern").is_dir() or not (sysdir / "conf" / "kmod.mk").is_file():
             raise UserError(
@@ -86,14 +92,14 @@ class KmodProfile:
                 f"pass the sys/ directory of the target's sources or run `{FETCH_HINT}`"
             )
         osreldate = read_osreldate(sysdir)
-        kmod_target = TARGETS[target]
-        triple = f"{kmod_target.clang_arch}-unknown-freebsd{osreldate // 100000}.{osreldate // 1000 % 100}"
+        triple = f"{isa.kmod.clang_arch}-unknown-freebsd{osreldate // 100000}.{osreldate // 1000 % 100}"
         kern = sysdir / "conf" / "kern.mk"
         return cls(
             sysdir=sysdir,
+            isa=isa,
             osreldate=osreldate,
             triple=triple,
-            emulation=kmod_target.ld_emulation,
+            emulation=isa.kmod.ld_emulation,
             kmod_text=(sysdir / "conf" / "kmod.mk").read_text(errors="replace"),
             kern_text=kern.read_text(errors="replace") if kern.is_file() else None,
             facts={"sysdir": str(sysdir), "osreldate": osreldate, "clang_target": triple},
@@ -101,16 +107,20 @@ class KmodProfile:
 
     # kmod.mk, with its release-dependent parts probed in the tree's copy
     def ilinks(self) -> List[Tuple[str, Path]]:
-        """kmod.mk's _ILINKS: (link name in the object directory, the tree's include directory it points to)."""
-        links = [("machine", self.sysdir / "amd64" / "include"), ("x86", self.sysdir / "x86" / "include")]
-        if re.search(r"_ILINKS\+=\s*i386", self.kmod_text):
-            links.append(("i386", self.sysdir / "i386" / "include"))
-        return links
+        """kmod.mk's _ILINKS: (link name in the object directory, the tree's include directory it points to).
+
+        ``machine`` always; the others of the ISA's list where the tree's
+        kmod.mk adds them (``i386`` came to amd64's list in a later release).
+        """
+        return [(name, self.sysdir / folder / "include") for name, folder in self.isa.kmod.include_links
+                if name == "machine" or re.search(rf"_ILINKS\+=\s*{re.escape(name)}\b", self.kmod_text)]
 
     def kmod_cflags(self, objdir: Path) -> List[str]:
         """kmod.mk's own CFLAGS, those a release may lack included only when the tree's kmod.mk has them."""
         s = str(self.sysdir)
         out = ["-fno-strict-aliasing", "-Werror", "-D_KERNEL", "-DKLD_MODULE", "-nostdinc"]
+        if self.isa.kmod.shared:
+            out.append("-fPIC")  # __KLD_SHARED: the module is linked -Bshareable
         if re.search(r"-include \$\{\.OBJDIR\}/opt_global\.h", self.kmod_text):
             out += ["-include", str(objdir / "opt_global.h")]
         out += ["-I.", f"-I{s}"]
@@ -141,7 +151,7 @@ class KmodProfile:
 
     def ldflags(self) -> List[str]:
         """kmod.mk's LDFLAGS for ``ld -r`` (``-d`` only where kmod.mk still asks for it: lld < 14)."""
-        out = []
+        out = list(self.isa.kmod.ld_flags)
         lld_new = llvm_version("ld.lld") >= 140000
         if not ("LINKER_VERSION} < 140000" in self.kmod_text and lld_new):
             out.append("-d")
@@ -152,13 +162,15 @@ class KmodProfile:
 
     def tree_files(self) -> List[Path]:
         """The tree's build machinery files the flags and generated headers come from (manifest inputs)."""
-        names = ("conf/kmod.mk", "conf/kern.mk", "conf/ldscript.kmod.amd64", "sys/param.h",
-                 "tools/vnode_if.awk", "kern/vnode_if.src")
+        names = ("conf/kmod.mk", "conf/kern.mk", *((f"conf/{self.isa.kmod.ldscript}",) if self.isa.kmod.ldscript else ()),
+                 "sys/param.h", "tools/vnode_if.awk", "kern/vnode_if.src")
         return [self.sysdir / n for n in names if (self.sysdir / n).is_file()]
 
     def ldscript(self) -> Optional[Path]:
-        """The tree's ``conf/ldscript.kmod.amd64``, when its kmod.mk links with it."""
-        script = self.sysdir / "conf" / "ldscript.kmod.amd64"
+        """The tree's ``conf/<the ISA's ldscript>``, when the ISA has one and kmod.mk links with it."""
+        if not self.isa.kmod.ldscript:
+            return None
+        script = self.sysdir / "conf" / self.isa.kmod.ldscript
         return script if script.is_file() and "ldscript.kmod" in self.kmod_text else None
 
     # kern.mk, evaluated
@@ -168,7 +180,7 @@ class KmodProfile:
         ld_version = llvm_version("ld.lld")
         return {
             "SYSDIR": str(self.sysdir),
-            "MACHINE": "amd64", "MACHINE_ARCH": "amd64", "MACHINE_CPUARCH": "amd64",
+            **self._machine_vars(),
             "COMPILER_TYPE": "clang", "COMPILER_VERSION": str(cc_version),
             "COMPILER_FEATURES": "c++11 c++14 c++17 retpoline init-all",
             "LINKER_TYPE": "lld", "LINKER_VERSION": str(ld_version),
@@ -179,6 +191,10 @@ class KmodProfile:
             "MK_INIT_ALL_ZERO": "no", "MK_INIT_ALL_PATTERN": "no", "MK_CTF": "no",
             "MK_SPLIT_KERNEL_DEBUG": "no", "MK_KERNEL_SYMBOLS": "no",
         }
+
+    def _machine_vars(self) -> Dict[str, str]:
+        k = self.isa.kmod
+        return {"MACHINE": k.machine, "MACHINE_ARCH": k.machine_arch, "MACHINE_CPUARCH": k.machine_cpuarch}
 
     def cflags(self, objdir: Path, makefile: ModuleMakefile) -> List[str]:
         """The compile line's flags, in bsd.kmod.mk's order (sources and -MD aside).
@@ -204,15 +220,16 @@ class KmodProfile:
 
     def _after_kern_mk(self, mk: MkReader) -> MkReader:
         """``mk`` with the tree's kern.mk read into a copy; when kern.mk is missing or cannot be
-        evaluated, ``mk`` itself with the FreeBSD 14 amd64/clang flags appended.  ``facts`` says which."""
+        evaluated, ``mk`` itself with FreeBSD 14's clang flags for the ISA appended.  ``facts`` says which."""
+        fallback = f"FreeBSD 14 {self.isa.name}/clang flags used"
         if self.kern_text is None:
-            self.facts["kern.mk"] = "missing; FreeBSD 14 amd64/clang flags used"
+            self.facts["kern.mk"] = f"missing; {fallback}"
         else:
             trial = MkReader(dict(mk.vars))
             try:
                 trial.read(self.kern_text)
             except MkUnsupported as e:
-                self.facts["kern.mk"] = f"not evaluated ({e}); FreeBSD 14 amd64/clang flags used"
+                self.facts["kern.mk"] = f"not evaluated ({e}); {fallback}"
             else:
                 self.facts["kern.mk"] = "evaluated from the tree"
                 if trial.skipped_includes:
@@ -220,14 +237,13 @@ class KmodProfile:
                 if trial.defaulted:
                     self.facts["kern.mk options read as no"] = sorted(trial.defaulted)
                 return trial
-        mk.vars["CFLAGS"] += " " + " ".join(BUILTIN_KERN_FLAGS)
+        mk.vars["CFLAGS"] += " " + " ".join(builtin_kern_flags(self.isa))
         return mk
 
     def makefile_vars(self, makefile: ModuleMakefile) -> Dict[str, str]:
         """KMOD, SRCS and EXPORT_SYMS of the module Makefile, and ``.PATH``: the directories
         bmake searches for a C source that is not in the module directory (its ISA folder)."""
-        mk = MkReader({"SYSDIR": str(self.sysdir), "MACHINE_CPUARCH": "amd64", "MACHINE": "amd64",
-                       ".CURDIR": str(makefile.path.parent)})
+        mk = MkReader({"SYSDIR": str(self.sysdir), **self._machine_vars(), ".CURDIR": str(makefile.path.parent)})
         mk.read(makefile.before)
         mk.read(makefile.after)
         out = {k: mk.expand(mk.vars.get(k, "")) for k in ("KMOD", "SRCS", "EXPORT_SYMS")}
@@ -235,19 +251,25 @@ class KmodProfile:
         return out
 
 
-def portable_cflags(compiler: str) -> List[str]:
+def portable_cflags(compiler: str, isa: Isa) -> List[str]:
     """Kernel flags for the portable cores, with no sys/ tree: kmod.mk and kern.mk minus their include paths.
 
-    gcc gets ``-fno-pic`` because Debian's gcc builds PIE by default and
-    ``-mcmodel=kernel`` refuses PIC (FreeBSD's cc does not default to it).
+    ``compiler`` is clang (given the ISA's FreeBSD target) or a gcc for the
+    ISA.  gcc gets ``-fno-pic`` where the ISA's modules are not shared,
+    because Debian's gcc builds PIE by default and amd64's
+    ``-mcmodel=kernel`` refuses PIC (FreeBSD's cc does not default to it);
+    and none of the warning options gcc does not know, and gcc's names for
+    the ISA's flags where they differ from clang's (``Kmod.gcc_spelling``).
     """
     base = ["-O2", "-pipe", "-fno-strict-aliasing", "-Werror", "-D_KERNEL", "-DKLD_MODULE", "-nostdinc",
             "-fno-common", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"]
-    kern = [f for f in BUILTIN_KERN_FLAGS if compiler == "clang" or not (
-        f.startswith("-Wno-error=") or f.startswith("-D__printf__") or f == "-Wno-address-of-packed-member")]
+    base += ["-fPIC"] if isa.kmod.shared else []
     if compiler == "clang":
-        return ["--target=x86_64-unknown-freebsd14.0", *base, *kern]
-    return [*base, "-fno-pic", *kern]
+        return [f"--target={isa.kmod.clang_arch}-unknown-freebsd14.0", *base, *builtin_kern_flags(isa)]
+    spelled = dict(isa.kmod.gcc_spelling)
+    gcc = [spelled.get(f, f) for f in (*base, *([] if isa.kmod.shared else ["-fno-pic"]), *builtin_kern_flags(isa))
+           if not (f.startswith("-Wno-error=") or f.startswith("-D__printf__") or f == "-Wno-address-of-packed-member")]
+    return [f for f in gcc if f]
 
 
 # -- what kmod.mk generates in the object directory ----------------------------------

@@ -1,12 +1,16 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kh_vars.h: the harness's evaluator of variable readings.  At each hit of a
- * site kinst_harness_vars.h lists (the generated readings of `probes --vars`
- * and `dscript kinst-line --print`), the trap handler calls kh_vars_hit(),
- * which runs every reading's program against the trap's registers and
- * memory and records the 64-bit results of the site's first KH_VARS_NHITS
- * hits, so that the tests can hold them to gdb's `print` at the same hits.
+ * kh_vars.c: the harness's evaluator of variable readings, an optional part
+ * of the library that generator/run/harness.py compiles in when a build
+ * carries readings (generator/run/varsprobe.py renders them into
+ * kinst_harness_vars.h: the values `probes --vars` and `dscript kinst-line
+ * --print` promise, each as a program printed from the same location record
+ * as the D expression).  Its constructor sets kh_hit_hook (kh_isa.h); at
+ * each hit of a site the header lists, kh_vars_hit() runs every reading's
+ * program against the trap's registers and memory and records the 64-bit
+ * results of the site's first KH_VARS_NHITS hits, so that the tests can
+ * hold them to gdb's `print` at the same hits.
  *
  * Probe context: no libc.  Memory is read with pread(2) on /proc/self/mem,
  * opened by the constructor, so that a bad address is an error to record and
@@ -14,15 +18,24 @@
  * "$KINST_HARNESS_OUT.<pid>.vars": a header of four little-endian u64
  * (magic, sites, readings, hits per site), then per site its hit count, then
  * per site, hit and reading a u64 value and a u64 status (KH_VAR_*).
- *
- * Included, when kinst_harness_vars.h was generated, by the glue after
- * kh_syscall4() and kh_out_path; the glue calls kh_vars_hit() in its trap
- * handler after counting the hit.
  */
 
-#ifndef _KH_VARS_H_
-#define	_KH_VARS_H_
+#include <sys/types.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "kinst_core.h"
+#include "kh_isa.h"
 #include "kinst_harness_vars.h"
 
 #define	KH_VAR_NONE	0	/* not recorded (fewer hits) */
@@ -37,17 +50,19 @@
 static volatile uint64_t *kh_vars_out;	/* the shared mapping */
 static int kh_vars_mem = -1;		/* /proc/self/mem */
 
+static void	kh_vars_hit(uintptr_t, void *);
+
 static void __attribute__((constructor))
 kh_vars_init(void)
 {
-	char path[sizeof(kh_out_path) + 32];
+	char path[4096];
 	const char *out;
 	size_t len;
 	void *m;
 	int fd;
 
 	out = getenv("KINST_HARNESS_OUT");
-	if (out == NULL || strlen(out) >= sizeof(kh_out_path))
+	if (out == NULL || strlen(out) + 32 >= sizeof(path))
 		return;
 	kh_vars_mem = open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
 	len = (4 + KH_VARS_NSITES + (size_t)KH_VARS_NSITES * KH_VARS_NHITS *
@@ -69,6 +84,7 @@ kh_vars_init(void)
 	kh_vars_out[1] = KH_VARS_NSITES;
 	kh_vars_out[2] = KH_VARS_NREADS;
 	kh_vars_out[3] = KH_VARS_NHITS;
+	kh_hit_hook = kh_vars_hit;
 }
 
 /* 'size' bytes (1 to 8) at 'addr', little-endian; 0 when they cannot be read. */
@@ -82,7 +98,7 @@ kh_vars_load(uint64_t addr, uint64_t size, uint64_t *v)
 
 	if (kh_vars_mem < 0 || size == 0 || size > 8 || addr >= (1ULL << 63))
 		return (0);
-	n = kh_syscall4(SYS_pread64, kh_vars_mem, (long)b, (long)size,
+	n = kh_isa_syscall4(SYS_pread64, kh_vars_mem, (long)b, (long)size,
 	    (long)addr);
 	if (n != (long)size)
 		return (0);
@@ -193,12 +209,14 @@ kh_vars_eval(uint32_t k, const ucontext_t *uc, uint64_t *value)
 
 /* A hit at link address 'pc': record the site's readings for its first hits. */
 static void
-kh_vars_hit(uint64_t pc, const ucontext_t *uc)
+kh_vars_hit(uintptr_t pc, void *arg)
 {
+	const ucontext_t *uc;
 	volatile uint64_t *slot;
 	uint64_t hit, value, status;
 	uint32_t lo, hi, mid, j;
 
+	uc = arg;
 	if (kh_vars_out == NULL)
 		return;
 	lo = 0;
@@ -225,4 +243,3 @@ kh_vars_hit(uint64_t pc, const ucontext_t *uc)
 	}
 }
 
-#endif /* !_KH_VARS_H_ */

@@ -1,0 +1,30 @@
+"""Where the installed ``kinstkit`` finds each folder of the checkout.
+
+The source tree keeps its layout (``generator/``, ``vm/``, ``templates/``,
+``sys/modules/``, ``samples/``); the distribution maps it under one
+top-level name, so that installing kinstkit claims no generic ``generator``
+or ``vm`` in site-packages.  ``generator/common/paths.py`` finds the data
+beside the code in a checkout, and in ``kinstkit/data/`` installed.
+"""
+
+from setuptools import find_namespace_packages, find_packages, setup
+
+CODE = {"kinstkit": "generator", "kinstkit.vm": "vm"}
+DATA = {"kinstkit.data.templates": "templates", "kinstkit.data.sys": "sys", "kinstkit.data.samples": "samples"}
+
+packages = [name for top, folder in CODE.items()
+            for name in (top, *(f"{top}.{sub}" for sub in find_packages(folder)))]
+packages += [name for top, folder in DATA.items()
+             for name in (top, *(f"{top}.{sub}" for sub in find_namespace_packages(folder)))]
+
+setup(
+    packages=packages,
+    package_dir={**CODE, **DATA},
+    package_data={
+        "kinstkit": ["isa/*/accel/*.c", "isa/*/accel/*.h", "run/harness_c/*/*.c", "run/harness_c/*/*.h"],
+        "kinstkit.vm": ["guest/*", "guest/**/*"],
+        **{name: ["*"] for name in packages if name.startswith("kinstkit.data")},
+    },
+    # The generated sources a checkout may hold in sys/modules/ are not kinstkit's to ship.
+    exclude_package_data={name: ["*.o", "*.ko"] for name in packages if name.startswith("kinstkit.data")},
+)
