@@ -196,6 +196,7 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
     img, index, source = _source_image(args)
     sites = line_sites(img, index, args.target, args.prologue_rule)
     reader = source.variables(index) if args.prints else None
+    named: Dict[str, str] = {}  # the --print specs some site names (a dict: insertion order)
     clauses, refused = [], []
     for s in sites:
         probe = _clause(s.function, s.offset, s.status)
@@ -207,10 +208,14 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
                   "comment": f"{s.file}:{s.line} at {s.function}+{s.offset}{inl}", "format": "", "args": [],
                   "values": []}
         if reader is not None:
-            clause.update(_printed(reader, s.address, args.prints))
+            clause.update(_printed(reader, s.address, args.prints, named))
         clauses.append(clause)
     if not clauses:
         raise UserError(f"{args.target}: kinst can trace none of its {len(sites)} sites: {refused[0]}")
+    unknown = [spec for spec in args.prints if spec not in named]
+    if unknown:
+        raise UserError(f"--print {unknown[0]}: no variable of that name is in scope at any traceable site of "
+                        f"{args.target}; `probes --line {args.target} --vars` lists those that are")
     where = f"{sites[0].file}:{sites[0].line}"
     return {
         "_inputs": _header_inputs(img),
@@ -223,16 +228,17 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
     }
 
 
-def _printed(reader, address: int, prints: Tuple[str, ...]) -> Dict[str, Any]:
-    """The printf format, its arguments and a line per value saying where it comes from, for one site."""
+def _printed(reader, address: int, prints: Tuple[str, ...], named: Dict[str, str]) -> Dict[str, Any]:
+    """The printf format, its arguments and a line per value saying where it comes from, for one site.  A spec
+    the site cannot name (not in scope there) prints as unavailable; ``named`` collects those some site names."""
     from ..analysis.ctypes import FLOAT, POINTER
 
     variables = reader.at(address)
     fmt, argv, notes = [], [], []
     for spec in prints:
         r = reader.reading(variables, spec)
-        if r.variable is None:
-            raise UserError(f"--print {spec}: {r.reason} at {address:#x}")
+        if r.variable is not None:
+            named[spec] = ""
         if not r.d:
             fmt.append(f"{spec}=<unavailable>")
             notes.append(f"{spec}: not available here: {r.reason}")

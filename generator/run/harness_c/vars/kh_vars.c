@@ -20,6 +20,8 @@
  * per site, hit and reading a u64 value and a u64 status (KH_VAR_*).
  */
 
+#define	_GNU_SOURCE		/* REG_* of <sys/ucontext.h> */
+
 #include <sys/types.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
