@@ -7,13 +7,16 @@ the one ``probes`` gives that instruction.
 Which line an instruction is.  The line table may hold several rows at one
 address; only the last owns the bytes, and that is the line every DWARF
 consumer (``llvm-symbolizer``, ``addr2line``, a debugger's backtrace) gives
-the address.  kinstkit does the same, so a line whose rows all share their
-address with a later row has no instructions of its own (typically a call
-whose code is all the inlined callee's, or a declaration): asking for it is
-the "no code" error, which names the nearest lines that have code.  A site
-is ``is_stmt`` when the line table marks a statement of its line at its
-address (gcc writes the statement row, then a non-statement row of the same
-line at the same address).
+the address.  A line whose rows all share their address with a later row
+has no instructions of its own (typically a call whose code is all the
+inlined callee's, or a declaration); it still has a site where gdb's
+``break FILE:LINE`` stops (``site_rows``: the first statement row of the
+line in each of gdb's blocks, with gdb's line-table rules), marked as
+owning no bytes.  A line with no site at all is the "no code" error, which
+names the nearest lines that have code.  A site is ``is_stmt`` when the line
+table marks a statement of its line at its address (gcc writes the
+statement row, then a non-statement row of the same line at the same
+address).
 
 What a site is.  A line's code is usually several ranges (scattered by the
 optimiser, duplicated by inlining and unrolling), and inside one range the
