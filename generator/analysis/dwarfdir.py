@@ -33,7 +33,7 @@ from ..image.dwarf.aranges import aranges
 from ..image.dwarf.lineprog import LineHeader, header, join_path
 from ..image.dwarf.lists import ranges as range_list
 from ..image.dwarf.sections import DwarfError, Reads, Sections
-from ..image.dwarf.units import Abbrev, Unit, sleb, uleb, unit_headers
+from ..image.dwarf.units import Abbrev, Unit, abbrev_entry, uleb, unit_headers
 
 NO_LINES = 0xFFFFFFFFFFFFFFFF  # a unit without a line program
 
@@ -261,26 +261,11 @@ def _find_abbrev(data, offset: int, code: int) -> Tuple[Abbrev, int]:
         raise DwarfError(f".debug_abbrev: table offset {offset:#x} lies outside the section")
     try:
         for _ in range(1 << 20):
-            c, pos = uleb(data, pos)
-            if c == 0:
+            c, ab, pos = abbrev_entry(data, pos, offset)
+            if ab is None:
                 break
-            tag, pos = uleb(data, pos)
-            children = data[pos] != 0
-            pos += 1
-            attrs, forms, consts = [], [], []
-            while True:
-                at, pos = uleb(data, pos)
-                form, pos = uleb(data, pos)
-                if at == 0 and form == 0:
-                    break
-                value = 0
-                if form == S.DW_FORM_implicit_const:
-                    value, pos = sleb(data, pos)
-                attrs.append(at)
-                forms.append(form)
-                consts.append(value)
             if c == code:
-                return Abbrev(tag, children, tuple(attrs), tuple(forms), tuple(consts)), pos
+                return ab, pos
     except IndexError:
         raise DwarfError(f".debug_abbrev: the table at {offset:#x} runs past the section's end") from None
     raise DwarfError(f".debug_abbrev: the table at {offset:#x} does not define abbreviation {code}, which a unit's "

@@ -57,6 +57,7 @@ def test_mutated_lua(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(100, 104))
 def test_more_mutations(sample_kernel, tmp_path, seed):
-    _fuzz(sample_kernel, SAMPLE_COMMANDS, tmp_path / "k", seed, flips=60, truncations=30)
+    (tmp_path / "k").mkdir()
     (tmp_path / "l").mkdir()
+    _fuzz(sample_kernel, SAMPLE_COMMANDS, tmp_path / "k", seed, flips=60, truncations=30)
     _fuzz(lua_native("-O2")["lib"], LUA_COMMANDS, tmp_path / "l", seed, flips=30, truncations=15)

@@ -14,10 +14,10 @@ tests/toolchain/test_dwarf_reader.py holds both equal to pyelftools and
 from __future__ import annotations
 
 import struct
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 from . import spec as S
-from .sections import DwarfError, Reads, Sections
+from .sections import DwarfError, Reads, Sections, initial_length
 from .units import sleb, uleb
 
 _U16 = struct.Struct("<H").unpack_from
@@ -71,21 +71,7 @@ def header(sections: Sections, offset: int, reads: Optional[Reads] = None) -> Li
 
 
 def _header(sections: Sections, data, offset: int, where: str, reads: Optional[Reads]) -> LineHeader:
-    n = len(data)
-    if not 0 <= offset or offset + 4 > n:
-        raise DwarfError(f"{where} starts past the section's end ({n:#x})")
-    length = _U32(data, offset)[0]
-    pos = offset + 4
-    offset_size = 4
-    if length == 0xFFFFFFFF:
-        length = _U64(data, pos)[0]
-        pos += 8
-        offset_size = 8
-    elif length >= 0xFFFFFFF0:
-        raise DwarfError(f"{where} has the reserved length {length:#x}")
-    end = pos + length
-    if end > n:
-        raise DwarfError(f"{where} says it is {length} bytes long, past the section's end ({n:#x})")
+    end, pos, offset_size = initial_length(data, offset, where)
     version = _U16(data, pos)[0]
     pos += 2
     if not 2 <= version <= 5:

@@ -63,11 +63,19 @@ def ranges(unit: Unit, form: int, value: int, reads: Optional[Reads] = None) -> 
 
 
 def _ranges4(unit: Unit, offset: int, reads: Optional[Reads]) -> List[Tuple[int, int]]:
-    data = unit.sections.get(".debug_ranges")
+    return [(e.low, e.high) for e in _pairs4(unit, ".debug_ranges", offset, reads)]
+
+
+def _pairs4(unit: Unit, section: str, offset: int, reads: Optional[Reads]) -> List[LocEntry]:
+    """The entries of the DWARF 2-4 list at ``offset`` of ``section``: address pairs, a base-address entry
+    (the largest address, then the base), 0 0 at the end; in ``.debug_loc`` each pair is followed by its
+    expression (a 2-byte length and the bytes), ``.debug_ranges`` has none."""
+    data = unit.sections.get(section)
+    located = section == ".debug_loc"
     size = unit.addr_size
     top = (1 << (8 * size)) - 1
     base = unit.low_pc
-    out: List[Tuple[int, int]] = []
+    out: List[LocEntry] = []
     pos = offset
     try:
         for _ in range(MAX_ENTRIES):
@@ -76,68 +84,27 @@ def _ranges4(unit: Unit, offset: int, reads: Optional[Reads]) -> List[Tuple[int,
             pos += 2 * size
             if lo == 0 and hi == 0:
                 if reads is not None:
-                    reads.add(".debug_ranges", offset, pos)
+                    reads.add(section, offset, pos)
                 return out
             if lo == top:
                 base = hi
                 continue
-            out.append((base + lo, base + hi))
-    except IndexError:
+            e = b""
+            if located:
+                n = _U16(data, pos)[0]
+                pos += 2
+                if pos + n > len(data):
+                    raise IndexError
+                e = bytes(data[pos:pos + n])
+                pos += n
+            out.append(LocEntry(base + lo, base + hi, e))
+    except (IndexError, struct.error):
         pass
-    raise DwarfError(f".debug_ranges: the list at {offset:#x} runs past the section's end")
+    raise DwarfError(f"{section}: the list at {offset:#x} runs past the section's end")
 
 
 def _rnglist(unit: Unit, offset: int, reads: Optional[Reads]) -> List[Tuple[int, int]]:
-    data = unit.sections.get(".debug_rnglists")
-    size = unit.addr_size
-    base = unit.low_pc
-    out: List[Tuple[int, int]] = []
-    pos = offset
-    where = f".debug_rnglists: the list at {offset:#x}"
-    if not 0 <= offset < len(data):
-        raise DwarfError(f"{where} lies outside the section ({len(data):#x} bytes)")
-    try:
-        for _ in range(MAX_ENTRIES):
-            kind = data[pos]
-            pos += 1
-            if kind == S.DW_RLE_end_of_list:
-                if reads is not None:
-                    reads.add(".debug_rnglists", offset, pos)
-                return out
-            if kind == S.DW_RLE_base_addressx:
-                i, pos = uleb(data, pos)
-                base = unit.indexed_address(i, reads)
-            elif kind == S.DW_RLE_startx_endx:
-                a, pos = uleb(data, pos)
-                b, pos = uleb(data, pos)
-                out.append((unit.indexed_address(a, reads), unit.indexed_address(b, reads)))
-            elif kind == S.DW_RLE_startx_length:
-                a, pos = uleb(data, pos)
-                n, pos = uleb(data, pos)
-                lo = unit.indexed_address(a, reads)
-                out.append((lo, lo + n))
-            elif kind == S.DW_RLE_offset_pair:
-                a, pos = uleb(data, pos)
-                b, pos = uleb(data, pos)
-                out.append((base + a, base + b))
-            elif kind == S.DW_RLE_base_address:
-                base = _addr(data, pos, size)
-                pos += size
-            elif kind == S.DW_RLE_start_end:
-                lo = _addr(data, pos, size)
-                hi = _addr(data, pos + size, size)
-                pos += 2 * size
-                out.append((lo, hi))
-            elif kind == S.DW_RLE_start_length:
-                lo = _addr(data, pos, size)
-                pos += size
-                n, pos = uleb(data, pos)
-                out.append((lo, lo + n))
-            else:
-                raise DwarfError(f"{where}: unknown entry kind {kind:#x} at {pos - 1:#x}")
-    except IndexError:
-        pass
-    raise DwarfError(f"{where} runs past the section's end")
+    return [(e.low, e.high) for e in _list5(unit, ".debug_rnglists", offset, reads)]
 
 
 def locations(unit: Unit, form: int, value: int, reads: Optional[Reads] = None) -> List[LocEntry]:
@@ -150,46 +117,46 @@ def locations(unit: Unit, form: int, value: int, reads: Optional[Reads] = None) 
 
 
 def _loc4(unit: Unit, offset: int, reads: Optional[Reads]) -> List[LocEntry]:
-    data = unit.sections.get(".debug_loc")
-    size = unit.addr_size
-    top = (1 << (8 * size)) - 1
-    base = unit.low_pc
-    out: List[LocEntry] = []
-    pos = offset
-    try:
-        for _ in range(MAX_ENTRIES):
-            lo = _addr(data, pos, size)
-            hi = _addr(data, pos + size, size)
-            pos += 2 * size
-            if lo == 0 and hi == 0:
-                if reads is not None:
-                    reads.add(".debug_loc", offset, pos)
-                return out
-            if lo == top:
-                base = hi
-                continue
-            n = _U16(data, pos)[0]
-            pos += 2
-            if pos + n > len(data):
-                raise IndexError
-            out.append(LocEntry(base + lo, base + hi, bytes(data[pos:pos + n])))
-            pos += n
-    except (IndexError, struct.error):
-        pass
-    raise DwarfError(f".debug_loc: the list at {offset:#x} runs past the section's end")
+    return _pairs4(unit, ".debug_loc", offset, reads)
 
 
 def _loclist(unit: Unit, offset: int, reads: Optional[Reads]) -> List[LocEntry]:
-    data = unit.sections.get(".debug_loclists")
+    return _list5(unit, ".debug_loclists", offset, reads)
+
+
+# DWARF 5's range and location list entries (7.25, 7.29) have the same shapes under two numberings; a
+# location entry adds its expression (a ULEB length and the bytes).  Shape names: "end", "basex" (base by
+# .debug_addr index), "startx_endx", "startx_length", "offset_pair", "default" (locations only), "base",
+# "start_end", "start_length", "view_pair" (gcc's DW_LLE_GNU_view_pair: two location views, skipped).
+_SHAPES = {
+    ".debug_rnglists": {S.DW_RLE_end_of_list: "end", S.DW_RLE_base_addressx: "basex",
+                        S.DW_RLE_startx_endx: "startx_endx", S.DW_RLE_startx_length: "startx_length",
+                        S.DW_RLE_offset_pair: "offset_pair", S.DW_RLE_base_address: "base",
+                        S.DW_RLE_start_end: "start_end", S.DW_RLE_start_length: "start_length"},
+    ".debug_loclists": {S.DW_LLE_end_of_list: "end", S.DW_LLE_base_addressx: "basex",
+                        S.DW_LLE_startx_endx: "startx_endx", S.DW_LLE_startx_length: "startx_length",
+                        S.DW_LLE_offset_pair: "offset_pair", S.DW_LLE_default_location: "default",
+                        S.DW_LLE_base_address: "base", S.DW_LLE_start_end: "start_end",
+                        S.DW_LLE_start_length: "start_length", S.DW_LLE_GNU_view_pair: "view_pair"},
+}
+
+
+def _list5(unit: Unit, section: str, offset: int, reads: Optional[Reads]) -> List[LocEntry]:
+    """The entries of the DWARF 5 list at ``offset`` of ``section`` (ranges have an empty expression)."""
+    data = unit.sections.get(section)
+    shapes = _SHAPES[section]
+    located = section == ".debug_loclists"
     size = unit.addr_size
     base = unit.low_pc
     out: List[LocEntry] = []
     pos = offset
-    where = f".debug_loclists: the list at {offset:#x}"
+    where = f"{section}: the list at {offset:#x}"
     if not 0 <= offset < len(data):
         raise DwarfError(f"{where} lies outside the section ({len(data):#x} bytes)")
 
     def expr(p: int) -> Tuple[bytes, int]:
+        if not located:
+            return b"", p
         n, p = uleb(data, p)
         if p + n > len(data):
             raise IndexError
@@ -198,53 +165,47 @@ def _loclist(unit: Unit, offset: int, reads: Optional[Reads]) -> List[LocEntry]:
     try:
         for _ in range(MAX_ENTRIES):
             kind = data[pos]
+            shape = shapes.get(kind)
             pos += 1
-            if kind == S.DW_LLE_end_of_list:
+            if shape == "end":
                 if reads is not None:
-                    reads.add(".debug_loclists", offset, pos)
+                    reads.add(section, offset, pos)
                 return out
-            if kind == S.DW_LLE_base_addressx:
+            if shape == "basex":
                 i, pos = uleb(data, pos)
                 base = unit.indexed_address(i, reads)
-            elif kind == S.DW_LLE_startx_endx:
-                a, pos = uleb(data, pos)
-                b, pos = uleb(data, pos)
-                e, pos = expr(pos)
-                out.append(LocEntry(unit.indexed_address(a, reads), unit.indexed_address(b, reads), e))
-            elif kind == S.DW_LLE_startx_length:
-                a, pos = uleb(data, pos)
-                n, pos = uleb(data, pos)
-                e, pos = expr(pos)
-                lo = unit.indexed_address(a, reads)
-                out.append(LocEntry(lo, lo + n, e))
-            elif kind == S.DW_LLE_offset_pair:
-                a, pos = uleb(data, pos)
-                b, pos = uleb(data, pos)
-                e, pos = expr(pos)
-                out.append(LocEntry(base + a, base + b, e))
-            elif kind == S.DW_LLE_default_location:
-                e, pos = expr(pos)
-                out.append(LocEntry(0, 0, e, True))
-            elif kind == S.DW_LLE_base_address:
+                continue
+            if shape == "base":
                 base = _addr(data, pos, size)
                 pos += size
-            elif kind == S.DW_LLE_start_end:
-                lo = _addr(data, pos, size)
-                hi = _addr(data, pos + size, size)
-                pos += 2 * size
-                e, pos = expr(pos)
-                out.append(LocEntry(lo, hi, e))
-            elif kind == S.DW_LLE_start_length:
+                continue
+            if shape == "view_pair":
+                _, pos = uleb(data, pos)
+                _, pos = uleb(data, pos)
+                continue
+            if shape in ("startx_endx", "startx_length", "offset_pair"):
+                a, pos = uleb(data, pos)
+                b, pos = uleb(data, pos)
+                lo = unit.indexed_address(a, reads) if shape != "offset_pair" else base + a
+                hi = (unit.indexed_address(b, reads) if shape == "startx_endx" else
+                      lo + b if shape == "startx_length" else base + b)
+            elif shape in ("start_end", "start_length"):
                 lo = _addr(data, pos, size)
                 pos += size
-                n, pos = uleb(data, pos)
+                if shape == "start_end":
+                    hi = _addr(data, pos, size)
+                    pos += size
+                else:
+                    n, pos = uleb(data, pos)
+                    hi = lo + n
+            elif shape == "default":
                 e, pos = expr(pos)
-                out.append(LocEntry(lo, lo + n, e))
-            elif kind == S.DW_LLE_GNU_view_pair:
-                _, pos = uleb(data, pos)
-                _, pos = uleb(data, pos)
+                out.append(LocEntry(0, 0, e, True))
+                continue
             else:
                 raise DwarfError(f"{where}: unknown entry kind {kind:#x} at {pos - 1:#x}")
-    except IndexError:
+            e, pos = expr(pos)
+            out.append(LocEntry(lo, hi, e))
+    except (IndexError, struct.error):
         pass
     raise DwarfError(f"{where} runs past the section's end")

@@ -179,3 +179,27 @@ def image_key(img: KernelImage) -> str:
 
 def optional_string(sections: Sections, name: str, offset: Optional[int]) -> Optional[str]:
     return None if offset is None else sections.string(name, offset)
+
+
+def initial_length(data, offset: int, where: str) -> Tuple[int, int, int]:
+    """A unit's or line program's initial length at ``offset`` (7.4: 32-bit, or 0xffffffff and 64-bit): (the
+    offset one past the unit, where its header goes on, its offset size); a DwarfError when the unit cannot be
+    in the section."""
+    n = len(data)
+    if not 0 <= offset or offset + 4 > n:
+        raise DwarfError(f"{where} starts past the section's end ({n:#x})")
+    length = struct.unpack_from("<I", data, offset)[0]
+    pos = offset + 4
+    offset_size = 4
+    if length == 0xFFFFFFFF:
+        if pos + 8 > n:
+            raise DwarfError(f"{where}: truncated header")
+        length = struct.unpack_from("<Q", data, pos)[0]
+        pos += 8
+        offset_size = 8
+    elif length >= 0xFFFFFFF0:
+        raise DwarfError(f"{where} has the reserved length {length:#x}")
+    end = pos + length
+    if end > n:
+        raise DwarfError(f"{where} says it is {length} bytes long, past the section's end ({n:#x})")
+    return end, pos, offset_size

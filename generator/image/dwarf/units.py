@@ -21,7 +21,7 @@ import struct
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from . import spec as S
-from .sections import DwarfError, Reads, Sections
+from .sections import DwarfError, Reads, Sections, initial_length
 
 _U16 = struct.Struct("<H").unpack_from
 _U32 = struct.Struct("<I").unpack_from
@@ -81,6 +81,34 @@ class Abbrev(NamedTuple):
     consts: Tuple[int, ...]  # DW_FORM_implicit_const values (0 elsewhere)
 
 
+def abbrev_entry(data, pos: int, offset: int) -> Tuple[int, Optional[Abbrev], int]:
+    """The entry at ``pos`` of the abbreviation table at ``offset``: (code, Abbrev, where it ends); code 0 and
+    None at the table's end.  An IndexError when the section ends inside the entry."""
+    code, pos = uleb(data, pos)
+    if code == 0:
+        return 0, None, pos
+    tag, pos = uleb(data, pos)
+    children = data[pos] != 0
+    pos += 1
+    attrs: List[int] = []
+    forms: List[int] = []
+    consts: List[int] = []
+    while True:
+        at, pos = uleb(data, pos)
+        form, pos = uleb(data, pos)
+        if at == 0 and form == 0:
+            break
+        value = 0
+        if form == S.DW_FORM_implicit_const:
+            value, pos = sleb(data, pos)
+        attrs.append(at)
+        forms.append(form)
+        consts.append(value)
+        if len(attrs) > 4096:
+            raise DwarfError(f".debug_abbrev: abbreviation {code} at {offset:#x} has over 4096 attributes")
+    return code, Abbrev(tag, children, tuple(attrs), tuple(forms), tuple(consts)), pos
+
+
 def parse_abbrevs(data, offset: int) -> Tuple[Dict[int, Abbrev], int]:
     """The abbreviation table at ``offset`` of ``.debug_abbrev``: code -> Abbrev, and where it ends."""
     table: Dict[int, Abbrev] = {}
@@ -88,31 +116,12 @@ def parse_abbrevs(data, offset: int) -> Tuple[Dict[int, Abbrev], int]:
     n = len(data)
     try:
         while True:
-            code, pos = uleb(data, pos)
-            if code == 0:
+            code, ab, pos = abbrev_entry(data, pos, offset)
+            if ab is None:
                 return table, pos
-            tag, pos = uleb(data, pos)
-            children = data[pos] != 0
-            pos += 1
-            attrs: List[int] = []
-            forms: List[int] = []
-            consts: List[int] = []
-            while True:
-                at, pos = uleb(data, pos)
-                form, pos = uleb(data, pos)
-                if at == 0 and form == 0:
-                    break
-                value = 0
-                if form == S.DW_FORM_implicit_const:
-                    value, pos = sleb(data, pos)
-                attrs.append(at)
-                forms.append(form)
-                consts.append(value)
-                if len(attrs) > 4096:
-                    raise DwarfError(f".debug_abbrev: abbreviation {code} at {offset:#x} has over 4096 attributes")
             if code in table:
                 raise DwarfError(f".debug_abbrev: the table at {offset:#x} defines code {code} twice")
-            table[code] = Abbrev(tag, children, tuple(attrs), tuple(forms), tuple(consts))
+            table[code] = ab
             if pos >= n:
                 raise DwarfError(f".debug_abbrev: the table at {offset:#x} has no terminating 0")
     except IndexError:
@@ -420,24 +429,8 @@ class UnitHeader(NamedTuple):
 
 def unit_header(info, offset: int) -> UnitHeader:
     """The header of the unit at ``offset`` of ``.debug_info`` (``info``: the section's bytes)."""
-    n = len(info)
     where = f".debug_info: the unit at {offset:#x}"
-    if offset + 4 > n:
-        raise DwarfError(f"{where} starts past the section's end")
-    length = _U32(info, offset)[0]
-    pos = offset + 4
-    offset_size = 4
-    if length == 0xFFFFFFFF:
-        if pos + 8 > n:
-            raise DwarfError(f"{where}: truncated header")
-        length = _U64(info, pos)[0]
-        pos += 8
-        offset_size = 8
-    elif length >= 0xFFFFFFF0:
-        raise DwarfError(f"{where} has the reserved length {length:#x}")
-    end = pos + length
-    if end > n:
-        raise DwarfError(f"{where} says it is {length} bytes long, past the section's end ({n:#x})")
+    end, pos, offset_size = initial_length(info, offset, where)
     if pos + 2 > end:
         raise DwarfError(f"{where} is too short for a header")
     version = _U16(info, pos)[0]
