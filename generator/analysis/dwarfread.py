@@ -37,7 +37,7 @@ from ..image.dwarf import spec as S
 from ..image.dwarf.lineprog import ROW_END, ROW_STMT, header, join_path, rows as program_rows
 from ..image.dwarf.lists import ranges as range_list
 from ..image.dwarf.sections import DwarfError, Reads, Sections
-from ..image.dwarf.units import MAX_DEPTH, Unit, UnitReader, uleb
+from ..image.dwarf.units import MAX_DEPTH, Unit, UnitReader
 
 # DIEs whose children may include subprograms or inlined copies.
 _DESCEND = frozenset((S.DW_TAG_lexical_block, S.DW_TAG_namespace, S.DW_TAG_module, S.DW_TAG_class_type,
@@ -79,16 +79,9 @@ def _empty() -> Dict[str, array]:
 # -- lines -------------------------------------------------------------------------
 
 
-def line_part(rd: Reader, ui: int, reads: Reads) -> DwarfIndex:
-    """The line rows of unit ``ui`` of the directory, as an index with only rows."""
-    d = rd.directory
-    offset = d.unit_line[ui]
-    A = _empty()
-    files: List[str] = []
-    if offset == NO_LINES:
-        return DwarfIndex("", "", "", files, [], **A)
-    comp_dir = d.strings[d.unit_comp_dir[ui]]
-    h = header(rd.sections, offset, reads)
+def _file_ids(h, comp_dir: str, files: List[str]) -> List[int]:
+    """Per entry of the line program's file table, its id in ``files`` (each distinct path appended once),
+    or NO_FILE for an entry with no path."""
     ids: Dict[str, int] = {}
     table: List[int] = []
     for entry in h.files:
@@ -101,6 +94,19 @@ def line_part(rd: Reader, ui: int, reads: Reads) -> DwarfIndex:
             fid = ids[path] = len(files)
             files.append(path)
         table.append(fid)
+    return table
+
+
+def line_part(rd: Reader, ui: int, reads: Reads) -> DwarfIndex:
+    """The line rows of unit ``ui`` of the directory, as an index with only rows."""
+    d = rd.directory
+    offset = d.unit_line[ui]
+    A = _empty()
+    files: List[str] = []
+    if offset == NO_LINES:
+        return DwarfIndex("", "", "", files, [], **A)
+    h = header(rd.sections, offset, reads)
+    table = _file_ids(h, d.strings[d.unit_comp_dir[ui]], files)
     base = h.file_base
     raw = program_rows(rd.sections, h, reads)
     sequences: List[Sequence5] = []
@@ -391,19 +397,8 @@ def die_part(rd: Reader, ui: int, reads: Reads) -> DwarfIndex:
     files: List[str] = []
     local: List[int] = []
     if d.unit_line[ui] != NO_LINES:
-        comp_dir = d.strings[d.unit_comp_dir[ui]]
         h = header(rd.sections, d.unit_line[ui], reads)
-        ids: Dict[str, int] = {}
-        for entry in h.files:
-            path = join_path(h, comp_dir, entry, posixpath)
-            if not path:
-                local.append(NO_FILE)
-                continue
-            fid = ids.get(path)
-            if fid is None:
-                fid = ids[path] = len(files)
-                files.append(path)
-            local.append(fid)
+        local = _file_ids(h, d.strings[d.unit_comp_dir[ui]], files)
     w = _Walk(rd, unit, reads, local)
     w.run()
     names: List[str] = []

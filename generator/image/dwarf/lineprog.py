@@ -268,8 +268,11 @@ def _run(code: bytes, h: LineHeader, addr_size: int) -> List[Row]:
         elif op == S.DW_LNS_copy:
             append((address, file, line, ROW_STMT if stmt else 0, view if view < MAX_VIEW else MAX_VIEW))
             view += 1
-        elif op == S.DW_LNS_advance_pc:
-            adv, pos = uleb(code, pos)
+        elif op == S.DW_LNS_advance_pc or op == S.DW_LNS_const_add_pc:
+            if op == S.DW_LNS_advance_pc:
+                adv, pos = uleb(code, pos)
+            else:
+                adv = const_add
             if max_ops == 1:
                 delta = min_len * adv
             else:
@@ -292,15 +295,6 @@ def _run(code: bytes, h: LineHeader, addr_size: int) -> List[Row]:
             _, pos = uleb(code, pos)
         elif op == S.DW_LNS_negate_stmt:
             stmt = not stmt
-        elif op == S.DW_LNS_const_add_pc:
-            if max_ops == 1:
-                delta = min_len * const_add
-            else:
-                delta = min_len * ((op_index + const_add) // max_ops)
-                op_index = (op_index + const_add) % max_ops
-            if delta:
-                address += delta
-                view = 0
         elif op == S.DW_LNS_fixed_advance_pc:
             address += _U16(code, pos)[0]
             pos += 2
