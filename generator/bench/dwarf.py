@@ -239,13 +239,15 @@ def _kernel_md(k: Dict[str, object]) -> List[str]:
         return (f"| {what} | {ours['seconds']:.2f} | {ours['rss_mb']:.0f} | `{cmd}` | {ref['seconds']:.2f} | "
                 f"{ref['rss_mb']:.0f} |")
 
+    from .analysis import VMLINUX_PACKAGE
+
     name = os.path.basename(str(k["vmlinux"]))
     goals = k["goals"]
     assert isinstance(goals, dict)
     return [
         "## Kernel-size debug info",
         "",
-        f"`{k['vmlinux']}` ({k['vmlinux_mib']} MiB, Debian's linux-image-amd64-dbg): `probes --line {k['line']}` "
+        f"`{k['vmlinux']}` ({k['vmlinux_mib']} MiB, Debian's {VMLINUX_PACKAGE}): `probes --line {k['line']}` "
         f"({k['sites']} sites) and `--vars` at {k['vars_site']}, each as a whole command (start, read, answer); "
         "the fastest run, and the largest peak RSS (GNU time), of each.",
         "",

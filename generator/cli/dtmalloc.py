@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 from . import args as A
-from ..common.errors import UserError
 
 
 def add_parsers(sub) -> None:
@@ -36,7 +35,6 @@ def add_parsers(sub) -> None:
     ds.add_argument("script", choices=sorted(SCRIPTS), help="; ".join(f"{k}: {v.help}" for k, v in SCRIPTS.items()))
     ds.add_argument("target", nargs="?", metavar="FILE:LINE|NAME",
                     help="kinst-line: the source line FILE:LINE; kinst-inline: the inline function's NAME")
-    ds.add_argument("--target", dest="target_opt", metavar="FILE:LINE|NAME", help="the same as the positional")
     ds.add_argument("--type", help="dtmalloc: one malloc type, by short description or probe name (default: all)")
     ds.add_argument("--function", help="kinst-trace: the function to trace")
     ds.add_argument("--offset", type=A.offset, help="kinst-trace: one instruction offset (default: every instruction)")
@@ -79,10 +77,6 @@ def cmd_dscript(args: argparse.Namespace) -> int:
     from ..common.files import write_all
     from ..dscript.scripts import Request, render
 
-    if args.target_opt is not None:
-        if args.target is not None and args.target != args.target_opt:
-            raise UserError(f"two targets: {args.target} and --target {args.target_opt}; give one")
-        args.target = args.target_opt
     prints = tuple(v.strip() for v in args.print_vars.split(",") if v.strip()) if args.print_vars else ()
     req = Request(args.script, args.type, args.function, args.offset, args.kernel, tuple(args.module), args.target,
                   args.debug, args.prologue_rule, prints)

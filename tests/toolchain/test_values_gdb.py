@@ -100,9 +100,9 @@ def test_vars_at_a_function_offset_follow_the_psabi():
 
 
 def test_kinst_line_print_reads_what_vars_says(tmp_path):
-    """``dscript kinst-line --target FILE:LINE --print``: each site's clause prints each variable by the very
-    expression ``probes --line FILE:LINE --vars --json`` gives there, says where it comes from, and marks the
-    sites that cannot have it; a name no site has is one line and exit 2."""
+    """``dscript kinst-line FILE:LINE --print`` (invoke: ``--target FILE:LINE``): each site's clause prints each
+    variable by the very expression ``probes --line FILE:LINE --vars --json`` gives there, says where it comes
+    from, and marks the sites that cannot have it; a name no site has is one line and exit 2."""
     lib = str(lua_native("-O2")["lib"])
     line = "ltable.c:763"  # luaH_getshortstr's chain walk, inlined into luaH_getstr and luaH_get
     vars_run = _cli("probes", "--kernel", lib, "--line", line, "--vars", "--json")
@@ -112,7 +112,7 @@ def test_kinst_line_print_reads_what_vars_says(tmp_path):
         if site["status"] == "ok":
             inner = [v for v in site["variables"] if v["name"] == "n"]
             expected[f"kinst::{site['function']}:{site['offset']}"] = inner[0]["d"]
-    d = _cli("dscript", "kinst-line", "--kernel", lib, "--target", line, "--print", "n,key->hash,nx")
+    d = _cli("dscript", "kinst-line", line, "--kernel", lib, "--print", "n,key->hash,nx")
     assert d.returncode == 0, d.stderr
     clauses = d.stdout.split("\nkinst::")[1:]
     assert clauses and len(clauses) == len(expected), d.stdout
@@ -121,5 +121,5 @@ def test_kinst_line_print_reads_what_vars_says(tmp_path):
         assert f"    {expected[probe]}," in clause, (probe, expected[probe], clause)
     assert "nx=<unavailable>" in d.stdout and "nx: not available here" in d.stdout
     assert "key->hash (unsigned int): memory at regs[R_RSI] + 0xc" in d.stdout
-    bad = _cli("dscript", "kinst-line", "--kernel", lib, "--target", line, "--print", "nosuch")
+    bad = _cli("dscript", "kinst-line", line, "--kernel", lib, "--print", "nosuch")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "nosuch" in bad.stderr

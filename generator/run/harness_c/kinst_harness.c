@@ -64,7 +64,7 @@
 struct kh_inst		kh_insts[KH_MAX_INST];
 volatile int		kh_ninst;	/* published with release order */
 uint64_t		*kh_hits;	/* per entry, all copies; shared */
-void			(*kh_hit_hook)(uintptr_t, void *);	/* see kh_isa.h */
+void			(*kh_hit_hook)(uintptr_t, void *); /* kh_isa.h */
 
 static int kh_locate;			/* KINST_HARNESS_MODE=locate */
 static int kh_audited;			/* loaded by LD_AUDIT */

@@ -89,7 +89,7 @@ kh_vars_init(void)
 	kh_hit_hook = kh_vars_hit;
 }
 
-/* 'size' bytes (1 to 8) at 'addr', little-endian; 0 when they cannot be read. */
+/* 'size' bytes (1 to 8) at 'addr', little-endian; 0 if they cannot be read. */
 static int
 kh_vars_load(uint64_t addr, uint64_t size, uint64_t *v)
 {
@@ -111,7 +111,7 @@ kh_vars_load(uint64_t addr, uint64_t size, uint64_t *v)
 	return (1);
 }
 
-/* KH_OP_EXT: 'v' cut to its low (arg & 255) bits, sign-extended if arg & 256. */
+/* KH_OP_EXT: 'v' cut to its low (arg & 255) bits, sign-extended if arg & 256 */
 static uint64_t
 kh_vars_ext(uint64_t v, uint64_t arg)
 {
@@ -132,7 +132,7 @@ kh_vars_eval(uint32_t k, const ucontext_t *uc, uint64_t *value)
 {
 	uint64_t st[KH_VARS_STACK], a, b;
 	uint32_t i, end;
-	int sp, ok;
+	int op, sp, ok;
 
 	sp = 0;
 	end = kh_vars_read_first[k] + kh_vars_read_len[k];
@@ -181,11 +181,12 @@ kh_vars_eval(uint32_t k, const ucontext_t *uc, uint64_t *value)
 			st[sp++] = a;
 			continue;
 		}
-		if (kh_vars_op[i] == KH_OP_REG || kh_vars_op[i] == KH_OP_CONST) {
+		op = kh_vars_op[i];
+		if (op == KH_OP_REG || op == KH_OP_CONST) {
 			if (sp == KH_VARS_STACK)
 				return (KH_VAR_PROGRAM);
 			ok = 1;
-			st[sp++] = kh_vars_op[i] == KH_OP_CONST ? kh_vars_arg[i] :
+			st[sp++] = op == KH_OP_CONST ? kh_vars_arg[i] :
 			    kh_vars_reg(uc, kh_vars_arg[i], &ok);
 			if (!ok)
 				return (KH_VAR_REGISTER);
@@ -194,7 +195,8 @@ kh_vars_eval(uint32_t k, const ucontext_t *uc, uint64_t *value)
 		if (sp < 1)
 			return (KH_VAR_PROGRAM);
 		if (kh_vars_op[i] == KH_OP_LOAD) {
-			if (!kh_vars_load(st[sp - 1], kh_vars_arg[i], &st[sp - 1]))
+			if (!kh_vars_load(st[sp - 1], kh_vars_arg[i],
+			    &st[sp - 1]))
 				return (KH_VAR_MEMORY);
 		} else if (kh_vars_op[i] == KH_OP_NEG)
 			st[sp - 1] = -st[sp - 1];
