@@ -248,8 +248,8 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     ``harness_c/`` whose C is compiled in besides the glue, and ``generated``
     the (file name, text) headers another stage rendered for them: the
     variable readings of ``generator.run.varsprobe`` (``vars/kh_vars.c``
-    and its ``kinst_harness_vars.h``), which hook the trap handler through
-    ``kh_hit_hook``.
+    and its ``kinst_harness_vars.h``), whose ``kh_hit()`` replaces the
+    glue's empty one the trap handler calls.
     """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")

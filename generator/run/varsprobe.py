@@ -4,7 +4,7 @@ by real code's probes at every hit.
 For each chosen site, every reading that has a value there (``analysis.variables``) is printed as a
 program for the harness's evaluator (``locations.program``, from the same location record the D
 expression is printed from) into ``kinst_harness_vars.h``; ``harness.build(optional=(GLUE,), ...)``
-compiles it with the optional glue ``harness_c/vars/kh_vars.c``, which hooks the trap handler.  At each of a site's first ``nhits`` hits, the trap handler runs every program
+compiles it with the optional glue ``harness_c/vars/kh_vars.c``, whose ``kh_hit()`` the trap handler calls.  At each of a site's first ``nhits`` hits, the trap handler runs every program
 against the trap's registers and memory and records the 64-bit result in
 ``$KINST_HARNESS_OUT.<pid>.vars``; ``read_values`` reads them back, as the reading's type reads
 them (``locations.typed``).
@@ -74,7 +74,7 @@ def render(sites: Sequence[VarSite], isa: Isa, command: str, inputs, nhits: int 
     """(file name, text) of the generated header, for ``harness.build(generated=...)``."""
     from ..render import c_header, environment
 
-    name = "harness/kinst_harness_vars.h.j2"
+    name = "harness_vars/kinst_harness_vars.h.j2"
     text = environment().get_template(name).render(header=c_header(name, inputs, command),
                                                     **header_context(sites, isa, nhits))
     return "kinst_harness_vars.h", text

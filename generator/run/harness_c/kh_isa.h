@@ -63,16 +63,19 @@ struct kh_inst {
 extern struct kh_inst	kh_insts[KH_MAX_INST];
 extern volatile int	kh_ninst;
 extern uint64_t		*kh_hits;
-/*
- * kh_hit_hook: NULL, or set by an optional part of the library from its
- * constructor (vars/kh_vars.c, the variable readings); the ISA's handler
- * calls it at each hit of a probe, after counting the hit and before the
- * probe's instruction runs, with the probe's link address and the trap's
- * ucontext_t.  Probe context: it may read, never change, the context.
- */
-extern void		(*kh_hit_hook)(uintptr_t, void *);
 long	kh_probe_at(uintptr_t, struct kh_inst **);
 void	kh_pass_on(int, siginfo_t *, void *);
+
+/*
+ * kh_hit(): the ISA's handler calls it at each hit of a probe, after
+ * counting the hit and before the probe's instruction runs, with the
+ * probe's link address and the trap's ucontext_t.  kinst_harness.c defines
+ * it weak and empty; an optional part of the library defines it when built
+ * in (vars/kh_vars.c: the variable readings).  A direct call, so that probe
+ * context stays free of indirect calls.  It may read, never change, the
+ * context.
+ */
+void	kh_hit(uintptr_t, void *);
 
 /*
  * <arch>/kh_isa_<arch>.c, or dbp/kh_dbp.c.  kh_isa_trap_code: the si_code

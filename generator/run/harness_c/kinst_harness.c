@@ -64,7 +64,6 @@
 struct kh_inst		kh_insts[KH_MAX_INST];
 volatile int		kh_ninst;	/* published with release order */
 uint64_t		*kh_hits;	/* per entry, all copies; shared */
-void			(*kh_hit_hook)(uintptr_t, void *); /* kh_isa.h */
 
 static int kh_locate;			/* KINST_HARNESS_MODE=locate */
 static int kh_audited;			/* loaded by LD_AUDIT */
@@ -166,6 +165,15 @@ kh_site_find(const struct kh_inst *ki, uintptr_t pc)
 			hi = mid;
 	}
 	return (-1);
+}
+
+/* kh_isa.h: nothing, unless an optional part of the library replaces it. */
+__attribute__((weak)) void
+kh_hit(uintptr_t pc, void *uc)
+{
+
+	(void)pc;
+	(void)uc;
 }
 
 long

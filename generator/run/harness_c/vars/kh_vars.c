@@ -6,11 +6,11 @@
  * carries readings (generator/run/varsprobe.py renders them into
  * kinst_harness_vars.h: the values `probes --vars` and `dscript kinst-line
  * --print` promise, each as a program printed from the same location record
- * as the D expression).  Its constructor sets kh_hit_hook (kh_isa.h); at
- * each hit of a site the header lists, kh_vars_hit() runs every reading's
- * program against the trap's registers and memory and records the 64-bit
- * results of the site's first KH_VARS_NHITS hits, so that the tests can
- * hold them to gdb's `print` at the same hits.
+ * as the D expression).  It defines kh_hit() (kh_isa.h): at each hit of a
+ * site the header lists, it runs every reading's program against the trap's
+ * registers and memory and records the 64-bit results of the site's first
+ * KH_VARS_NHITS hits, so that the tests can hold them to gdb's `print` at
+ * the same hits.
  *
  * Probe context: no libc.  Memory is read with pread(2) on /proc/self/mem,
  * opened by the constructor, so that a bad address is an error to record and
@@ -52,8 +52,6 @@
 static volatile uint64_t *kh_vars_out;	/* the shared mapping */
 static int kh_vars_mem = -1;		/* /proc/self/mem */
 
-static void	kh_vars_hit(uintptr_t, void *);
-
 static void __attribute__((constructor))
 kh_vars_init(void)
 {
@@ -86,7 +84,6 @@ kh_vars_init(void)
 	kh_vars_out[1] = KH_VARS_NSITES;
 	kh_vars_out[2] = KH_VARS_NREADS;
 	kh_vars_out[3] = KH_VARS_NHITS;
-	kh_hit_hook = kh_vars_hit;
 }
 
 /* 'size' bytes (1 to 8) at 'addr', little-endian; 0 if they cannot be read. */
@@ -212,8 +209,8 @@ kh_vars_eval(uint32_t k, const ucontext_t *uc, uint64_t *value)
 }
 
 /* A hit at link address 'pc': record the site's readings for its first hits. */
-static void
-kh_vars_hit(uintptr_t pc, void *arg)
+void
+kh_hit(uintptr_t pc, void *arg)
 {
 	const ucontext_t *uc;
 	volatile uint64_t *slot;
