@@ -24,7 +24,8 @@ The parts they are built from (one folder each):
   sparse copy of a system disk), ``factory.make_backend()``, and ``accel``
   with its ``probe`` (whether ``-accel kvm`` really works here, and why);
 - ``images/``: what a guest boots from, made or fetched on the host:
-  ``standin`` (the stand-in Linux guest built from Debian packages) and
+  ``standin`` (the stand-in Linux guest built from Debian packages),
+  ``linux`` (the ring-0 guest: a Debian kernel package the caller unpacked) and
   ``freebsd`` (official FreeBSD VM images: download, verify, cache; and the
   cloud-init NoCloud seed that runs the hook);
 - ``supervise/``: process control: starting and stopping the VM monitor

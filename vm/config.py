@@ -68,6 +68,20 @@ GUESTS: Dict[str, GuestSpec] = {
         expect=GUEST_DIR / "standin" / "expect.tsv",
         wants_modules=False,
     ),
+    "linux": GuestSpec(
+        name="linux",
+        description="a Debian Linux kernel package (VMConfig.image_package) + a busybox initramfs, for the "
+        "ring-0 runs of kinstkit's kinst core (generator/run/ring0)",
+        backends=("qemu",),  # direct kernel boot (PVH), as the stand-in
+        memory_mib=512,
+        cpus=2,  # the ring-0 runs want both vCPUs in probed code at once
+        boot_timeout=20.0,  # ~5 s measured under TCG to the hook (x3 below)
+        run_timeout=300.0,  # ring-0 runs pass their own --timeout
+        tcg_factor=3.0,
+        script=GUEST_DIR / "linux" / "run.sh",
+        expect=GUEST_DIR / "linux" / "expect.tsv",
+        wants_modules=False,
+    ),
     "freebsd": GuestSpec(
         name="freebsd",
         description="an official FreeBSD VM image (BASIC-CLOUDINIT, or BASIC-CI) with a cloud-init NoCloud seed",
@@ -117,7 +131,9 @@ class VMConfig:
     network: bool = False  # bhyve: a tap device (created and destroyed per run); qemu: user net
     mirror: Optional[str] = None  # FreeBSD download mirror for --release (default: download.freebsd.org)
     dry_run: bool = False  # print the commands, start nothing
-    extra_append: str = ""  # stand-in: more kernel command line
+    extra_append: str = ""  # stand-in, linux: more kernel command line
+    image_package: Optional[str] = None  # linux: an unpacked linux-image package (boot/vmlinuz-*, lib/modules/)
+    qemu_args: Tuple[str, ...] = ()  # qemu: more switches, appended (the linux guest's -plugin)
 
 
 def host_os() -> str:
@@ -132,6 +148,11 @@ def validate(cfg: VMConfig) -> None:
     if cfg.guest not in GUESTS:
         raise VMError(f"unknown guest '{cfg.guest}' (known: {', '.join(GUESTS)})")
     spec = GUESTS[cfg.guest]
+    if cfg.guest == "linux" and not (cfg.image_package and (Path(cfg.image_package) / "boot").is_dir()):
+        raise VMError(f"the linux guest needs an unpacked linux-image package (image_package), not "
+                      f"{cfg.image_package!r}; vm-test --guest linux fetches one")
+    if cfg.qemu_args and resolve_backend(cfg) != "qemu":
+        raise VMError("qemu_args are QEMU switches; they do not go with bhyve")
     if cfg.guest == "freebsd":
         if bool(cfg.image) == bool(cfg.release):
             raise VMError("a FreeBSD guest needs exactly one of --image PATH and --release R")

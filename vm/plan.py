@@ -42,6 +42,7 @@ class Plan:
     modules_dir: Optional[Path] = None
     modules: Tuple[Path, ...] = ()
     extra: Tuple[Tuple[Path, str], ...] = ()
+    qemu_args: Tuple[str, ...] = ()  # qemu: more switches, appended (a TCG plugin)
     notes: Tuple[str, ...] = ()  # things the user should know (shown with the results)
     info: Dict[str, object] = field(default_factory=dict)
 

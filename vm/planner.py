@@ -20,7 +20,7 @@ from .backends import accel as accel_mod
 from .backends.probe import kvm_probe
 from .backends.qemu import have_qemu_img
 from .config import GUESTS, RUNS, Timeouts, VMConfig, VMError, default_modules_dir, resolve_backend
-from .images import freebsd, standin
+from .images import freebsd, linux, standin
 from .metadisk import module_files
 from .plan import Plan
 
@@ -56,6 +56,13 @@ def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
         kernel, initrd, base, base_format = assets.kernel, assets.initramfs, assets.system_disk, "raw"
         append = " ".join(filter(None, [assets.append, cfg.extra_append]))
         info["kernel"] = f"{assets.package} ({assets.kernel_kind})"
+    elif cfg.guest == "linux":
+        la = linux.assets(Path(cfg.image_package or ""), build=not cfg.dry_run)
+        if cfg.dry_run and not la.kernel.exists():
+            notes.append("the linux guest's vmlinux and initramfs are not made yet; a real run makes them")
+        kernel, initrd, base, base_format = la.kernel, la.initramfs, la.system_disk, "raw"
+        append = " ".join(filter(None, [la.append, cfg.extra_append]))
+        info["kernel"] = f"{la.package} ({la.kernel_kind})"
     else:
         if cfg.release:
             if cfg.dry_run:
@@ -111,5 +118,6 @@ def make_plan(cfg: VMConfig, run_id: Optional[str] = None) -> Plan:
         meta=run_dir / "meta.tar", seed=seed, kernel=kernel, initrd=initrd, append=append,
         interactive=cfg.interactive, keep=cfg.keep, console=cfg.console, loader=cfg.loader,
         network=cfg.network, login=login, script=script, expect=expect, modules_dir=modules_dir,
-        modules=modules, extra=tuple((Path(s), n) for s, n in cfg.extra), notes=tuple(notes), info=info,
+        modules=modules, extra=tuple((Path(s), n) for s, n in cfg.extra), qemu_args=tuple(cfg.qemu_args),
+        notes=tuple(notes), info=info,
     )

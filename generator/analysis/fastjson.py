@@ -19,7 +19,7 @@ import json
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .exclusions import excluded
+from .exclusions import excluded, for_image
 from .probes import MAX_INSN, code_runs, function_code, function_reason, refused_regions, reloc_target
 from .records import KIND_SKIP, STATUS_OK, STATUS_SKIP
 from ..image.elf import Function, KernelImage
@@ -63,7 +63,7 @@ class ImageJson:
         self.prologue_json = _dumps(f"function refused: {self.isa.prologue_reasons[rule]}")
 
     def _native(self, func: Function, code: bytes) -> Optional[bytes]:
-        reason = excluded(func.name, self.isa.name, self.isa.md_excluded)
+        reason = excluded(func.name, self.isa.name, for_image(self.img))
         got = self.native.probes(code, func.size, func.address, _dumps(f"function refused: {reason}") if reason else None,
                                  self.rule == "first", self.prologue_json)
         if got is None:
@@ -80,6 +80,7 @@ class ImageJson:
             os.write(fd, b"".join(self.function_bytes(f) + b"\n" for f in funcs))  # one chunk: small enough
             return
         isa, rule, native = self.isa, self.rule, self.native
+        md_excluded = for_image(self.img)
         chunk = native.chunk(rule == "first", _verdict("", ""), _verdict(isa.prologue_reasons[rule], ""),
                              self.prologue_json)
         funcs = list(funcs)
@@ -93,7 +94,7 @@ class ImageJson:
         try:
             for k, f in enumerate(funcs):
                 start, avail = where.get(k) or self._lone(chunk, f)
-                reason = excluded(f.name, isa.name, isa.md_excluded)
+                reason = excluded(f.name, isa.name, md_excluded)
                 chunk.add(start, min(avail, f.size + MAX_INSN), f.size, f.address, _head(f),
                           _verdict(reason, "") if reason else None,
                           _quote(f"function refused: {reason}") if reason else None)
@@ -141,7 +142,7 @@ class ImageJson:
         img, isa = self.img, self.isa
         code = function_code(img, func)
         insns, walk_error = isa.decode(code, func.address, func.size)
-        reason = function_reason(func, isa, insns, code, self.rule)
+        reason = function_reason(img, func, isa, insns, code, self.rule)
         regions = refused_regions(img, isa, func, insns, code) if not reason else {}
         refused = _dumps(f"function refused: {reason}") if reason else ""
         rel = img.e_type == "ET_REL"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from .. import isa as isa_registry
-from .exclusions import excluded
+from .exclusions import excluded, for_image
 from .probes import analyse, function_code
 from .records import STATUS_OK, FunctionReport
 from .whole import map_chunks
@@ -85,6 +85,9 @@ class ProbePlan:
     sha256: str
     funcs: Tuple[PlanFunc, ...]
     refused: Tuple[Refusal, ...]
+    # The ISA's exclusions by name for this image (kinst_md_excluded() and the NMI closure), name -> reason,
+    # sorted: what the module's glue applies again.
+    md_excluded: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def nprobes(self) -> int:
@@ -187,7 +190,7 @@ def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE
     """One function's records, digest and refusals; through ``accel`` when given, else from the
     capstone path (its ``report`` when the caller has it already)."""
     isa = img.isa
-    why = excluded(func.name, isa.name, isa.md_excluded)
+    why = excluded(func.name, isa.name, for_image(img))
     if why:
         return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
     masks, why = _masks(img, func)
@@ -214,6 +217,7 @@ def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_P
               fast: bool = True, jobs: int = 1) -> ProbePlan:
     """The plan for ``funcs`` of ``img``; ``fast`` lets the ISA's accelerator carry the bulk."""
     funcs = sorted(funcs, key=lambda f: (f.address, f.name))
+    md_excluded = for_image(img)  # before the workers fork: they share it
     out: List[PlanFunc] = []
     refused: List[Refusal] = []
     first = 0
@@ -233,4 +237,5 @@ def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_P
         sha256=img.sha256(),
         funcs=tuple(out),
         refused=tuple(refused),
+        md_excluded=tuple(sorted(md_excluded.items())),
     )

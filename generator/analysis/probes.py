@@ -13,26 +13,14 @@ import bisect
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import records as R
-from .exclusions import excluded
+from .code import MAX_INSN, function_code, reloc_target
+from .exclusions import excluded, for_image
 from ..common.errors import UserError
-from ..image.elf import Function, KernelImage, Section, corrupt_function
+from ..image.elf import Function, KernelImage, Section
 from ..isa.contract import Insn, Isa
 
-# Bytes read past a symbol's end so an instruction straddling it decodes whole.
-MAX_INSN = 15
-
-
-def function_code(img: KernelImage, func: Function, sec: Optional[Section] = None) -> bytes:
-    """The function's bytes and up to ``MAX_INSN`` more from its section (relocated for ET_REL).
-
-    ``sec`` is the section holding the function, when the caller has looked it up already."""
-    sec = sec or img.section_at(func.address)
-    avail = func.size
-    if sec is not None:
-        avail = min(func.size + MAX_INSN, sec.addr + sec.size - func.address)
-    if sec is None or avail < func.size:
-        raise corrupt_function(img.path, func)
-    return img.read(func.address, avail)
+__all__ = ["MAX_INSN", "analyse", "code_runs", "find_offset", "function_code", "function_reason", "refused_regions",
+           "reloc_target"]
 
 
 def code_runs(img: KernelImage, funcs: Sequence[Function]) -> Iterator[Tuple[List[int], bytes, int]]:
@@ -68,9 +56,9 @@ def _run_code(img: KernelImage, funcs: Sequence[Function], run: List[int], sec: 
     return run, img.read_in(sec, first, end - first), first
 
 
-def function_reason(func: Function, isa: Isa, insns: List[Insn], code: bytes, rule: str) -> str:
+def function_reason(img: KernelImage, func: Function, isa: Isa, insns: List[Insn], code: bytes, rule: str) -> str:
     """Why kinst refuses the whole function: exclusion list first, then the prologue rule; "" if neither."""
-    return excluded(func.name, isa.name, isa.md_excluded) or isa.frame_verdict(insns, code, rule)
+    return excluded(func.name, isa.name, for_image(img)) or isa.frame_verdict(insns, code, rule)
 
 
 def refused_regions(img: KernelImage, isa: Isa, func: Function, insns: List[Insn], code: bytes) -> Dict[int, str]:
@@ -113,7 +101,7 @@ def analyse(img: KernelImage, func: Function, rule: str = "any", isa: Optional[I
     isa = isa or img.isa
     code = function_code(img, func)
     insns, walk_error = isa.decode(code, func.address, func.size)
-    reason = function_reason(func, isa, insns, code, rule)
+    reason = function_reason(img, func, isa, insns, code, rule)
     regions = refused_regions(img, isa, func, insns, code) if not reason else {}
     probes = [_probe(img, isa, func, code, insn, reason, regions) for insn in insns]
     return R.FunctionReport(
@@ -145,20 +133,6 @@ def _probe(img: KernelImage, isa: Isa, func: Function, code: bytes, insn: Insn, 
     elif off in regions and status == R.STATUS_OK:
         status, reason, kind = R.STATUS_SKIP, regions[off], R.KIND_SKIP
     return R.Probe(off, addr, length, raw, mnem, ops, status, reason, kind, v.md, target, target_symbol)
-
-
-def reloc_target(img: KernelImage, addr: int, length: int, target: int) -> Tuple[Optional[int], Optional[str]]:
-    """For ET_REL, name a branch target that only a relocation knows (where the ISA's ``branch_reloc`` says)."""
-    where = img.isa.branch_reloc(length) if img.isa.branch_reloc is not None else None
-    if where is None:
-        return target, None
-    field, bias = where
-    for r in img.relocs_in(addr + field, 1):
-        if r.resolved:
-            return target, None
-        off = r.addend + bias
-        return None, r.symbol + (f"{off:+#x}" if off else "")
-    return target, None
 
 
 def find_offset(report: R.FunctionReport, offset: int) -> R.Probe:

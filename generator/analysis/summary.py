@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import report
-from .exclusions import excluded
+from .exclusions import excluded, for_image
 from .probes import MAX_INSN, analyse, code_runs, function_code
 from .records import STATUS_OK, FunctionReport
 from ..image.elf import Function, KernelImage
@@ -74,7 +74,7 @@ def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[
     s = accel.summarise(code, func.address, func.size)
     if s is None:
         return from_report(analyse(img, func, rule, isa), make)
-    reason = excluded(func.name, isa.name, isa.md_excluded)
+    reason = excluded(func.name, isa.name, for_image(img))
     if not reason and rule not in s.frame_rules:
         reason = isa.prologue_reasons[rule]
     kinds = {} if reason else s.kinds
@@ -96,7 +96,7 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
     says what is wrong or asks capstone.
     """
     make = make or record
-    md_excluded, isa_name = isa.md_excluded, isa.name
+    md_excluded, isa_name = for_image(img), isa.name
     prologue = isa.prologue_reasons[rule]
     out: List[Any] = []
     for f, s in zip(funcs, _accelerated(img, funcs, accel)):
@@ -124,7 +124,7 @@ def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa:
     span_json = getattr(accel, "summary_json_span", None)
     if span_json is None:
         return fast_chunk(img, funcs, rule, isa, accel, report.summary_json_fields)
-    md_excluded, isa_name = isa.md_excluded, isa.name
+    md_excluded, isa_name = for_image(img), isa.name
     prologue = report.quote(isa.prologue_reasons[rule])
     head = report.summary_json_head
     out: List[Optional[str]] = [None] * len(funcs)

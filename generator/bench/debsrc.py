@@ -6,7 +6,8 @@ parts, non-statement rows.  The DWARF benchmark and the tests build such
 images from a Debian source package (Lua 5.4 by default: some 700 functions
 and 1500 inlined copies), fetched with ``apt-get source`` into
 ``<cache>/debsrc/`` through a private copy of the machine's apt source list
-(as ``deb-src``), so the system's own lists stay untouched.
+(as ``deb-src``; ``generator.common.apt``), so the system's own lists stay
+untouched.
 
 Each build compiles the package's library sources with FreeBSD's amd64
 kernel code-generation flags (frame pointers, kernel code model, no red
@@ -24,27 +25,22 @@ UserError that names the package; the tests turn it into a skip that says so.
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import json
 import os
-import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, List, Tuple
 
+from ..common import apt
 from ..common.ccache import compile_cached, content_key
 from ..common.errors import UserError
 from ..common.paths import CACHE
-from ..common.tools import first_error, tool_version
+from ..common.tools import checked, run_tool, tool_version
 
 CACHE_DIR = CACHE / "debsrc"
-APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
-APT_LIST = Path("/etc/apt/sources.list")
 
 # FreeBSD's amd64 kernel code generation (sys/conf/kern.mk), with -O2 -g.
 KERNEL_FLAGS: Tuple[str, ...] = (
@@ -94,71 +90,19 @@ VARIANTS: Dict[str, Variant] = {
 DEFAULT_PROJECT = "lua5.4"
 
 
-def _run(argv: List[str], cwd: Path, what: str) -> str:
-    env = dict(os.environ, LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
-    try:
-        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-    except FileNotFoundError:
-        raise UserError(f"{what}: {argv[0]} is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise UserError(f"{what}: {argv[0]} took more than 900 s") from None
-    if proc.returncode != 0:
-        raise UserError(f"{what}: {Path(argv[0]).name} failed: {first_error(proc.stderr or proc.stdout)}")
-    return proc.stdout
-
-
-@contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """One process fills a cache entry at a time."""
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def source_list() -> str:
-    """The machine's apt sources as ``deb-src`` entries (deb822 or one-line format)."""
-    if APT_SOURCES.is_file():
-        return re.sub(r"(?m)^Types:\s*deb\s*$", "Types: deb-src", APT_SOURCES.read_text())
-    if APT_LIST.is_file():
-        return re.sub(r"(?m)^deb\s", "deb-src ", APT_LIST.read_text())
-    raise UserError(f"no apt source list ({APT_SOURCES} or {APT_LIST}) to fetch Debian sources from")
-
-
-def _apt(package: str, work: Path) -> List[str]:
-    """apt-get options for a private source list, package lists and cache under ``work``."""
-    if shutil.which("apt-get") is None:
-        raise UserError(f"Debian source package {package}: apt-get is not installed (not a Debian system)")
-    text = source_list()
-    listing = work / ("src.sources" if "Types:" in text else "src.list")
-    listing.write_text(text)
-    for d in ("lists/partial", "cache/archives/partial"):
-        (work / d).mkdir(parents=True, exist_ok=True)
-    opts = [
-        "-o", f"Dir::Etc::SourceList={listing}", "-o", "Dir::Etc::SourceParts=/dev/null",
-        "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'cache'}",
-    ]
-    if os.geteuid() == 0:
-        opts += ["-o", "APT::Sandbox::User=root"]  # the private directories are root's; _apt could not write them
-    return opts
-
-
 def source_tree(package: str) -> Path:
     """The unpacked upstream tree of Debian source package ``package``, fetched on first use."""
     dest = CACHE_DIR / package
-    with _locked(package):
+    with apt.locked(CACHE_DIR, package):
         if (dest / ".complete").is_file():
             return dest
         apt_dir = CACHE_DIR / "apt"
         apt_dir.mkdir(parents=True, exist_ok=True)
-        opts = _apt(package, apt_dir)
+        opts = apt.private_options(package, apt_dir)
         what = f"Debian source package {package}"
-        _run(["apt-get", *opts, "-qq", "update"], apt_dir, f"{what}: apt-get update")
+        apt.run(["apt-get", *opts, "-qq", "update"], apt_dir, f"{what}: apt-get update")
         with tempfile.TemporaryDirectory(dir=CACHE_DIR, prefix=".fetch-") as tmp:
-            _run(["apt-get", *opts, "-qq", "source", "--download-only", package], Path(tmp), f"{what}: apt-get source")
+            apt.run(["apt-get", *opts, "-qq", "source", "--download-only", package], Path(tmp), f"{what}: apt-get source")
             origs = sorted(Path(tmp).glob(f"{package}_*.orig.tar.*"))
             if not origs:
                 raise UserError(f"{what}: apt-get source left no upstream tarball")
@@ -208,13 +152,13 @@ def debian_image(package: str = DEFAULT_PROJECT, variant: str = "gcc") -> Path:
     def make(work: Path) -> None:
         objects = _compile(var, sources, work, package)
         (work / "kernel.ld").write_text(LINKER_SCRIPT)
-        _run(["ld.lld", "-static", "-nostdlib", "--build-id=sha1",
-              "--unresolved-symbols=ignore-all", "-e", "0", "-T", str(work / "kernel.ld"),
-              "-o", str(work / image_name), *map(str, objects)], work, f"{package} image: link")
+        checked(run_tool, ["ld.lld", "-static", "-nostdlib", "--build-id=sha1",
+                           "--unresolved-symbols=ignore-all", "-e", "0", "-T", str(work / "kernel.ld"),
+                           "-o", str(work / image_name), *map(str, objects)], f"{package} image: link", work)
         for o in objects:
             o.unlink()
 
-    with _locked(f"build-{package}-{variant}"):  # one compile at a time: a build takes both cores
+    with apt.locked(CACHE_DIR, f"build-{package}-{variant}"):  # one compile at a time: a build takes both cores
         built = compile_cached(CACHE_DIR / "build", f"{package}-{variant}-{key}", make, marker=image_name)
     return built / image_name
 
@@ -223,8 +167,8 @@ def _compile(var: Variant, sources: List[Path], work: Path, package: str) -> Lis
     """Every source to an object, in parallel; the compiles run in the source directory so the DWARF names it."""
     def one(src: Path) -> Path:
         obj = work / (src.stem + ".o")
-        _run([var.cc, *KERNEL_FLAGS, *var.flags, "-c", src.name, "-o", str(obj)], src.parent,
-             f"{package} image: {var.cc} {src.name}")
+        checked(run_tool, [var.cc, *KERNEL_FLAGS, *var.flags, "-c", src.name, "-o", str(obj)],
+                f"{package} image: {var.cc} {src.name}", src.parent)
         return obj
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

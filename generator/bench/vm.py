@@ -32,8 +32,11 @@ GOAL_SECONDS = 10.0
 PHASES = ("boot", "run", "collect", "teardown", "total")
 
 
-def bench_vm(out_dir: Path = BENCH_RESULTS, runs: int = 3) -> Dict[str, object]:
-    """Time ``runs`` whole stand-in cycles; write vm.json and vm.md into ``out_dir``."""
+def bench_vm(out_dir: Path = BENCH_RESULTS, runs: int = 3, ring0: bool = True,
+             ladder: bool = False) -> Dict[str, object]:
+    """Time ``runs`` whole stand-in cycles, and (``ring0``) the Linux guest's runs beside an unprobed boot
+    (``generator.bench.ring0``; ``ladder``: the largest probe count within 10 minutes); write vm.json and
+    vm.md into ``out_dir``."""
     t0 = time.monotonic()
     assets = standin.assets()
     prepare = time.monotonic() - t0
@@ -62,9 +65,49 @@ def bench_vm(out_dir: Path = BENCH_RESULTS, runs: int = 3) -> Dict[str, object]:
         "goal_seconds": GOAL_SECONDS,
         "goal_met": median["wall"] < GOAL_SECONDS,
     }
+    if ring0:
+        from .ring0 import bench_ring0
+
+        with tempfile.TemporaryDirectory(prefix="kinstkit-bench-ring0-") as tmp:
+            result["ring0"] = bench_ring0(ladder=ladder, runs_dir=tmp)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_all([(out_dir / "vm.json", json.dumps(result, indent=1) + "\n"), (out_dir / "vm.md", _markdown(result))])
+    text = _markdown(result) + (_ring0_markdown(result["ring0"]) if ring0 else "")
+    write_all([(out_dir / "vm.json", json.dumps(result, indent=1) + "\n"), (out_dir / "vm.md", text)])
     return result
+
+
+def _ring0_markdown(r: Dict[str, object]) -> str:
+    d, u = r["default"], r["unprobed"]
+    lines = [
+        "",
+        "# vm-test --guest linux: the kinst core in ring 0, beside an unprobed boot",
+        "",
+        "`python -m generator bench` (`generator.bench.ring0.bench_ring0()`): Debian's Linux 6.1 cloud kernel, "
+        "2 vCPUs, 512 MiB, the default workload; boot to teardown as vm-test times it, and QEMU's peak "
+        "resident memory (VmHWM).  The unprobed boot loads the module on an empty table and runs the workload "
+        "with nothing armed.",
+        "",
+        "| run | probes armed | probes hit | hits (= QEMU's) | boot (s) | run (s) | boot to teardown (s) | "
+        "whole command (s) | QEMU peak RSS (MiB) | result |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| unprobed | 0 | 0 | 0 | {u['timings']['boot']} | {u['timings']['run']} | {u['timings']['total']} | "
+        f"{u['wall']} | {u['peak_rss_mib']} | {u['status']} |",
+    ]
+    rungs = r.get("ladder") or [dict(d, level="default set")]
+    for x in rungs:
+        if "error" in x:
+            lines.append(f"| {x['level']} ({x['functions_requested']} names) | - | - | - | - | - | - | {x['wall']} | "
+                         f"{x['peak_rss_mib']} | error: {x['error']} |")
+            continue
+        vm = x["vm"]
+        lines.append(f"| {x['level']} ({x['functions']} functions) | {x['probes_armed']} | {x['probes_hit']} | "
+                     f"{x['hits']} ({'=' if x['hits'] == x['oracle_hits'] else '!='}) | {vm['boot']} | {vm['run']} | "
+                     f"{vm['total']} | {x['wall']} | {x['peak_rss_mib']} | {'PASS' if x['ok'] else 'FAIL'} |")
+    if "largest_within_budget" in r:
+        lines += ["", f"Largest probe count armed at once whose run finished within {r['budget_seconds']:.0f} s "
+                  f"(boot to teardown): **{r['largest_within_budget']}**."]
+    lines += ["", f"Default run's stages (s): " + ", ".join(f"{k} {v}" for k, v in d.get("seconds", {}).items()), ""]
+    return "\n".join(lines)
 
 
 def _markdown(r: Dict[str, object]) -> str:

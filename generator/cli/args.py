@@ -21,12 +21,15 @@ def add_kernel(p: argparse.ArgumentParser, helptext: str = KERNEL_HELP) -> None:
     p.add_argument("--kernel", help=helptext)
 
 
-def add_prologue_rule(p: argparse.ArgumentParser) -> None:
+def add_prologue_rule(p, default: str = DEFAULT_PROLOGUE_RULE, extra=()) -> None:
+    """``--prologue-rule``; ``extra`` adds planning-only rules (the linux guest's 'none')."""
+    more = "".join(f", '{r}': no prologue rule" for r in extra)
     p.add_argument(
         "--prologue-rule",
-        choices=PROLOGUE_RULES,
-        default=DEFAULT_PROLOGUE_RULE,
-        help=PROLOGUE_RULE_HELP.replace("%", "%%"),
+        choices=PROLOGUE_RULES + tuple(extra),
+        default=default,
+        help=(PROLOGUE_RULE_HELP + more).replace("%", "%%")
+        + (f"; here the default is '{default}'" if default != DEFAULT_PROLOGUE_RULE else ""),
     )
 
 

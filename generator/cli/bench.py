@@ -19,7 +19,12 @@ def add_parsers(sub) -> None:
     be.add_argument("--with-vmlinux", action="store_true", help="fetch Debian's kernel debug package (about 860 MB) "
                     "once, to measure a real kernel image too")
     be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
-    be.add_argument("--skip-vm", action="store_true", help="skip the stand-in VM cycle benchmark")
+    be.add_argument("--skip-vm", action="store_true", help="skip the VM benchmarks (stand-in cycle, Linux guest)")
+    be.add_argument("--skip-ring0", action="store_true",
+                    help="skip the Linux guest's runs (vm-test --guest linux beside an unprobed boot)")
+    be.add_argument("--ring0-ladder", action="store_true",
+                    help="also arm larger and larger function sets in the Linux guest until a run takes more than "
+                    "10 minutes (about half an hour)")
     be.add_argument("--skip-dwarf", action="store_true", help="skip the source-line and inline index benchmark")
     be.add_argument("--dwarf-image", help="image with DWARF for that benchmark (default: the largest the tests "
                     "build, Lua 5.4 from its Debian source package)")
@@ -42,7 +47,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.skip_vm:
         from ..bench.vm import bench_vm
 
-        bench_vm(out)
+        bench_vm(out, ring0=not args.skip_ring0, ladder=args.ring0_ladder)
         sys.stdout.write((out / "vm.md").read_text() + "\n")
     if not args.skip_dwarf:
         from ..bench.dwarf import bench_dwarf

@@ -23,6 +23,7 @@ from typing import List, Optional, Tuple
 from .. import isa as isa_registry
 from ..common.errors import UserError
 from ..common.host import on_freebsd
+from ..kmod.backends import BACKEND_NAMES, BACKENDS, choose
 from ..providers import PROVIDER_NAMES, PROVIDERS
 from ..providers.contract import add_options, options_given, selection
 
@@ -48,10 +49,11 @@ def add_parsers(sub) -> None:
     b.add_argument("--out", help="build root (default: build/); the .ko files go to <out>/<kernel-build-id>/")
     b.add_argument("--src", help="where to generate the module sources (default: sys/modules/)")
     mode = b.add_mutually_exclusive_group()
-    mode.add_argument("--native", dest="native", action="store_true", default=None,
-                      help="run make with bsd.kmod.mk (the default on FreeBSD)")
-    mode.add_argument("--cross", dest="native", action="store_false",
-                      help="clang + ld.lld with kmod.mk's flags (the default elsewhere)")
+    mode.add_argument("--backend", choices=BACKEND_NAMES, default="",
+                      help="how modules are compiled and linked: " + "; ".join(
+                          f"'{n}': {BACKENDS[n].summary}" for n in BACKEND_NAMES))
+    for n in BACKEND_NAMES:
+        mode.add_argument(f"--{n}", dest="backend", action="store_const", const=n, help=f"--backend {n}")
     b.set_defaults(run=cmd_build)
 
     f = sub.add_parser("fetch-release", help="download src.txz, kernel.txz, kernel-dbg.txz, verify them against "
@@ -133,9 +135,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     modules = parse_modules(args.modules)
     sysdir, kernel = _tree_and_kernel(args)
-    native = on_freebsd() if args.native is None else args.native
-    if native and not on_freebsd():
-        raise UserError("--native runs make with bsd.kmod.mk, which needs a FreeBSD host; use --cross here")
+    choose(args.backend)  # one line now if it cannot run here, before anything is generated
     sel = selection(args)
     chosen = tuple(PROVIDERS[m] for m in modules)
     for name in PROVIDER_NAMES:
@@ -152,7 +152,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         selection=sel,
         dep_modules=tuple(args.dep_module),
         module_path=tuple(args.module_path),
-        native=native,
+        backend=args.backend,
     )
     return build.build(req, sys.stdout)
 

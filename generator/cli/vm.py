@@ -15,6 +15,10 @@ import json
 import sys
 from typing import List, Tuple
 
+from . import args as A
+from ..common.defaults import PROLOGUE_NONE
+from ..common.errors import UserError
+
 
 def add_parsers(subparsers) -> None:
     t = subparsers.add_parser(
@@ -32,6 +36,18 @@ def add_parsers(subparsers) -> None:
     t.add_argument("--keep", action="store_true", help="keep the overlay and meta disk in the run directory")
     t.add_argument("--json", action="store_true", help="print the result as one JSON object")
     t.add_argument("--dry-run", action="store_true", help="print the commands that would run; start nothing")
+    g = t.add_argument_group("the linux guest (--guest linux): kinstkit's kinst core and a generated table in "
+                             "ring 0 of Debian's Linux 6.1, checked against a QEMU plugin")
+    g.add_argument("--function", action="append", metavar="F",
+                   help="probe every instruction of function F (repeatable; name, or name@file for one local "
+                   "copy; default: the functions in vm/guest/linux/functions.txt)")
+    g.add_argument("--functions-from", metavar="FILE", help="probe the functions named in FILE, one per line")
+    g.add_argument("--smp", type=int, help="virtual CPUs of the linux guest (default: 2)")
+    g.add_argument("--workload", metavar="FILE", help="guest shell script to run while the probes are armed "
+                   "(default: vm/guest/linux/workload.sh)")
+    g.add_argument("--cycles", type=int, default=3,
+                   help="disarm and re-arm every probe this many times while the workload runs (default: 3)")
+    A.add_prologue_rule(g, default=PROLOGUE_NONE, extra=(PROLOGUE_NONE,))
     t.set_defaults(run=cmd_vm_test)
 
     s = subparsers.add_parser(
@@ -56,7 +72,9 @@ def add_parsers(subparsers) -> None:
 
 def _guest_options(p: argparse.ArgumentParser) -> None:
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--guest", choices=("standin", "freebsd"), help="standin (default) or freebsd (with --image/--release)")
+    which.add_argument("--guest", choices=("standin", "freebsd", "linux"),
+                       help="standin (default), freebsd (with --image/--release) or linux (vm-test only: the "
+                       "kinst core in ring 0 of a Linux kernel)")
     which.add_argument("--image", help="a FreeBSD VM image (raw or qcow2), used read-only through a per-run overlay")
     which.add_argument("--release", help="a FreeBSD release whose official image vm-image fetches, e.g. 14.3-RELEASE")
     p.add_argument("--flavor", default="BASIC-CLOUDINIT", help="image flavor for --release (default: BASIC-CLOUDINIT)")
@@ -98,6 +116,15 @@ def _print_dry_run(res) -> None:
 
 
 def cmd_vm_test(args: argparse.Namespace) -> int:
+    if args.guest == "linux":
+        if args.script or args.expect or args.dry_run or args.modules:
+            raise UserError("--script, --expect, --modules and --dry-run do not go with --guest linux: it builds "
+                            "its module and runs its own guest script")
+        from .linuxguest import cmd_linux
+
+        return cmd_linux(args)
+    if args.function or args.functions_from or args.workload or args.smp is not None:
+        raise UserError("--function, --functions-from, --workload and --smp go with --guest linux")
     from vm import run
 
     res = run(_config(args, interactive=False))
@@ -116,6 +143,8 @@ def cmd_vm_test(args: argparse.Namespace) -> int:
 
 
 def cmd_vm_shell(args: argparse.Namespace) -> int:
+    if args.guest == "linux":
+        raise UserError("vm-shell does not boot the linux guest; vm-test --guest linux --keep keeps its disks")
     from vm import run
 
     res = run(_config(args, interactive=True))

@@ -18,6 +18,13 @@ PROLOGUE_RULES = ("any", "first")
 DEFAULT_PROLOGUE_RULE = "any"
 PROLOGUE_RULE_HELP = ("kinst's frame-pointer rule: 'any' instruction is push %rbp (newest kinst, the default) or "
                       "the 'first' one is (FreeBSD 14.0)")
+# No prologue rule at all: for a kernel whose own annotations mark the code a
+# breakpoint must not touch (the Linux guest of vm-test: .entry.text, noinstr,
+# the kprobe blacklist), where kinst's heuristic for "possibly an exception
+# handler" only refuses ordinary functions built without frame pointers.
+# Planning only (the capstone path, make_plan(fast=False)): the accelerated
+# whole-image summaries know the two kinst rules above.
+PROLOGUE_NONE = "none"
 
 # The FreeBSD release the messages and examples point at.
 EXAMPLE_RELEASE = "14.3-RELEASE"

@@ -2,7 +2,10 @@
 
 - ``elf``: ``KernelImage``, kinstkit's one ELF reader: sections, symbols and
   functions, relocations (applied for ET_REL), segments, build-id; every
-  malformed file is one ``UserError`` line.
+  malformed file is one ``UserError`` line.  It reads through one module per
+  concept: ``headers`` (ELF, program and section headers), ``sections``,
+  ``relocations``, ``symbols``.
+- ``debuginfo``: where an image's DWARF is (the image or its checked debug file).
 - ``sample``: the embedded default image, a kernel-style sample built from
   ``samples/kernel/``.
 

@@ -8,12 +8,14 @@ bytes lie at an address, which relocation fills a field, which segments load
 where, what the build-id and the ISA are.  This is kinstkit's one ELF reader:
 the ``.ko`` checks, the harness and the generators all read through it.
 
-pyelftools reads the DWARF.  The ELF, section and program headers and the
-symbol tables are unpacked with ``struct``: ``iter_symbols()`` runs at
-~45 k symbols/s and a kernel has hundreds of thousands, and importing
-pyelftools' ``ELFFile`` (which brings its DWARF and construct modules) costs
-20 ms, a fifth of summarising a 1 MB library.  So ``ELFFile`` is made, and
-imported, only when DWARF is asked for.
+The file is read by concept, as pyelftools splits it: ``headers`` (the ELF,
+program and section headers), ``sections`` (the ``Section`` record and the
+ET_REL layout base), ``relocations`` (``Reloc``) and ``symbols`` (symbol
+tables, ``Function``); this module is ``KernelImage``, which holds the bytes
+and answers through them, and it re-exports their records.  pyelftools
+reads only the DWARF: importing its ``ELFFile`` (which brings its DWARF and
+construct modules) costs 20 ms, a fifth of summarising a 1 MB library, so
+``ELFFile`` is made, and imported, only when DWARF is asked for.
 
 The image's ISA (``generator.isa``) comes from ``e_machine``; it says which
 relocation types exist and how to apply them.
@@ -36,35 +38,32 @@ from __future__ import annotations
 
 import bisect
 import functools
-import gc
 import io
-import itertools
 import mmap
 import operator
 import os
 import struct
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from elftools.common.exceptions import ELFError
 
 from .. import isa
 from ..common.errors import UserError
 from ..isa.contract import Isa
+from .headers import (_PT_LOAD, _PT_NOTE, _SHF_ALLOC, _SHF_EXECINSTR, _SHT_DYNSYM, _SHT_NOBITS, _SHT_NOTE,
+                      _SHT_REL, _SHT_RELA, _SHT_SYMTAB, EM_NAMES, ET_NAMES, ElfIdent, Segment, _check_ident,
+                      _elf_header, _Malformed, _program_headers, _section_headers, _Shdr, machine_description,
+                      read_ident, type_description)
+from .relocations import Reloc, _implicit_addend
+from .sections import REL_BASE, Section
+from .symbols import (_NOT_HERE, _SHN_ABS, _SHN_COMMON, _SHN_UNDEF, _STB_NAMES, _STT_FILE, _STT_FUNC, _STT_SECTION,
+                      Function, _Sym, _symbol_name, _symbol_table_bytes, _unpack_symbols, _without_gc,
+                      corrupt_function)
 
-# Base address given to the first section of an ET_REL file.  Nonzero so that
-# a zero displacement or a null pointer never looks like a valid address.
-REL_BASE = 0x10000
+# The records and readers of the modules above are this module's too: every stage imports them from here.
+__all__ = ["EM_NAMES", "ET_NAMES", "REL_BASE", "ElfIdent", "Function", "KernelImage", "Reloc", "Section", "Segment",
+           "corrupt_function", "machine_description", "read_ident", "type_description"]
 
-_SHF_ALLOC = 0x2
-_SHF_EXECINSTR = 0x4
-_STT_FUNC = 2
-_STT_SECTION = 3
-_STT_FILE = 4
-_STB_NAMES = {0: "local", 1: "global", 2: "weak"}
-_SHN_UNDEF = 0
-_SHN_ABS = 0xFFF1
-_SHN_COMMON = 0xFFF2
-_NOT_HERE = (_SHN_UNDEF, _SHN_ABS, _SHN_COMMON)  # a symbol with this st_shndx is no function of the image
 
 # What pyelftools and struct raise on malformed bytes.  Caught where the file
 # is parsed (eagerly in ``open``, lazily in the guarded methods) and turned into
@@ -89,10 +88,6 @@ def _guarded(method: Callable[..., _T]) -> Callable[..., _T]:
     return wrapper
 
 
-class _Malformed(ValueError):
-    """A contradiction in the file found by this module, said in plain words (no Python internals)."""
-
-
 # What a parse error from pyelftools or ``struct`` means, in plain words: their
 # own texts ("unpack_from requires a buffer of at least 64 bytes", "Python int
 # too large to convert to C ssize_t") talk about Python, not about the file.
@@ -115,155 +110,6 @@ def _corrupt(path: str, e: BaseException) -> UserError:
     return UserError(f"{path}: corrupt ELF file: {what}; re-copy the file or rebuild it")
 
 
-def corrupt_function(path: str, f: "Function") -> UserError:
-    """The one line for a function symbol that does not lie inside its section (``open`` and ``probes``)."""
-    name = f.qualified or f"at {f.address:#x} (no name)"
-    return UserError(f"{path}: corrupt symbol table: function {name} lies outside its section; "
-                     "re-copy the file or rebuild it")
-
-
-def type_description(e_type: int) -> str:
-    """An ELF file type for a message: its name, or the number and that no ELF type has it."""
-    return ET_NAMES.get(e_type, f"{e_type} (no ELF file type has that number: a corrupt header?)")
-
-
-def machine_description(e_machine: int) -> str:
-    """An ELF machine for a message: its name, or the number and that kinstkit does not know it."""
-    return EM_NAMES.get(e_machine, f"{e_machine} (an architecture kinstkit does not know)")
-
-
-class ElfIdent(NamedTuple):
-    """The identification and type fields, readable from any ELF file of any class or byte order."""
-
-    elf_class: int  # EI_CLASS: 1 ELF32, 2 ELF64
-    data: int  # EI_DATA: 1 little-endian, 2 big-endian
-    e_type: int
-    e_machine: int
-
-    @property
-    def type_name(self) -> str:
-        return type_description(self.e_type)
-
-    @property
-    def machine_name(self) -> str:
-        return machine_description(self.e_machine)
-
-
-ET_NAMES = {0: "ET_NONE", 1: "ET_REL", 2: "ET_EXEC", 3: "ET_DYN", 4: "ET_CORE"}
-EM_NAMES = {3: "EM_386", 21: "EM_PPC64", 40: "EM_ARM", 62: "EM_X86_64", 183: "EM_AARCH64", 243: "EM_RISCV"}
-
-
-def read_ident(path: str) -> ElfIdent:
-    """The ELF identification of ``path``; a file that cannot be read or is not ELF is a UserError."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not an ELF file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        raise UserError(f"{path}: not an ELF file")
-    e_type, e_machine = struct.unpack_from("<HH" if head[5] != 2 else ">HH", head, 16)
-    return ElfIdent(head[4], head[5], e_type, e_machine)
-
-
-class Segment(NamedTuple):
-    """One PT_LOAD program header."""
-
-    vaddr: int
-    memsz: int
-    flags: int  # PF_X 1, PF_W 2, PF_R 4
-
-
-class _Shdr(NamedTuple):
-    """A raw section header: spec names, no pyelftools section object.
-
-    pyelftools builds a full object per section on iteration, and for
-    .hash/.gnu.hash that means parsing the whole table -- a third of a second
-    on libLLVM.  We only need the header fields and the bytes.
-    """
-
-    name: str
-    sh_type: int
-    sh_flags: int
-    sh_addr: int
-    sh_offset: int
-    sh_size: int
-    sh_link: int
-    sh_info: int
-    sh_addralign: int
-    sh_entsize: int
-
-
-_SHT_SYMTAB = 2
-_SHT_RELA = 4
-_SHT_NOTE = 7
-_SHT_NOBITS = 8
-_SHT_REL = 9
-_SHT_DYNSYM = 11
-
-
-class _Ehdr(NamedTuple):
-    """The ELF64 header fields kinstkit reads."""
-
-    e_type: int
-    e_machine: int
-    e_phoff: int
-    e_shoff: int
-    e_phentsize: int
-    e_phnum: int
-    e_shentsize: int
-    e_shnum: int
-    e_shstrndx: int
-
-
-_EHDR = struct.Struct("<16xHHIQQQIHHHHHH")
-
-
-def _elf_header(data: Sequence[int]) -> _Ehdr:
-    """The ELF64 header (``_check_ident`` has seen that the file is long enough for it)."""
-    e_type, e_machine, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, shstrndx = \
-        _EHDR.unpack_from(data, 0)
-    return _Ehdr(e_type, e_machine, phoff, shoff, phentsize, phnum, shentsize, shnum, shstrndx)
-
-
-class _Phdr(NamedTuple):
-    """A raw ELF64 program header."""
-
-    p_type: int
-    p_flags: int
-    p_offset: int
-    p_vaddr: int
-    p_paddr: int
-    p_filesz: int
-    p_memsz: int
-    p_align: int
-
-
-_PT_LOAD = 1
-_PT_NOTE = 4
-_PN_XNUM = 0xFFFF
-_PHDR = struct.Struct("<IIQQQQQQ")
-
-
-def _program_headers(data: Sequence[int], hdr: _Ehdr, shdrs: List["_Shdr"]) -> List[_Phdr]:
-    """Every program header (none in an ET_REL file), extended numbering included."""
-    phnum = hdr.e_phnum
-    if phnum == _PN_XNUM and shdrs:
-        phnum = shdrs[0].sh_info
-    if hdr.e_phoff == 0 or phnum == 0:
-        return []
-    if hdr.e_phentsize != _PHDR.size:
-        raise _Malformed(f"the program header size is {hdr.e_phentsize} bytes; ELF64 program headers are 56")
-    end = hdr.e_phoff + phnum * _PHDR.size
-    if end > len(data):
-        raise _Malformed(f"the program headers end at byte {end}, past the file's end ({len(data)} bytes)")
-    return [_Phdr(*_PHDR.unpack_from(data, hdr.e_phoff + i * _PHDR.size)) for i in range(phnum)]
-
-
 def _elffile(data: Sequence[int]):
     """pyelftools' ``ELFFile`` over ``data``, imported on first use; from then on its construct errors are
     parse errors too."""
@@ -275,108 +121,6 @@ def _elffile(data: Sequence[int]):
         _PARSE_ERRORS += (ConstructError,)
         _MEANINGS += ((ConstructError, "a header runs past the end of the file"),)
     return ELFFile(io.BytesIO(data) if isinstance(data, bytes) else _MmapStream(data))
-
-
-def _section_headers(data: Sequence[int], hdr: _Ehdr) -> List[_Shdr]:
-    """Every section header, read with ``struct`` (extended numbering included)."""
-    shoff, shnum, shentsize, shstrndx = hdr.e_shoff, hdr.e_shnum, hdr.e_shentsize, hdr.e_shstrndx
-    if shoff == 0:
-        return []
-    if shentsize != 64:
-        raise _Malformed(f"the section header size is {shentsize} bytes; ELF64 section headers are 64")
-    fmt = struct.Struct("<IIQQQQIIQQ")
-    if shoff + 64 > len(data):
-        raise _Malformed(f"the section headers start at byte {shoff}, past the file's end ({len(data)} bytes)")
-    first = fmt.unpack_from(data, shoff)
-    if shnum == 0:
-        shnum = first[5]  # sh_size of section 0
-    if shstrndx == 0xFFFF:
-        shstrndx = first[6]  # sh_link of section 0
-    if shoff + 64 > len(data) or shoff + shnum * 64 > len(data):
-        raise _Malformed(f"the section headers end at byte {shoff + shnum * 64}, past the file's end "
-                         f"({len(data)} bytes)")
-    raw = [fmt.unpack_from(data, shoff + i * 64) for i in range(shnum)]
-    if shstrndx >= shnum:
-        raise _Malformed(f"the section name table is section {shstrndx}, but there are {shnum} sections")
-    strtab = b""
-    if 0 < shstrndx < shnum:
-        st = raw[shstrndx]
-        strtab = bytes(data[st[4] : st[4] + st[5]])
-    out = []
-    for r in raw:
-        end = strtab.find(b"\0", r[0])
-        name = strtab[r[0] : end if end >= 0 else len(strtab)].decode("utf-8", "replace")
-        out.append(_Shdr(name, *r[1:]))
-    return out
-
-
-class Section(NamedTuple):
-    """One SHF_ALLOC section, with the address it has (or was given).
-
-    A NamedTuple, as the other records here: ``dataclasses`` imports
-    ``inspect``, which costs a small image's summary 8 ms."""
-
-    name: str
-    index: int
-    addr: int  # sh_addr, or the synthetic address for ET_REL
-    offset: int  # sh_offset in the file
-    size: int  # sh_size
-    executable: bool  # SHF_EXECINSTR
-    nobits: bool  # SHT_NOBITS: no bytes in the file
-
-    @property
-    def label(self) -> str:
-        """The name for messages; a section whose name is empty (a corrupt name offset) by its index."""
-        return self.name or f"#{self.index} (no name)"
-
-
-class Function(NamedTuple):
-    """A function symbol: STT_FUNC with a nonzero size.
-
-    Aliases (several names at one address and size) are folded into one
-    Function; ``name`` is the first global name, ``aliases`` the others.
-    A NamedTuple: a kernel has 50,000, made before any work can start.
-    """
-
-    name: str
-    address: int
-    size: int
-    binding: str  # "global", "local" or "weak"
-    file: Optional[str]  # STT_FILE that precedes a local symbol
-    section: str
-    aliases: Tuple[str, ...] = ()
-
-    @property
-    def qualified(self) -> str:
-        """``name@file`` for a local symbol, the plain name otherwise."""
-        if self.binding == "local" and self.file:
-            return f"{self.name}@{self.file}"
-        return self.name
-
-
-class Reloc(NamedTuple):
-    """A relocation that lands in an allocated section (ET_REL only).
-
-    A NamedTuple: a large module has hundreds of thousands."""
-
-    address: int  # where the field is (synthetic address)
-    type: str  # R_X86_64_*
-    symbol: str  # symbol name ("" for a section symbol without a name)
-    addend: int
-    resolved: bool  # True when applied: a type we apply, against a symbol defined here
-    width: int = 4  # bytes of the field it fills (0: a type kinstkit does not know)
-
-
-class _Sym(NamedTuple):
-    """One symbol table entry (a NamedTuple: kernels have hundreds of thousands)."""
-
-    name: str
-    value: int
-    size: int
-    type: int
-    bind: int
-    shndx: int
-    file: Optional[str]
 
 
 class KernelImage:
@@ -960,104 +704,6 @@ class _MmapStream:
         out = self._m[self._pos : end]
         self._pos = max(self._pos, end)
         return out
-
-
-def _implicit_addend(raw: Sequence[int], off: int, width: int) -> int:
-    """SHT_REL: the addend is the field's (signed) value before relocation."""
-    if off + width > len(raw):
-        return 0
-    return int.from_bytes(bytes(raw[off : off + width]), "little", signed=True)
-
-
-def _check_ident(path: str, data: Sequence[int]) -> None:
-    """Reject non-ELF and 32-bit files before pyelftools sees them."""
-    if len(data) == 0:
-        raise UserError(f"{path}: empty file; pass a kernel, .ko or shared object")
-    if len(data) < 16 or bytes(data[:4]) != b"\x7fELF":
-        raise UserError(f"{path}: not an ELF file; pass a kernel, .ko or shared object")
-    if data[4] not in (1, 2) or data[5] not in (1, 2):
-        raise UserError(f"{path}: corrupt ELF file: its class byte is {data[4]} and its byte-order byte {data[5]}, "
-                        "and ELF has only 1 and 2 for each; re-copy the file or rebuild it")
-    if data[4] != 2:
-        raise UserError(f"{path}: 32-bit ELF; kinstkit reads ELF64 images ({', '.join(isa.SUPPORTED)})")
-    if data[5] != 1:
-        raise UserError(f"{path}: big-endian ELF; kinstkit reads little-endian images ({', '.join(isa.SUPPORTED)})")
-    if len(data) < 64:
-        raise UserError(f"{path}: truncated ELF header ({len(data)} bytes); re-copy the file")
-
-
-def _without_gc(fn: Callable[..., _T]) -> Callable[..., _T]:
-    """Run ``fn`` with the cycle collector paused.
-
-    Unpacking a kernel's symbols makes a few hundred thousand tuples, none in
-    a cycle; each collection the allocations trigger would walk all the
-    tuples made so far, a seventh of the work.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            if was:
-                gc.enable()
-
-    return wrapper
-
-
-def _symbol_table_bytes(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> Tuple[bytes, bytes]:
-    """(string table, entries) of the symbol table ``sec``."""
-    if not 0 <= sec.sh_link < len(shdrs):
-        raise _Malformed(f"symbol table {sec.name or '(unnamed)'} names string table section {sec.sh_link}, "
-                         f"but there are {len(shdrs)} sections")
-    st = shdrs[sec.sh_link]
-    data = bytes(raw[sec.sh_offset : sec.sh_offset + sec.sh_size])
-    return bytes(raw[st.sh_offset : st.sh_offset + st.sh_size]), data[: len(data) // 24 * 24]
-
-
-def _symbol_name(strtab: bytes, offset: int) -> str:
-    """The string at ``offset`` of a string table ("" past its end)."""
-    end = strtab.find(b"\0", offset)
-    return strtab[offset:end].decode("utf-8", "replace") if end >= 0 else ""
-
-
-@_without_gc
-def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
-    """Every entry of the symbol table ``sec``."""
-    strtab, data = _symbol_table_bytes(raw, shdrs, sec)
-    names = _string_starts(strtab)
-    out: List[_Sym] = []
-    file: Optional[str] = None
-    for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack("<IBBHQQ", data):
-        name = names.get(st_name)
-        if name is None:  # a shared tail ("init" inside "do_init"), or past the table
-            name = _symbol_name(strtab, st_name)
-        stype, bind = st_info & 0xF, st_info >> 4
-        if stype == _STT_FILE:
-            file = name
-        # Every entry is kept, STT_FILE too: relocations index this list.
-        out.append(_Sym(name, st_value, st_size, stype, bind, st_shndx, file if bind == 0 else None))
-    return out
-
-
-def _string_starts(strtab: bytes) -> Dict[int, str]:
-    """Every string of a string table by its offset, decoded in one pass.
-
-    A kernel has over 100,000 symbols; one split beats a find, a slice and a
-    decode per symbol.  Byte offsets equal character offsets only for ASCII,
-    so a table with other bytes decodes its strings one by one.
-    """
-    if strtab.isascii():
-        parts = strtab.decode("ascii").split("\0")
-        lengths = map(len, parts)
-    else:
-        pieces = strtab.split(b"\0")
-        parts = [p.decode("utf-8", "replace") for p in pieces]
-        lengths = map(len, pieces)
-    offsets = itertools.accumulate((n + 1 for n in lengths), initial=0)
-    return dict(zip(offsets, parts))
 
 
 # Functions by (address, size, file of a local), each with its symbols' (name, binding).

@@ -207,6 +207,10 @@ class Isa(NamedTuple):
     branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
     # The registers a variable's DWARF location may name that kinst's regs[] holds (source-level --vars).
     dwarf_regs: Tuple[DwarfReg, ...] = ()
+    # Functions that run only in NMI context, and why a breakpoint there is unsafe: whatever they call
+    # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
+    nmi_entries: Tuple[str, ...] = ()
+    nmi_reason: str = ""
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

@@ -40,8 +40,8 @@ This module is the order of those steps; each step is a module of its own:
 * ``portable``    -- the portable cores with gcc and clang, linked and resolved (no tree needed)
 * ``kmodflags``   -- kmod.mk's and kern.mk's flags for a tree, and the headers kmod.mk generates
 * ``mk``          -- the bmake reader that evaluates the tree's kern.mk and the module Makefile
-* ``crossbuild``  -- compile and link with clang and ld.lld (off FreeBSD)
-* ``nativebuild`` -- compile and link with make and bsd.kmod.mk (on FreeBSD)
+* ``backends``    -- the registry of ways to compile and link a module: ``cross`` (clang and ld.lld, off
+  FreeBSD), ``native`` (make and bsd.kmod.mk, on FreeBSD); ``--backend`` picks one
 * ``objdir``      -- the object directory, and the ``Built`` record both leave
 * ``manifest``    -- inputs, stamp keys and the manifest files
 * ``checkko``     -- the offline checks of the finished ``.ko``
@@ -63,10 +63,9 @@ from ..common.paths import BUILD, MODULES_OUT
 from ..common.tools import Runner, run_tool, tool_version
 from ..image.elf import KernelImage
 from ..isa.contract import Isa
-from .crossbuild import cross_build
 from .kmodflags import FETCH_HINT, KmodProfile
 from .manifest import RECIPE, input_record, module_up_to_date, read_manifest, stamp_key
-from .nativebuild import native_build
+from .backends import Backend, Job, choose
 from .objdir import Built
 from .portable import portable_checks
 from .sources import generate_module, stage_sources, table_names_kernel
@@ -74,7 +73,7 @@ from ..providers import PROVIDERS
 from ..providers.contract import Provider, Selection
 
 if TYPE_CHECKING:
-    from .checkko import KoReport
+    from .checkko import KernelFacts, KoReport
 
 DEFAULT_OUT = BUILD
 DEFAULT_SRC = MODULES_OUT
@@ -93,8 +92,8 @@ class BuildRequest:
     selection: Selection = Selection()  # what each provider is asked for (functions, malloc modules, ...)
     dep_modules: Tuple[str, ...] = ()  # check-ko: dependency .ko files
     module_path: Tuple[str, ...] = ()  # check-ko: directories with dependency .ko files
-    native: bool = False  # run bsd.kmod.mk with make (FreeBSD host)
-    make: str = "make"
+    backend: str = ""  # kmod.backends' name (cross, native); "": this host's default
+    make: str = "make"  # the make program of a backend that runs the tree's make
 
 
 @dataclass
@@ -129,15 +128,16 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     date) and passed check-ko, 1 when a check failed.  A missing tree, a
     failing tool or bad input raises UserError after the offline work.
     """
-    from .checkko import exported_symbols
+    from .checkko import kernel_facts
 
     img = KernelImage.open(req.kernel)
     isa = target_isa(img, req.target)
+    backend = choose(req.backend)
     dirname, kernel_sha, build_id = build_dir_for(img)
     bdir = req.out_root / dirname
     bdir.mkdir(parents=True, exist_ok=True)
-    exports, _table = exported_symbols(req.kernel)
-    profile = _tree_profile(req, isa, out)
+    facts = kernel_facts(img)
+    profile = _tree_profile(req, isa, backend, facts, out)
     results: List[ModuleResult] = []
     for name in req.modules:
         provider = PROVIDERS[name]
@@ -145,10 +145,10 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
         srcdir.mkdir(parents=True, exist_ok=True)
         res = ModuleResult(name)
         results.append(res)
-        _sources_and_offline_checks(req, img, provider, srcdir, bdir, build_id, exports, res, run)
+        _sources_and_offline_checks(req, img, provider, srcdir, bdir, build_id, facts.exports, res, run)
         _emit(res, out)
         if req.sysdir:
-            _build_module(req, isa, provider, srcdir, bdir, profile, kernel_sha, build_id, res, run)
+            _build_module(req, isa, backend, provider, srcdir, bdir, profile, facts, kernel_sha, build_id, res, run)
             _emit(res, out)
     if not req.sysdir:
         raise UserError(
@@ -169,14 +169,12 @@ def target_isa(img: KernelImage, target: Optional[str]) -> Isa:
     return img.isa
 
 
-def _tree_profile(req: BuildRequest, isa: Isa, out) -> Optional[KmodProfile]:
-    """Check the sys/ tree before any module is built: the cross build's flag profile for it
-    (warning when it is not the kernel's release), or None for a native build or no tree."""
-    if req.sysdir and not req.native:
+def _tree_profile(req: BuildRequest, isa: Isa, backend: Backend, facts: KernelFacts, out) -> Optional[KmodProfile]:
+    """Check the sys/ tree before any module is built: the flag profile for it where the backend needs one
+    (warning when it is not the kernel's release), or None for a backend that runs the tree's make, or no tree."""
+    if req.sysdir and backend.needs_profile:
         profile = KmodProfile.for_tree(Path(req.sysdir), isa)
-        from .checkko import kernel_facts
-
-        osreldate = kernel_facts(req.kernel).osreldate
+        osreldate = facts.osreldate
         if osreldate is not None and osreldate != profile.osreldate:
             out.write(f"warning: the sys/ tree is __FreeBSD_version {profile.osreldate} but the kernel's osreldate "
                       f"is {osreldate}: build against the kernel's own sources (fetch-release of its release)\n")
@@ -213,30 +211,27 @@ def _emit(res: ModuleResult, out) -> None:
 # -- one module: compile, link, check, record -------------------------------------------
 
 
-def _build_module(req: BuildRequest, isa: Isa, provider: Provider, srcdir: Path, bdir: Path,
-                  profile: Optional[KmodProfile], kernel_sha: str, build_id: Optional[str], res: ModuleResult,
+def _build_module(req: BuildRequest, isa: Isa, backend: Backend, provider: Provider, srcdir: Path, bdir: Path,
+                  profile: Optional[KmodProfile], facts: KernelFacts, kernel_sha: str, build_id: Optional[str],
+                  res: ModuleResult,
                   run: Runner) -> None:
     """Compile, link and check one module, unless its manifest says the same inputs built it."""
-    from .checkko import check_ko, kernel_facts
+    from .checkko import check_ko
 
     manifest_path = bdir / f"{provider.name}.json"
     final = bdir / f"{provider.name}.ko"
     sources = module_sources(srcdir)
     sysdir = str(profile.sysdir) if profile else str(Path(req.sysdir).resolve())
-    key = stamp_key(_material(req, isa, provider, kernel_sha, sysdir, srcdir, sources))
+    key = stamp_key(_material(req, isa, backend, provider, kernel_sha, sysdir, srcdir, sources))
     if module_up_to_date(read_manifest(manifest_path), key, final):
         res.up_to_date, res.ko, res.manifest, res.check_ok = True, final, manifest_path, True
         res.lines.append(f"{provider.name}: up to date: {final} (same inputs; nothing rebuilt)")
         return
     objdir = bdir / "obj" / provider.name
-    if req.native:
-        built = native_build(req.make, provider, srcdir, objdir, Path(sysdir), run)
-    else:
-        assert profile is not None
-        built = cross_build(provider, srcdir, objdir, profile, run)
+    built = backend.build(Job(provider, srcdir, objdir, Path(sysdir), profile, req.make, run))
     install(built.ko_built, final)
     search = list(req.module_path) or [os.path.dirname(os.path.abspath(req.kernel))]
-    report = check_ko(str(final), kernel_facts(req.kernel), req.dep_modules, search, isa.name)
+    report = check_ko(str(final), facts, req.dep_modules, search, isa.name)
     inputs = _inputs(req, sources, built, _dependency_files(req, report, search))
     write_json(manifest_path, _manifest(req, isa, provider, final, sysdir, kernel_sha, build_id, built, report, inputs,
                                         key if report.ok else None))
@@ -252,18 +247,19 @@ def module_sources(srcdir: Path) -> List[Path]:
                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(srcdir).parts))
 
 
-def _material(req: BuildRequest, isa: Isa, provider: Provider, kernel_sha: str, sysdir: str, srcdir: Path,
+def _material(req: BuildRequest, isa: Isa, backend: Backend, provider: Provider, kernel_sha: str, sysdir: str,
+              srcdir: Path,
               sources: Sequence[Path]) -> Dict[str, object]:
     """What decides the module build's result: its stamp key is a hash of this."""
     return {
         "recipe": RECIPE,
         "module": provider.name,
         "target": isa.name,
-        "mode": "native" if req.native else "cross",
+        "mode": backend.name,
         "kernel": kernel_sha,
         "sysdir": sysdir,
         "sources": {str(p.relative_to(srcdir)): sha256_file(p) for p in sources},
-        "tools": [tool_version(t) for t in (("cc", "ld") if req.native else ("clang", "ld.lld", "llvm-objcopy"))],
+        "tools": [tool_version(t) for t in backend.tools],
         "dep_modules": list(req.dep_modules),
         "module_path": list(req.module_path),
     }
@@ -292,7 +288,7 @@ def _manifest(req: BuildRequest, isa: Isa, provider: Provider, final: Path, sysd
     return {
         "kinstkit": __version__,
         "module": provider.name,
-        "ko": {"path": str(final), "sha256": sha256_file(final), "build_id": KernelImage.open(str(final)).build_id},
+        "ko": {"path": str(final), "sha256": sha256_file(final), "build_id": report.build_id},
         "kernel": {"path": req.kernel, "sha256": kernel_sha, "build_id": build_id},
         "table_build_id": build_id,
         "target": isa.name,

@@ -283,12 +283,12 @@ def _registered_modules(img: KernelImage) -> Set[int]:
 # -- symbol tables ----------------------------------------------------------------
 
 
-def exported_symbols(path: str) -> Tuple[Set[str], str]:
-    """The names a module can link against in the kernel ``path``: its defined global or weak symbols,
+def exported_symbols(img: KernelImage) -> Tuple[Set[str], str]:
+    """The names a module can link against in the kernel ``img``: its defined global or weak symbols,
     from the table the kernel linker searches (``KernelImage.dynamic_symbols``); and that table's name."""
-    syms, table = KernelImage.open(path).dynamic_symbols()
+    syms, table = img.dynamic_symbols()
     if not table:
-        raise UserError(f"{path}: no symbol table (.dynsym or .symtab); it cannot be checked against")
+        raise UserError(f"{img.path}: no symbol table (.dynsym or .symtab); it cannot be checked against")
     names = {s.name for s in syms if s.shndx != _SHN_UNDEF and s.bind in (_STB_GLOBAL, _STB_WEAK) and s.name}
     return names, table
 
@@ -326,11 +326,12 @@ class KernelFacts:
     osreldate: Optional[int]
 
 
-def kernel_facts(path: str) -> KernelFacts:
-    """Read the target kernel once (exports, built-in modules and their versions, osreldate)."""
+def kernel_facts(img: KernelImage) -> KernelFacts:
+    """Read the target kernel, opened once by the caller (exports, built-in modules and their versions,
+    osreldate)."""
+    path = img.path
     hdr = read_ident(path)
-    img = KernelImage.open(path)
-    exports, table = exported_symbols(path)
+    exports, table = exported_symbols(img)
     records = read_metadata(img)
     versions = {r.name: r.version for r in records if r.kind == "version" and r.version is not None}
     osreldate = None
@@ -536,7 +537,7 @@ def run_check(
     module_path: Optional[Sequence[str]] = None,
     target: Optional[str] = None,
 ) -> List[KoReport]:
-    facts = kernel_facts(kernel)
+    facts = kernel_facts(KernelImage.open(kernel))
     return [check_ko(f, facts, dep_modules, module_path, target) for f in files]
 
 

@@ -1,10 +1,9 @@
 """A module's object directory, and the record a compile-and-link leaves for the manifest.
 
-Both ways of building a module -- ``generator/crossbuild.py`` (clang and
-ld.lld, spelling out kmod.mk) and ``generator/nativebuild.py`` (``make`` with
-``bsd.kmod.mk`` on FreeBSD) -- start from an empty object directory, so that
-nothing from an earlier build is linked in or listed as an input, and both
-hand the same ``Built`` record to the manifest.  The headers the compiler
+Every backend of ``kmod/backends/`` -- ``cross`` (clang and ld.lld,
+spelling out kmod.mk) and ``native`` (``make`` with ``bsd.kmod.mk`` on
+FreeBSD) -- starts from an empty object directory, so that nothing from an
+earlier build is linked in or listed as an input, and each hands the same ``Built`` record to the manifest.  The headers the compiler
 read come from its ``-MD`` dependency files in that directory: they are
 manifest inputs, so a changed header rebuilds.
 """

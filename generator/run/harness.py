@@ -97,8 +97,9 @@ class Layout:
     build_id: bytes
 
 
-def layout(path: str) -> Layout:
-    img = KernelImage.open(path)
+def layout(img: KernelImage) -> Layout:
+    """Where the target's segments and build-id are, from the image the run opened."""
+    path = img.path
     if img.e_type not in ("ET_DYN", "ET_EXEC"):
         raise UserError(f"{path}: ELF type {img.e_type} cannot be loaded in user space; the harness needs a program or shared library")
     segs = tuple((g.vaddr, g.memsz, sum(v for k, v in _PROT.items() if g.flags & k)) for g in img.segments())
@@ -140,17 +141,17 @@ def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_
     return " ".join(shlex.quote(w) for w in words)
 
 
-def resolve_functions(plan: ProbePlan, elf: str) -> Tuple[Tuple[int, ...], List[str]]:
-    """Each table function's link address in ``elf``, found by name and size the way the module glue
+def resolve_functions(plan: ProbePlan, img: KernelImage) -> Tuple[Tuple[int, ...], List[str]]:
+    """Each table function's link address in ``img``, found by name and size the way the module glue
     finds a table's functions in a linker file; 0 and a note for one it cannot place.
 
     Same-named functions of the same size pair up in address order: the k-th
     copy in the table with the k-th copy in the target.
     """
-    if plan.image == elf:
+    if plan.image == img.path:
         return tuple(f.address for f in plan.funcs), []
     target: Dict[Tuple[str, int], List[int]] = {}
-    for f in KernelImage.open(elf).functions():
+    for f in img.functions():
         for name in (f.name, *f.aliases):
             target.setdefault((name, f.size), []).append(f.address)
     seen: Dict[Tuple[str, int], int] = {}
@@ -257,12 +258,13 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
         raise UserError(f"{elf}: no such file; pass --elf PATH of a program or shared library")
     if not functions and not all_functions and plan is None:
         raise UserError("name the probes: --function F (repeatable) or --all")
-    lay = layout(elf)
+    img = KernelImage.open(elf)
+    lay = layout(img)
     given = plan
     if plan is None:
-        plan = kinst.build_plan(KernelImage.open(table_from or elf), functions, all_functions, rule)
+        plan = kinst.build_plan(KernelImage.open(table_from) if table_from else img, functions, all_functions, rule)
     cc = gcc(plan.arch)
-    target_addr, notes = resolve_functions(plan, elf)
+    target_addr, notes = resolve_functions(plan, img)
     command = command_line(elf, functions, all_functions, table_from, rule)
     command += "" if given is None else " (table supplied by the caller)"
     ctx = glue_context(elf, lay, target_addr)

@@ -46,7 +46,12 @@ ISA-specific ones are the ISA's ``OracleQuirks``; amd64's are described here):
   another REX follows, and capstone decodes one instruction; objdump prints
   each ignored REX as a pseudo-instruction ``rex.WRXB``.  Tolerated only when
   our walk has exactly one instruction in the stretch and every objdump start
-  in it but the last is such a lone REX.
+  in it but the last is such a lone REX.  The Intel SDM (vol. 2A, 2.2.1)
+  settles who is right: one REX per instruction, immediately before the
+  opcode, other placements ignored, and in 64-bit mode 40H-4FH "are not
+  treated as individual instructions".  So a direct branch behind such REX
+  bytes (``48 41 e8 rel32``, a 7-byte call) is compared with the branch
+  objdump decoded after its lone REX lines.
 - A prefixed ``(bad)`` (``repz (bad)``): objdump prints the prefixes it took
   before the opcode it could not decode; that is still its ``(bad)``, and
   the stretch is tolerated as above.  When our instruction there is refused
@@ -534,6 +539,10 @@ class _Checker:
 
     def _branch(self, f: Function, p: Probe, raw_addr: int, theirs: _ObjSection, base: int) -> None:
         ours = _our_branch(p, self.quirks)
+        # Our instruction's start is objdump's lone REX: the instruction is the one it decoded after them.
+        end = raw_addr + p.length
+        while raw_addr in theirs.lone_prefix and raw_addr + 1 < end:
+            raw_addr += 1
         if raw_addr in theirs.branches:
             expected = self._expected(raw_addr, theirs.branches[raw_addr], theirs.relocs.get(raw_addr, ()), base)
         else:

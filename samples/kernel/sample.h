@@ -99,6 +99,7 @@ typedef	_Bool			bool;
 #define	M_ZERO		0x0100
 
 /* Trap numbers. */
+#define	T_NMI		2
 #define	T_BPTFLT	3
 #define	T_PROTFLT	9
 #define	T_PAGEFLT	12
@@ -364,6 +365,25 @@ extern int (*dtrace_trap_func)(struct trapframe *frame, u_int trapno);
 
 /* init_main.c */
 void	mi_startup(void);
+
+/* stack_machdep.c: stack(9) and its NMI, and the chipset NMI */
+#define	STACK_MAX	18
+struct stack {
+	int		depth;
+	vm_offset_t	pcs[STACK_MAX];
+};
+void	stack_zero(struct stack *st);
+int	stack_put(struct stack *st, vm_offset_t pc);
+void	stack_capture(struct thread *td, struct stack *st, register_t fp);
+int	stack_nmi_handler(struct trapframe *tf);
+int	isa_nmi(int cd);
+int	nmi_handle_intr(u_int type, struct trapframe *frame);
+
+/* subr_prf.c */
+int	printf(const char *fmt, ...);
+void	log(int level, const char *fmt, ...);
+void	panic(const char *fmt, ...);
+void	kern_reboot(int howto);
 
 /* locore.S */
 void	btext(void);

@@ -101,6 +101,12 @@ trap(struct trapframe *frame)
 	td = curthread;
 	trap_counts[frame->tf_trapno & 31]++;
 	switch (frame->tf_trapno) {
+	case T_NMI:
+		/* As sys/amd64/amd64/trap.c: a stack sample first. */
+		if (stack_nmi_handler(frame) != 0)
+			break;
+		(void)nmi_handle_intr(T_NMI, frame);
+		break;
 	case T_PAGEFLT:
 		p = td->td_proc;
 		error = vm_fault_trap(&p->p_vmspace->vm_map,

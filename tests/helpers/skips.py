@@ -157,6 +157,23 @@ def require_standin_assets() -> "StandinAssets":
         missing(f"stand-in guest inputs missing (the linux-image package, busybox-static): {e}")
 
 
+def require_ring0_inputs() -> None:
+    """What `vm-test --guest linux` needs before it boots: QEMU, kbuild's tools, lz4, and the pinned Debian
+    kernel packages and QEMU's plugin header (downloaded on first use); else skip naming what is missing."""
+    __tracebackhide__ = True
+    from generator.common.errors import UserError
+    from generator.run.ring0 import kernel, packages
+
+    require_qemu()
+    for tool, package in (("make", "make"), ("gcc-12", "gcc-12"), ("lz4", "lz4"), ("dpkg", "dpkg")):
+        require_tool(tool, package, "vm-test --guest linux builds and boots a Debian kernel's module with it")
+    try:
+        kernel.assets()
+        packages.fetch_source_member(packages.QEMU_SOURCE)
+    except UserError as e:
+        missing(f"the ring-0 guest's pinned Debian packages cannot be had: {e}")
+
+
 def require_seed_tool() -> str:
     """The tool that makes a FreeBSD guest's cloud-init seed ISO; else skip naming it."""
     __tracebackhide__ = True

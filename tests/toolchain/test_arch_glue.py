@@ -287,3 +287,22 @@ def test_trampolines_are_filled_at_enable_and_found_by_their_page(arch, module, 
     assert f"dbp_world: listed {n} others: {WORLD_PAGES} pages, 0 slots filled" in lines, out[-3000:]
     assert f"dbp_world: enabled {n}: {n} slots filled" in lines, out[-3000:]
     assert re.fullmatch(rf"dbp_world: \d+ checks, 0 failed, {WORLD_PAGES + 1} pages", lines[-1]), out[-3000:]
+
+
+# The kernel's timed sleeps: pause(9) is pause_sbt(), tsleep(9) and msleep(9) are _sleep().
+TIMED_SLEEPS = {"pause_sbt", "_sleep", "msleep_spin_sbt", "tsleep", "tsleep_sbt"}
+
+
+def test_unload_never_sleeps_holding_kld_sx(arch, linked):
+    """MOD_UNLOAD runs with the kernel linker's kld_sx held (kern_linker.c: linker_file_unload()), which
+    every kldload, kldunload, kldstat and stack(9) symbol lookup waits for, so nothing kinst_modevent
+    reaches by direct calls in the linked module sleeps for time: while a thread may still be inside a
+    trampoline the unload is refused at once, and kldunload is asked again later."""
+    from generator.analysis.callgraph import direct_calls, reach
+
+    img = KernelImage.open(str(linked))
+    reached = reach(img, [img.lookup("kinst_modevent")], lambda f: True)
+    assert "kinst_tramp_quiesce" in {f.name for f in reached}, "the ISA's unload check is not where MOD_UNLOAD is"
+    sleeps = {f"{' -> '.join(chain)} -> {s}" for f, chain in reached.items() for s in direct_calls(img, f).outside
+              if s.split("+")[0] in TIMED_SLEEPS}
+    assert not sleeps, sleeps

@@ -38,7 +38,7 @@ from generator.image.elf import KernelImage
 from generator.kmod.kmodflags import KmodProfile
 from generator.kmod.manifest import sha256_file
 from generator.kmod.mk import ModuleMakefile
-from generator.kmod.nativebuild import native_build
+from generator.kmod.backends.native import native_build
 from generator.providers import PROVIDERS
 from generator.common.paths import REPO, SYS_MODULES
 from generator.common.tools import Completed, run_tool
@@ -222,7 +222,7 @@ def test_bad_sysdir_and_target_are_one_line(sample_kernel: Path, tmp_path: Path)
 def test_cross_build_finds_sources_on_path(world: StandinWorld, tmp_path: Path) -> None:
     """The kinst Makefile's ISA files are found through its .PATH, as bmake finds them; a source that
     is nowhere is one line naming where it was looked for."""
-    from generator.kmod.crossbuild import cross_build
+    from generator.kmod.backends.cross import cross_build
     from generator.kmod.sources import stage_sources
 
     from generator.providers.kinst import generate as kinst
@@ -294,7 +294,7 @@ def test_native_build_command_and_manifest_fields(tmp_path: Path, tmp_path_facto
         return Completed(0, "kinst\n-O2 -pipe -D_KERNEL -mcmodel=kernel\n-warn-common --build-id=sha1\ncc\nld\n"
                             "20240711\n", "")
 
-    req = BuildRequest(kernel="k", sysdir=str(sysdir), modules=("kinst",), native=True, make="make")
+    req = BuildRequest(kernel="k", sysdir=str(sysdir), modules=("kinst",), backend="native", make="make")
     built = native_build(req.make, PROVIDERS["kinst"], srcdir, objdir, sysdir, make)
     (argv, cwd, env), (query, _, _) = calls
     assert argv == ["make", f"SYSDIR={sysdir}"] and cwd == srcdir and env["MAKEOBJDIR"] == str(objdir)

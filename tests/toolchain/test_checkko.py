@@ -142,7 +142,7 @@ def test_dependencies_are_found_next_to_the_kernel(fx, tmp_path: Path) -> None:
     shutil.copy(fx.kernel(), d / "kernel")
     for dep in fx.dependencies():
         shutil.copy(dep, d / dep.name)
-    report = check_ko(str(fx.module()), kernel_facts(str(d / "kernel")))
+    report = check_ko(str(fx.module()), kernel_facts(KernelImage.open(str(d / "kernel"))))
     assert report.ok and not report.assumed
     assert report.resolved["dtrace_register"] == "dtrace.ko"
 
@@ -152,7 +152,7 @@ def test_no_module_records_at_all(fx, tmp_path: Path) -> None:
     src = tmp_path / "plain.c"
     src.write_text("int plain_function(int);\nint plain_function(int x) { return x + 1; }\n")
     ko = kofixtures.link_module(tmp_path, "plain.ko", [kofixtures.compile_c(tmp_path, str(src))])
-    report = check_ko(str(ko), kernel_facts(str(fx.kernel())))
+    report = check_ko(str(ko), kernel_facts(KernelImage.open(str(fx.kernel()))))
     assert not report.ok
     assert any("no section set_modmetadata_set" in f for f in report.failures)
     assert any("no section set_sysinit_set" in f for f in report.failures)
@@ -176,4 +176,4 @@ def test_not_an_elf_file_is_bad_input(fx, tmp_path: Path) -> None:
     lines = failure_lines(res)
     assert len(lines) == 1 and "not an ELF file" in lines[0] and "Traceback" not in res.stderr
     with pytest.raises(UserError, match="no such file"):
-        check_ko(str(tmp_path / "missing.ko"), kernel_facts(str(fx.kernel())))
+        check_ko(str(tmp_path / "missing.ko"), kernel_facts(KernelImage.open(str(fx.kernel()))))

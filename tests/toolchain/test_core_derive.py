@@ -31,11 +31,12 @@ CORE = [SYS_MODULES / "kinst" / n for n in ("kinst_funcs.c", "kinst_funcs.h")]
 CORE += [SYS_MODULES / "kinst" / "amd64" / n for n in ("kinst_core.c", "kinst_core.h")]
 
 
-def derive(image: str, tmp_path: Path, corrupt: int = -1) -> Tuple[object, List[str]]:
-    """Build derive_check with ``image``'s table and run it over the image's bytes (one byte flipped at ``corrupt``)."""
+def derive(image: str, tmp_path: Path, corrupt: int = -1, plan=None) -> Tuple[object, List[str]]:
+    """Build derive_check with ``image``'s table (or ``plan``'s) and run it over the image's bytes (one byte
+    flipped at ``corrupt``)."""
     gcc = require_tool("gcc", "gcc", "the core is compiled with it")
     img = KernelImage.open(image)
-    plan = make_plan(img, img.functions(), jobs=1)
+    plan = plan or make_plan(img, img.functions(), jobs=1)
     work = tmp_path / "derive"
     kinst.render_plan(plan, work, "test_core_derive", only=kinst.CORE_TEMPLATES)
     for f in CORE:
@@ -135,3 +136,38 @@ def test_a_changed_byte_fails_the_digest(sample_kernel, tmp_path):
     plan, lines = derive(str(sample_kernel), tmp_path, corrupt=3)
     funcs = [line.split() for line in lines if line.startswith("func ")]
     assert funcs[0][3] == "BAD" and all(f[3] == "ok" for f in funcs[1:])
+
+
+# What the table never calls a trampoline: kinds whose displacement is relative to where the instruction
+# runs, and calls (emulated).
+NOT_COPYABLE = {"call-direct", "jmp32", "jcc32", "jmp-widen", "jcc-widen", "call-reg", "call-mem", "call-riprel"}
+
+
+def test_a_trampoline_record_must_be_copyable(sample_kernel, tmp_path):
+    """A record that says "trampoline" for a relative branch or call, or for a call through a register or
+    memory (ff /2), is refused by the core (KINST_E_TABLE) though the digest agrees with it, as it would
+    with a wrong generator's record: copied unchanged into a trampoline the instruction would run relative
+    to the trampoline, or return there.  Every other probe is derived as before."""
+    import dataclasses
+
+    img = KernelImage.open(str(sample_kernel))
+    isa = img.isa
+    plan = make_plan(img, img.functions(), jobs=1)
+    retagged = []
+    funcs = []
+    for f in plan.funcs:
+        records = b""
+        for insn in isa.stream_decode(f.records, f.size):
+            kind = insn.kind
+            if kind in NOT_COPYABLE:
+                retagged.append((f.name, insn.offset))
+                kind = "trampoline"
+            records += isa.stream_record(insn.length, kind, insn.dispoff, insn.masks)
+        funcs.append(f._replace(records=records))
+    assert len(retagged) > 100
+    _, lines = derive(str(sample_kernel), tmp_path, plan=dataclasses.replace(plan, funcs=tuple(funcs)))
+    assert all(line.endswith(" ok") for line in lines if line.startswith("func "))
+    probes = [line.split() for line in lines if line.startswith("probe ")]
+    errors = [(int(w[2]), w[4]) for w in probes if w[3] == "error"]
+    assert len(errors) == len(retagged) and {e for _, e in errors} == {"4"}, errors[:10]  # KINST_E_TABLE
+    assert len(probes) - len(errors) == plan.nprobes - len(retagged)

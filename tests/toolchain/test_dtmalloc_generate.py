@@ -123,6 +123,9 @@ def test_core_compiles_freestanding(module: Path, cc: List[str], tmp_path: Path)
         res = _cc([*cc, *STRICT, "-c", src, "-o", str(tmp_path / (src + ".o"))], module)
         assert res.returncode == 0, res.stderr
     portable = "".join((module / n).read_text() for n in (*PORTABLE, "dtmalloc_core.h", "dtmalloc_target.h"))
+    # <sys/types.h> only in a FreeBSD kernel build (style(9)'s integer types).
+    portable = re.sub(r"#ifdef \w+_SYS_TYPES\n#include <sys/types.h>\n.*?#else\n", "",
+                      portable, flags=re.S)
     assert '#include "dtmalloc_target.h"' in portable and "#include <" not in portable
 
 
@@ -162,13 +165,20 @@ def glue_world(module: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return exe
 
 
-@pytest.mark.parametrize("scenario", ["hook-taken", "register-fails", "load-unload"])
+@pytest.mark.parametrize("scenario", ["hook-taken", "register-fails", "load-unload", "module-types"])
 def test_glue_runs_over_standin_kernel_services(glue_world: Path, scenario: str) -> None:
     """A failed load never unregisters provider 0 nor clears a malloc(9) hook it did not set; a refused
-    unload keeps the hook, a good one clears it."""
+    unload keeps the hook, a good one clears it.  A module's malloc types (module-types): its kldunload
+    is refused while one of their probes is enabled; refused later, their probes stay usable; done, the
+    module's memory faults and no enable or disable writes there again, and their probes are destroyed
+    but the one an enabling holds."""
     run = subprocess.run([str(glue_world), scenario], capture_output=True, text=True, timeout=60)
     lines = run.stdout.strip().splitlines()
     assert run.returncode == 0 and re.fullmatch(rf"{scenario}: \d+ checks, 0 failed", lines[-1]), run.stdout
+    if scenario == "module-types":
+        start = lines.index("world: unload with a probe enabled")
+        assert lines[start + 1 : lines.index("world: refused")] == [
+            "dtmalloc: not unloading fixmod.ko: a dtmalloc probe of a malloc type it defines is enabled"]
 
 
 def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
@@ -185,6 +195,9 @@ def test_glue_against_sysdir(module: Path, tmp_path: Path) -> None:
 def test_makefile_uses_bsd_kmod_mk() -> None:
     text = (SYS_MODULES / "dtmalloc" / "Makefile").read_text()
     assert ".include <bsd.kmod.mk>" in text
+    # As the DTrace provider modules have it (sys/modules/dtrace/kinst/Makefile): OpenZFS's warning flags
+    # for the OpenSolaris compatibility headers, after bsd.kmod.mk has set CWARNFLAGS.
+    assert "CWARNFLAGS+=\t${OPENZFS_CWARNFLAGS}" in text.split(".include <bsd.kmod.mk>")[1]
     assert "KMOD=\tdtmalloc" in text
     srcs = " ".join(line.split("=", 1)[1] for line in text.splitlines() if line.startswith("SRCS"))
     c_files = [n for n in srcs.split() if n.endswith(".c")]

@@ -152,7 +152,7 @@ def assert_proved(res) -> None:
 def layout_of(elf):
     from generator.run.harness import layout
 
-    return layout(elf)
+    return layout(KernelImage.open(elf))
 
 
 # -- the zlib proof ---------------------------------------------------------------------
@@ -357,14 +357,17 @@ def _with_record(plan, probe, kind=None, length=None):
     return dataclasses.replace(plan, funcs=tuple(funcs))
 
 
-def test_a_call_recorded_as_a_plain_instruction_makes_the_run_fail(kfix):
-    """call rel32 run from the trampoline reaches the wrong place: a wrong record is caught, whatever it does."""
+def test_a_call_recorded_as_a_plain_instruction_is_refused(kfix):
+    """call rel32 run from the trampoline would reach the wrong place: the core checks a trampoline record's
+    bytes and refuses that probe (issue 20, item 10), and everything else runs as before."""
     from generator.providers.kinst.generate import build_plan
 
     plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)
     p = _probe(plan, "kfix_asm_calls", "e8")
     res = run(kfix["lib"], [kfix["linked"], 50], plan=_with_record(plan, p, kind="trampoline"), timeout=60)
-    assert not res.ok and res.differences
+    assert res.identical and not res.errors
+    assert res.refused == [{"probe": plan.probe_name(p),
+                            "reason": f"the record of kfix_asm_calls:{p.offset} contradicts the live instruction"}]
 
 
 def test_a_wrong_length_makes_the_run_fail(kfix):
@@ -556,7 +559,7 @@ def test_rendered_sources_are_deterministic(kfix, tmp_path):
     cmd = command_line(str(kfix["lib"]), [], True)
     render_plan(b.plan, tmp_path, cmd, only=CORE_TEMPLATES)
     inputs = [Input(b.plan.image, b.plan.build_id, b.plan.sha256)]
-    ctx = glue_context(str(kfix["lib"]), layout(str(kfix["lib"])), b.target_addr)
+    ctx = glue_context(str(kfix["lib"]), layout(KernelImage.open(str(kfix["lib"]))), b.target_addr)
     render_tree("harness", tmp_path, ctx, inputs, cmd)
     rendered = sorted(p.name for p in tmp_path.iterdir())
     assert rendered == ["kinst_encoding.h", "kinst_harness_target.c", "kinst_refused.txt", "kinst_table.c"]

@@ -141,10 +141,13 @@ def test_core_compiles_with_kernel_warnings(modules: Dict[str, Path], compiler: 
 
 
 def test_portable_sources_include_no_system_header(modules: Dict[str, Path]) -> None:
-    """The core, its headers, the table and the target data compile anywhere: no <...> include."""
-    files = [*CORE_SOURCES, "amd64/kinst_core.h", "kinst_encoding.h", "kinst_target.h"]
+    """The core, its headers, the table and the target data compile anywhere: no <...> include, but
+    <sys/types.h> in a FreeBSD kernel build (style(9)'s integer types)."""
+    files = [*CORE_SOURCES, "amd64/kinst_core.h", "kinst_funcs.h", "kinst_encoding.h", "kinst_target.h"]
     text = "".join((modules["all"] / f).read_text() for f in files)
-    assert '#include "kinst_core.h"' in text and "#include <" not in text
+    kernel_only = re.compile(r"#ifdef \w+_SYS_TYPES\n#include <sys/types.h>\n.*?#else\n",
+                             re.S)
+    assert '#include "kinst_core.h"' in text and "#include <" not in kernel_only.sub("", text)
 
 
 # --- (b) determinism -------------------------------------------------------
@@ -344,13 +347,16 @@ def write_expectations(live: LiveImage, plan: ProbePlan, path: Path) -> List[Exp
 
 def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id_arg: str, *,
               module: Optional[LiveImage] = None, expect: Optional[Path] = None, victim: str = "",
-              far: bool = False) -> str:
+              far: bool = False, sanitize: str = "") -> str:
     """Build glue_world (kinst.c and amd64/kinst_isa.c as one unit) with the module's portable
-    objects and run one scenario; ``tree`` is a staged module directory."""
+    objects and run one scenario; ``tree`` is a staged module directory, ``sanitize`` a gcc
+    -fsanitize= value for every part (the scenario fails on any report)."""
     require_tools("gcc", why="glue_world and its host are built with gcc")
     work.mkdir(parents=True, exist_ok=True)
     stubs = standin_tree(tree, work / "stubs")
     flags = ["-std=c99", "-Wall", "-Wextra", "-Werror"]
+    if sanitize:
+        flags += [f"-fsanitize={sanitize}", "-g", "-O1"]
     includes = [f"-I{tree / d}" for d in KINST.includes("amd64")]
     res = cc(["gcc", *flags, "-ffreestanding", "-nostdinc", "-D_KERNEL", f"-I{stubs}", f"-I{FIXTURES}", *includes,
               "-c", str(FIXTURES / "glue_world.c"), "-o", str(work / "world.o")], work)
@@ -368,8 +374,10 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id
         argv += ["--victim", victim]
     if far:
         argv.append("--far-pool")
-    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr
+    # The host's own allocations live to the end; the world counts the glue's (w_alloc_bytes).
+    env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-8000:]
     last = run.stdout.strip().splitlines()[-1]
     assert re.fullmatch(rf"{scenario}: \d+ checks, 0 failed, \d+ probes, \d+ trampoline pages", last), last
     return run.stdout
@@ -426,6 +434,37 @@ def test_glue_runs_a_kernel_table(modules: Dict[str, Path], sample_kernel: Path,
         refused = [x.split()[-1] for x in lines if x.startswith("world: refused offset ")]
         assert len(refused) == 1
         assert f"kinst: {refused[0]} is not a probe of the generated table (kinst_refused.txt says why)" in lines
+
+
+def test_glue_makes_probes_while_dtrace_destroys_others(modules: Dict[str, Path], sample_kernel: Path,
+                                                        tmp_path: Path) -> None:
+    """Two threads over the glue with real locks, under ThreadSanitizer: one makes vm_fault's probes by
+    the ioctl (kinst_sx), the other closes the device, which condenses them (dtps_destroy unlinks them
+    from the address chains under kinst_hash_mtx).  Any memory both touch unordered is a report, and
+    the run fails."""
+    out = run_world(modules["single"], tmp_path, "race", live_image(sample_kernel), build_id(sample_kernel),
+                    sanitize="thread")
+    assert re.search(r"^world: race: \d+ probes made$", out, re.M), out[-2000:]
+
+
+def test_glue_refuses_a_malformed_table(trees: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:
+    """A table whose name order points past its functions (an index the glue would use to write its
+    per-function state): MOD_LOAD fails with one line and registers nothing.  Under AddressSanitizer, so
+    that a load that went on would be caught writing out of bounds."""
+    from generator.common.cstring import c_blob
+    from generator.providers.kinst.generate import table_blobs
+
+    work = module_dir(trees["single"], tmp_path / "malformed")
+    blobs = table_blobs(plan_of(sample_kernel, "single"))
+    bad = struct.pack("<I", 0x7FFF) + blobs["byname"][4:]
+    table = work / "kinst_table.c"
+    text = table.read_text()
+    assert c_blob(blobs["byname"]) in text
+    table.write_text(text.replace(c_blob(blobs["byname"]), c_blob(bad)))
+    out = run_world(work, tmp_path / "world", "malformed", live_image(sample_kernel), build_id(sample_kernel),
+                    sanitize="address")
+    assert kinst_lines(out) == ["kinst: the generated table is malformed (a name-order index is not a function): "
+                                "not loading"]
 
 
 def test_glue_refuses_another_kernel(modules: Dict[str, Path], sample_kernel: Path, tmp_path: Path) -> None:
@@ -531,7 +570,10 @@ def relocate_elsewhere(live: LiveImage) -> int:
 def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path: Path) -> None:
     """A .ko table on a module whose every relocated field differs from the file: every probe is made,
     armed and hit, calls emulated to the live targets and trampolines built from the live bytes.
-    Probes are named by lf->filename, and the ioctl takes the module with and without ".ko"."""
+    Probes are named by lf->filename, and the ioctl takes the module with and without ".ko".  kldunload
+    in kern_linker.c's order: refused while a probe is enabled; refused later (a module's MOD_UNLOAD)
+    with its probes kept and usable; done, with its text made to fault, its probes destroyed but the
+    one an enabling holds, which an enable in the window before kld_unload never arms."""
     tree = render(tmp_path / "gen", "--kernel", str(module_ko), "--all")
     target = (tree / "kinst_target.c").read_text()
     assert 'const char kinst_file[] = "fixmod.ko";' in target and 'char kinst_modname[] = "fixmod.ko";' in target
@@ -550,6 +592,10 @@ def test_glue_runs_a_module_table(module_ko: Path, sample_kernel: Path, tmp_path
     assert f"world: module: {len(expected)} probes hit, {len(relocated)} over relocated fields" in lines
     assert "world: module probes named fixmod.ko" in lines
     assert not [x for x in kinst_lines(out) if "differ from the table" in x]
+    # An enable that comes while the module's text is gone touches nothing and says why, once.
+    assert between(lines, "world: unload", "world: unloaded") == [
+        "world: enable while the text is gone",
+        "kinst: not enabling fixmod.ko:sysctl_handle:0: its linker file is unloaded or being unloaded"]
 
 
 def test_glue_data_for_the_kernel(trees: Dict[str, Path], sample_kernel: Path) -> None:

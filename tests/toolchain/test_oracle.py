@@ -284,6 +284,26 @@ def test_objdump_restarting_at_an_inner_symbol_is_tolerated(tmp_path):
     assert dict(res.tolerated) == {"objdump restarts at a symbol inside an instruction": 2}
 
 
+def test_a_call_behind_a_redundant_rex_is_one_instruction_and_its_target_agrees(tmp_path):
+    """`48 41 e8 rel32`: the Intel SDM (vol. 2A, 2.2.1) allows one REX per instruction, immediately before the
+    opcode, ignores other placements, and says that in 64-bit mode 40H-4FH are prefixes, "not treated as
+    individual instructions".  So the CPU runs one 7-byte call, as capstone decodes it; objdump prints the
+    ignored 48 as a `rex.W` line and the call one byte later.  The boundary is tolerated as a redundant REX
+    and the call's target is objdump's, read where objdump decoded the call (in an object and linked)."""
+    body = ("\tpush %rbp\n\tmov %rsp, %rbp\n\t.byte 0x48, 0x41, 0xe8\n\t.long rex_callee - . - 4\n"
+            "\t.byte 0x41, 0x48, 0x4f, 0xe8\n\t.long rex_callee - . - 4\n\tpop %rbp\n\tret")
+    callee = "\t.globl rex_callee\n\t.type rex_callee, @function\nrex_callee:\n\tret\n\t.size rex_callee, .-rex_callee\n"
+    obj = _assemble(tmp_path, "rex_call", body, callee)
+    linked = tmp_path / "rex_call.exe"
+    ld = require_tool("ld", "binutils", "the object is linked too")
+    proc = subprocess.run([ld, "-e", "rex_call", str(obj), "-o", str(linked)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for image in (obj, linked):
+        res = verify_decoder(str(image))
+        assert res.ok, _explain(res)
+        assert dict(res.tolerated) == {"redundant REX": 2} and res.branches == 2, _explain(res)
+
+
 def test_objdump_fusing_fwait_into_the_x87_instruction_is_tolerated(tmp_path):
     """`9b db e3` is objdump's one `finit`; the CPU runs fwait, then fninit (and capstone decodes both)."""
     body = "\tpush %rbp\n\tmov %rsp, %rbp\n\t.byte 0x9b, 0xdb, 0xe3\n\t.byte 0x9b, 0xd9, 0x38\n\tpop %rbp\n\tret"

@@ -106,3 +106,49 @@ def test_outdated_files_of_either_banner_are_recognised(tmp_path: Path) -> None:
     (tmp_path / "mine.c").write_text("/*-\n * SPDX-License-Identifier: BSD-2-Clause\n *\n * mine\n */\n")
     removed = remove_outdated(tmp_path, ["old.c", "new.c", "mine.c"])
     assert sorted(p.name for p in removed) == ["new.c", "old.c"] and (tmp_path / "mine.c").exists()
+
+
+# The kernel C this check holds to style(9)'s 80 columns: the machine-independent glue and core, amd64's
+# part and dtmalloc.  (arm64/, riscv/ and dbp/ are being reshaped elsewhere; they join the list then.)
+STYLE_CHECKED = ("kinst/kinst.c", "kinst/kinst.h", "kinst/kinst_funcs.c", "kinst/kinst_funcs.h",
+                 "kinst/kinst_target.h", "kinst/amd64/kinst_isa.c", "kinst/amd64/kinst_isa.h",
+                 "kinst/amd64/kinst_core.c", "kinst/amd64/kinst_core.h", "dtmalloc/dtmalloc.c",
+                 "dtmalloc/dtmalloc_core.c", "dtmalloc/dtmalloc_core.h")
+
+
+def test_kernel_c_stays_in_80_columns() -> None:
+    """style(9): lines of at most 80 columns, tabs to multiples of 8; no trailing white space."""
+    from generator.common.paths import SYS_MODULES
+
+    long = []
+    for rel in STYLE_CHECKED:
+        for n, line in enumerate((SYS_MODULES / rel).read_text().splitlines(), 1):
+            if len(line.expandtabs(8)) > 80 or line != line.rstrip():
+                long.append(f"{rel}:{n}: {len(line.expandtabs(8))} columns")
+    assert long == []
+
+
+def _freebsd_kernel_branch(text: str, macro: str) -> str:
+    """The text between ``#ifdef MACRO`` and its ``#else``, once ``MACRO`` is shown to mean a FreeBSD kernel
+    build with <sys/types.h> at hand."""
+    cond = ("#if defined(_KERNEL) && defined(__FreeBSD__) && defined(__has_include)\n"
+            f"#if __has_include(<sys/types.h>)\n#define\t{macro}\n#endif\n#endif\n")
+    assert cond in text, f"{macro} is not a FreeBSD kernel build's"
+    head = f"#ifdef {macro}\n"
+    assert head in text, "no FreeBSD kernel branch"
+    return text.split(head, 1)[1].split("#else", 1)[0]
+
+
+def test_core_integer_types_are_the_kernels_in_a_freebsd_kernel_build() -> None:
+    """style(9): kernel code uses <sys/types.h>'s types; the portable core's kc_* (and dtmalloc's) are
+    those in a FreeBSD kernel build, and the compiler's elsewhere (no header at all)."""
+    from generator.common.paths import SYS_MODULES
+
+    for rel, prefix, macro, names in (
+            ("kinst/kinst_funcs.h", "kc_", "KINST_SYS_TYPES",
+             ("uint8_t", "int8_t", "uint16_t", "uint32_t", "int32_t", "uint64_t", "int64_t", "uintptr_t")),
+            ("dtmalloc/dtmalloc_core.h", "dtmalloc_", "DTMALLOC_SYS_TYPES", ("uint8_t", "uint32_t", "size_t"))):
+        kernel = _freebsd_kernel_branch((SYS_MODULES / rel).read_text(), macro)
+        assert "#include <sys/types.h>" in kernel, rel
+        for t in names:
+            assert re.search(rf"^typedef\s+{t}\s+{prefix}{t};$", kernel, re.M), (rel, t)

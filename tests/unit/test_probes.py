@@ -33,11 +33,19 @@ class FakeImage:
     isa = amd64
     path = "fake-kernel"
 
-    def __init__(self, code: bytes, e_type: str = "ET_EXEC", relocs: Sequence[Reloc] = ()):
+    def __init__(self, code: bytes, e_type: str = "ET_EXEC", relocs: Sequence[Reloc] = (),
+                 funcs: Sequence[Function] = ()):
         self.code = code
         self.e_type = e_type
         self.relocs = list(relocs)
+        self.funcs = list(funcs)
         self.text = SimpleNamespace(name=".text", addr=BASE, size=len(code))
+
+    def functions(self) -> List[Function]:
+        return self.funcs
+
+    def function_at(self, address: int):
+        return next((f for f in self.funcs if f.address <= address < f.address + f.size), None)
 
     def section_at(self, address: int):
         t = self.text
@@ -60,7 +68,7 @@ def image(*funcs: Tuple[str, str], e_type: str = "ET_EXEC", relocs=()) -> Tuple[
         b = bytes.fromhex(hexbytes)
         out[name] = Function(name=name, address=BASE + len(code), size=len(b), binding="global", file=None, section=".text")
         code += b + b"\xcc" * (16 - len(b) % 16)
-    return FakeImage(code, e_type, relocs), out
+    return FakeImage(code, e_type, relocs, list(out.values())), out
 
 
 def excluded(name: str) -> str:

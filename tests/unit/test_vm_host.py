@@ -50,9 +50,11 @@ def test_default_vmconfig():
         "accel": "auto", "script": None, "expect": None, "modules": None, "extra": (), "memory_mib": None,
         "cpus": None, "boot_timeout": None, "timeout": None, "kill_after": 5.0, "panic_grace": 0.5,
         "keep": False, "interactive": False, "runs_dir": None, "console": "stdio", "loader": "bhyveload",
-        "network": False, "mirror": None, "dry_run": False, "extra_append": "",
+        "network": False, "mirror": None, "dry_run": False, "extra_append": "", "image_package": None,
+        "qemu_args": (),
     }
-    assert GUESTS["standin"].backends == ("qemu",)
+    assert GUESTS["standin"].backends == ("qemu",) and GUESTS["linux"].backends == ("qemu",)
+    assert GUESTS["linux"].cpus == 2
     assert GUESTS["freebsd"].backends == ("bhyve", "qemu")
     assert GUESTS["freebsd"].tcg_factor > 1 and GUESTS["standin"].tcg_factor > 1
 

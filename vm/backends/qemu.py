@@ -83,7 +83,7 @@ def net_args(plan: Plan) -> List[str]:
 
 def qemu_args(plan: Plan) -> List[str]:
     return (base_args(plan) + machine_args(plan) + accel_args(plan) + kernel_args(plan)
-            + disk_args(plan) + net_args(plan) + console_args(plan))
+            + disk_args(plan) + net_args(plan) + console_args(plan) + list(plan.qemu_args))
 
 
 def overlay_args(plan: Plan) -> List[str]:

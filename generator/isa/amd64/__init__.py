@@ -32,6 +32,8 @@ ISA = Isa(
     patchval_size=1,
     tramp_size=32,  # template (<= 16) + jmp *0(%rip) (6) + address (8)
     md_excluded=_classify.MD_EXCLUDED,
+    nmi_entries=_classify.NMI_ENTRIES,
+    nmi_reason=_classify.NMI_REASON,
     table_kinds=_md.TABLE_KINDS,
     flag_bits=_md.FLAG_BITS,
     record_codes=_table.RECORD_CODES,

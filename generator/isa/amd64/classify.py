@@ -26,8 +26,9 @@ Where kinst is wrong we are right, and docs/refusals.md lists each case:
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from ...common.defaults import PROLOGUE_NONE
 from ...common.errors import ClassifierError
 from . import tables as T
 from .decode import SIZED_BY_ICED, modrm_index
@@ -88,6 +89,11 @@ MD_EXCLUDED: Dict[str, str] = {
     "amd_intr": f"hwpmc's AMD counter-overflow handler (pmc_intr); it {_NMI}",
     "lapic_reenable_pmc": f"unmasks the PMC interrupt at the end of hwpmc's handlers; it {_NMI}",
 }
+# The NMI path's entry points: the functions above that run only in NMI context (trap() runs for every
+# trap, so not it).  Whatever the image shows them calling directly runs in NMI context too, and is refused
+# with them (generator/analysis/exclusions.py: nmi_closure; docs/refusals.md).
+NMI_ENTRIES: Tuple[str, ...] = tuple(n for n, why in MD_EXCLUDED.items() if why.endswith(_NMI) and n != "trap")
+NMI_REASON = _NMI
 
 # kinst's frame-pointer prologue rules, and why a function fails each.
 PROLOGUE_REASONS: Dict[str, str] = {
@@ -330,8 +336,12 @@ def frame_verdict(insns: Sequence[Insn], code: bytes, rule: str = "any") -> str:
     """kinst's frame-pointer prologue rule; "" when the function passes.
 
     ``any`` is the newest rule (some instruction starts with 0x55, push %rbp);
-    ``first`` is the FreeBSD 14.0 rule (the function's first byte is 0x55).
+    ``first`` is the FreeBSD 14.0 rule (the function's first byte is 0x55);
+    ``none`` (``PROLOGUE_NONE``) asks for no prologue, where the kernel's own
+    annotations refuse what the rule guards against.
     """
+    if rule == PROLOGUE_NONE:
+        return ""
     if rule == "first":
         return "" if code[:1] == b"\x55" else PROLOGUE_REASONS["first"]
     for insn in insns:

@@ -2,7 +2,10 @@
 
 - objdump prints a REX prefix the CPU ignores (one that another REX follows)
   as a pseudo-instruction ``rex.WRXB``; capstone folds it into the
-  instruction.
+  instruction, as the Intel SDM says the CPU does (vol. 2A, 2.2.1: one REX
+  per instruction, other placements ignored, 40H-4FH "not treated as
+  individual instructions" in 64-bit mode), so ``48 41 e8 rel32`` is one
+  7-byte call whose target objdump prints on the line after ``rex.W``.
 - objdump's branch mnemonics: jmp, jcc, jrcxz, call, loop*, xbegin (the
   operand decides whether it is direct).
 - valgrind runs each iteration of a ``rep``-prefixed string instruction as a

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 import struct
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -42,7 +43,7 @@ CORE_TEMPLATES = ("kinst_encoding.h.j2", "kinst_table.c.j2", "kinst_refused.txt.
 FUNC_RECORD = struct.Struct("<QQIIII")
 FUNC_FIELDS = (
     ("KINST_FUNC_ADDR_OFF", "link-time address (st_value)"),
-    ("KINST_FUNC_DIGEST_OFF", "CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed"),
+    ("KINST_FUNC_DIGEST_OFF", "CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed, then its records"),
     ("KINST_FUNC_SIZE_OFF", "st_size"),
     ("KINST_FUNC_NAME_OFF", "offset of its name in the names blob"),
     ("KINST_FUNC_RECORDS_OFF", "offset of its first instruction record"),
@@ -65,6 +66,13 @@ def _field_offsets() -> List[Dict[str, object]]:
     return offsets
 
 
+def table_digest(func_digest: int, records: bytes) -> int:
+    """A function's digest in the table: the plan's digest of its bytes (``plan.digest``) continued over its
+    instruction records, so that the module's check (``kinst_func_digest_ok()``) covers both."""
+    crc, adler = func_digest >> 32, func_digest & 0xFFFFFFFF
+    return zlib.crc32(records, crc) << 32 | zlib.adler32(records, adler)
+
+
 def table_blobs(plan: ProbePlan) -> Dict[str, bytes]:
     """The table's four blobs: function records, their order by name, the names, the instruction records."""
     names = bytearray()
@@ -75,7 +83,8 @@ def table_blobs(plan: ProbePlan) -> Dict[str, bytes]:
         if f.name not in name_at:
             name_at[f.name] = len(names)
             names += f.name.encode("utf-8") + b"\0"
-        funcs += FUNC_RECORD.pack(f.address, f.digest, f.size, name_at[f.name], len(records), f.first)
+        funcs += FUNC_RECORD.pack(f.address, table_digest(f.digest, f.records), f.size, name_at[f.name],
+                                  len(records), f.first)
         records += f.records
     keys = [f.name.encode("utf-8") for f in plan.funcs]
     # strcmp() order: bytes, then index so that equal names keep table order.
@@ -104,7 +113,7 @@ def context(plan: ProbePlan) -> Dict[str, Any]:
         "record_codes": [{"name": c.c_name, "value": c.value, "doc": c.doc} for c in isa.record_codes],
         "func_recsize": FUNC_RECORD.size,
         "func_fields": _field_offsets(),
-        **glue_context(plan, isa.md_excluded),
+        **glue_context(plan, dict(plan.md_excluded) or isa.md_excluded),
     }
 
 

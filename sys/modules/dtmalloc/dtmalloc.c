@@ -16,13 +16,38 @@
  * fails with EBUSY when dtrace_unregister() does, instead of unhooking
  * malloc(9) from a provider that is still registered, and load refuses to
  * take the malloc hook from another provider.
+ *
+ * A probe's argument is its own record (struct dtmalloc_probe), which
+ * points at the type's probe-ID slot.  A type defined in a module lies in
+ * that module's memory, freed when it is unloaded, while DTrace keeps the
+ * probe (its module name is empty, so dtrace_module_unloaded() never takes
+ * it): stock dtmalloc then writes freed memory at the next enable or
+ * disable.  Here the kld events follow such an unload, in the order
+ * sys/kern/kern_linker.c's linker_file_unload() runs them:
+ *
+ * - kld_unload_try: while a probe of a type in the file is enabled the
+ *   unload is refused (one line); otherwise the file is "going" -- its
+ *   slots are not written, an enable meanwhile is remembered -- because
+ *   the unload may still be refused (MOD_QUIESCE, MOD_UNLOAD) and the
+ *   memory goes before the kld_unload event;
+ * - kld_unload, after the memory went: its probes are gone for good,
+ *   never written again, and destroyed with dtrace_condense() unless an
+ *   enabling holds them;
+ * - a refused unload leaves the file LINKER_FILE_LINKED, and the next kld
+ *   event finds it so, writes the slots of what was enabled meanwhile and
+ *   lets the file's probes be used again.
  */
 
 #include <sys/param.h>
 #include <sys/systm.h>
+#include <sys/eventhandler.h>
 #include <sys/kernel.h>
+#include <sys/linker.h>
+#include <sys/lock.h>
 #include <sys/malloc.h>
 #include <sys/module.h>
+#include <sys/mutex.h>
+#include <sys/queue.h>
 
 #include <sys/dtrace.h>
 #include <sys/dtrace_bsd.h>
@@ -69,26 +94,74 @@ static const char *dtmalloc_argtypes[] = {
 	[4] = "int",
 };
 
+/* A probe: its argument, made when DTrace asks for it, freed at destroy. */
+struct dtmalloc_probe {
+	LIST_ENTRY(dtmalloc_probe) dp_link;
+	uint32_t	*dp_slot;	/* the type's mti_probes[] entry */
+	dtrace_id_t	dp_id;
+	bool		dp_enabled;	/* *dp_slot is dp_id where writable */
+	bool		dp_gone;	/* the type's module was unloaded */
+};
+
+MALLOC_DEFINE(M_DTMALLOC, "dtmalloc", "kinstkit dtmalloc provider");
+
 static dtrace_provider_id_t dtmalloc_id;
 static bool dtmalloc_registered;	/* dtmalloc_id is ours to unregister */
 static dtmalloc_uint32_t dtmalloc_nenabled;
 static dtmalloc_uint8_t dtmalloc_seen[DTMALLOC_NKNOWN];
+static eventhandler_tag dtmalloc_load_tag, dtmalloc_unload_try_tag;
+static eventhandler_tag dtmalloc_unload_tag;
+
+/*
+ * dtmalloc_mtx guards the probe records and dtmalloc_going; the enable and
+ * disable callbacks write a slot only under it, after asking whether they
+ * may.  Taken inside dtrace_lock and kld_sx; nothing sleeps under it.
+ */
+static struct mtx dtmalloc_mtx;
+MTX_SYSINIT(dtmalloc_mtx, &dtmalloc_mtx, "dtmalloc probes", MTX_DEF);
+static LIST_HEAD(, dtmalloc_probe) dtmalloc_probes =
+    LIST_HEAD_INITIALIZER(dtmalloc_probes);
+static linker_file_t dtmalloc_going;	/* its unload is under way */
+
+static bool
+dtmalloc_in_file(linker_file_t lf, const void *p)
+{
+
+	return ((uintptr_t)p - (uintptr_t)lf->address < lf->size);
+}
+
+/* May dp's slot be written?  dtmalloc_mtx held. */
+static bool
+dtmalloc_writable(const struct dtmalloc_probe *dp)
+{
+
+	mtx_assert(&dtmalloc_mtx, MA_OWNED);
+	return (!dp->dp_gone && (dtmalloc_going == NULL ||
+	    !dtmalloc_in_file(dtmalloc_going, dp->dp_slot)));
+}
 
 /* Create the malloc and free probes of one type, unless its name has them. */
 static void
 dtmalloc_type_cb(struct malloc_type *mtp, void *arg __unused)
 {
 	struct malloc_type_internal *mtip;
+	struct dtmalloc_probe *dp;
 	char name[DTRACE_FUNCNAMELEN];
+	int i;
 
 	mtip = DTMALLOC_MTIP(mtp);
 	dtmalloc_probe_name(name, sizeof(name), mtp->ks_shortdesc);
 	if (dtrace_probe_lookup(dtmalloc_id, NULL, name, "malloc") != 0)
 		return;
-	(void)dtrace_probe_create(dtmalloc_id, NULL, name, "malloc", 0,
-	    &mtip->mti_probes[DTMALLOC_PROBE_MALLOC]);
-	(void)dtrace_probe_create(dtmalloc_id, NULL, name, "free", 0,
-	    &mtip->mti_probes[DTMALLOC_PROBE_FREE]);
+	for (i = 0; i < DTMALLOC_PROBE_MAX; i++) {
+		dp = malloc(sizeof(*dp), M_DTMALLOC, M_WAITOK | M_ZERO);
+		dp->dp_slot = &mtip->mti_probes[i];
+		mtx_lock(&dtmalloc_mtx);
+		LIST_INSERT_HEAD(&dtmalloc_probes, dp, dp_link);
+		mtx_unlock(&dtmalloc_mtx);
+		(void)dtrace_probe_create(dtmalloc_id, NULL, name,
+		    i == DTMALLOC_PROBE_MALLOC ? "malloc" : "free", 0, dp);
+	}
 }
 
 static void
@@ -100,14 +173,19 @@ dtmalloc_provide(void *arg __unused, dtrace_probedesc_t *desc)
 	malloc_type_list(dtmalloc_type_cb, NULL);
 }
 
-/* The probe argument is the type's probe-ID slot that kern_malloc.c reads. */
+/* The type's probe-ID slot, which kern_malloc.c reads, gets the probe's id. */
 static void
 dtmalloc_enable(void *arg __unused, dtrace_id_t id, void *parg)
 {
-	uint32_t *slot;
+	struct dtmalloc_probe *dp;
 
-	slot = parg;
-	*slot = id;
+	dp = parg;
+	mtx_lock(&dtmalloc_mtx);
+	dp->dp_id = id;
+	dp->dp_enabled = true;
+	if (dtmalloc_writable(dp))
+		*dp->dp_slot = id;
+	mtx_unlock(&dtmalloc_mtx);
 	if (dtmalloc_counter_enable(&dtmalloc_nenabled))
 		dtrace_malloc_enabled = true;
 }
@@ -115,10 +193,14 @@ dtmalloc_enable(void *arg __unused, dtrace_id_t id, void *parg)
 static void
 dtmalloc_disable(void *arg __unused, dtrace_id_t id __unused, void *parg)
 {
-	uint32_t *slot;
+	struct dtmalloc_probe *dp;
 
-	slot = parg;
-	*slot = 0;
+	dp = parg;
+	mtx_lock(&dtmalloc_mtx);
+	dp->dp_enabled = false;
+	if (dtmalloc_writable(dp))
+		*dp->dp_slot = 0;
+	mtx_unlock(&dtmalloc_mtx);
 	if (dtmalloc_counter_disable(&dtmalloc_nenabled))
 		dtrace_malloc_enabled = false;
 }
@@ -138,9 +220,99 @@ dtmalloc_getargdesc(void *arg __unused, dtrace_id_t id __unused,
 }
 
 static void
-dtmalloc_destroy(void *arg __unused, dtrace_id_t id __unused,
-    void *parg __unused)
+dtmalloc_destroy(void *arg __unused, dtrace_id_t id __unused, void *parg)
 {
+	struct dtmalloc_probe *dp;
+
+	dp = parg;
+	mtx_lock(&dtmalloc_mtx);
+	LIST_REMOVE(dp, dp_link);
+	mtx_unlock(&dtmalloc_mtx);
+	free(dp, M_DTMALLOC);
+}
+
+/*
+ * A kld event (kld_sx held) while a file is going: if it is still
+ * LINKER_FILE_LINKED its unload was refused, since the linker takes the flag
+ * off only once every module agreed.  Then its probes are usable again, and
+ * those enabled meanwhile get their slot.  dtmalloc_mtx held.
+ */
+static void
+dtmalloc_going_check_locked(void)
+{
+	struct dtmalloc_probe *dp;
+	linker_file_t lf;
+
+	mtx_assert(&dtmalloc_mtx, MA_OWNED);
+	if ((lf = dtmalloc_going) == NULL ||
+	    (lf->flags & LINKER_FILE_LINKED) == 0)
+		return;
+	dtmalloc_going = NULL;
+	LIST_FOREACH(dp, &dtmalloc_probes, dp_link) {
+		if (dp->dp_enabled && !dp->dp_gone &&
+		    dtmalloc_in_file(lf, dp->dp_slot))
+			*dp->dp_slot = dp->dp_id;
+	}
+}
+
+static void
+dtmalloc_kld_load(void *arg __unused, linker_file_t lf __unused)
+{
+
+	mtx_lock(&dtmalloc_mtx);
+	dtmalloc_going_check_locked();
+	mtx_unlock(&dtmalloc_mtx);
+}
+
+/* Refuse the unload of a file holding an enabled probe's type. */
+static void
+dtmalloc_kld_unload_try(void *arg __unused, linker_file_t lf, int *error)
+{
+	struct dtmalloc_probe *dp;
+
+	if (*error != 0 || lf == linker_kernel_file)
+		return;
+	mtx_lock(&dtmalloc_mtx);
+	dtmalloc_going_check_locked();
+	LIST_FOREACH(dp, &dtmalloc_probes, dp_link) {
+		if (dp->dp_enabled && !dp->dp_gone &&
+		    dtmalloc_in_file(lf, dp->dp_slot))
+			break;
+	}
+	if (dp == NULL)
+		dtmalloc_going = lf;
+	mtx_unlock(&dtmalloc_mtx);
+	if (dp != NULL) {
+		*error = EBUSY;
+		printf("dtmalloc: not unloading %s: a dtmalloc probe of a "
+		    "malloc type it defines is enabled\n", lf->filename);
+	}
+}
+
+/* The going file's memory went: its probes are gone, and destroyed. */
+static void
+dtmalloc_kld_unload(void *arg __unused, const char *filename __unused,
+    caddr_t address, size_t size __unused)
+{
+	struct dtmalloc_probe *dp;
+	linker_file_t lf;
+
+	mtx_lock(&dtmalloc_mtx);
+	lf = dtmalloc_going;
+	if (lf == NULL || lf->address != address) {
+		dtmalloc_going_check_locked();
+		mtx_unlock(&dtmalloc_mtx);
+		return;
+	}
+	LIST_FOREACH(dp, &dtmalloc_probes, dp_link) {
+		if (dtmalloc_in_file(lf, dp->dp_slot))
+			dp->dp_gone = true;
+	}
+	dtmalloc_going = NULL;
+	mtx_unlock(&dtmalloc_mtx);
+	/* Not under dtmalloc_mtx: destroy takes it. */
+	if (dtmalloc_registered)
+		(void)dtrace_condense(dtmalloc_id);
 }
 
 /* Mark a live type's name in the table of types expected at generation. */
@@ -198,6 +370,12 @@ dtmalloc_load(void)
 	if (error != 0)
 		return (error);
 	dtmalloc_registered = true;
+	dtmalloc_load_tag = EVENTHANDLER_REGISTER(kld_load, dtmalloc_kld_load,
+	    NULL, EVENTHANDLER_PRI_ANY);
+	dtmalloc_unload_try_tag = EVENTHANDLER_REGISTER(kld_unload_try,
+	    dtmalloc_kld_unload_try, NULL, EVENTHANDLER_PRI_FIRST);
+	dtmalloc_unload_tag = EVENTHANDLER_REGISTER(kld_unload,
+	    dtmalloc_kld_unload, NULL, EVENTHANDLER_PRI_ANY);
 	dtrace_malloc_probe = dtrace_probe;
 	dtmalloc_report();
 	return (0);
@@ -223,6 +401,9 @@ dtmalloc_unload(void)
 		return (EBUSY);
 	dtmalloc_registered = false;
 	dtrace_malloc_probe = NULL;
+	EVENTHANDLER_DEREGISTER(kld_load, dtmalloc_load_tag);
+	EVENTHANDLER_DEREGISTER(kld_unload_try, dtmalloc_unload_try_tag);
+	EVENTHANDLER_DEREGISTER(kld_unload, dtmalloc_unload_tag);
 	return (0);
 }
 

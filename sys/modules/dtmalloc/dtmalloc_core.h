@@ -14,9 +14,29 @@
 
 #include "dtmalloc_target.h"
 
+/*
+ * The kernel's own integer types (style(9)) in a FreeBSD kernel build,
+ * which has <sys/types.h>; the compiler's in any other build (a user-space
+ * test, `invoke build`'s offline check without a sys/ tree), which then
+ * needs no header at all.
+ */
+#if defined(_KERNEL) && defined(__FreeBSD__) && defined(__has_include)
+#if __has_include(<sys/types.h>)
+#define	DTMALLOC_SYS_TYPES
+#endif
+#endif
+
+#ifdef DTMALLOC_SYS_TYPES
+#include <sys/types.h>
+
+typedef	uint8_t			dtmalloc_uint8_t;
+typedef	uint32_t		dtmalloc_uint32_t;
+typedef	size_t			dtmalloc_size_t;
+#else
 typedef	__UINT8_TYPE__		dtmalloc_uint8_t;
 typedef	__UINT32_TYPE__		dtmalloc_uint32_t;
 typedef	__SIZE_TYPE__		dtmalloc_size_t;
+#endif
 
 /*
  * A malloc type found in the target's files ahead of time.  The provider
@@ -24,9 +44,9 @@ typedef	__SIZE_TYPE__		dtmalloc_size_t;
  * so later types get probes too); the table says which types were expected.
  */
 struct dtmalloc_known {
-	const char	*dk_probe;	/* probe function name; table sorted by it */
+	const char	*dk_probe;	/* probe function name: the order */
 	const char	*dk_name;	/* ks_shortdesc */
-	const char	*dk_symbol;	/* MALLOC_DEFINE symbol, name@file if local */
+	const char	*dk_symbol;	/* MALLOC_DEFINE's; name@file: local */
 	const char	*dk_file;	/* "kernel" or the module's file name */
 };
 

@@ -21,16 +21,17 @@
  * being the linker file's name ("kernel", or "foo.ko") as in stock kinst.
  * Probes are made on demand, as in stock kinst: only for a function named
  * exactly, by the KINSTIOC_MAKEPROBE ioctl libdtrace issues for "kinst::f:"
- * and "kinst::f:off", or by a probe description the provide callback is
- * given.  provide(NULL) -- dtrace_open() asks every provider for every probe,
- * on every dtrace(1) run -- and an empty or glob function name make nothing:
- * a whole kernel's table is millions of probes.  Every copy of a name (local
- * functions of different files) gets its probes under the shared name; DTrace
- * gives each its own id.  A function's probes are made only if its live
- * bytes have the table's digest (our own breakpoints put back first), and
- * each probe's struct kinst_md is derived from those verified bytes.  A
- * probe is made once per patch address: an address that already has a probe
- * DTrace has not destroyed gets none.
+ * and "kinst::f:off", or by a probe description naming the provider
+ * "kinst" exactly that the provide callback is given.  provide(NULL) --
+ * dtrace_open() asks every provider for every probe, on every dtrace(1) run
+ * -- an empty or glob provider and an empty or glob function name make
+ * nothing: a whole kernel's table is millions of probes.  Every copy of a
+ * name (local functions of different files) gets its probes under the
+ * shared name; DTrace gives each its own id.  A function's probes are made
+ * only if its live bytes have the table's digest (our own breakpoints put
+ * back first), and each probe's struct kinst_md is derived from those
+ * verified bytes.  A probe is made once per patch address: an address that
+ * already has a probe DTrace has not destroyed gets none.
  *
  * Enabling takes the probe's trampoline (reserved or filled when it was
  * made) and writes the ISA's breakpoint (amd64 int3 over the first byte,
@@ -58,11 +59,13 @@
  *   enter kld_sx (the kld unload path takes kld_sx, then
  *   dtrace_provider_lock).
  * - kinst_hash_mtx, a leaf mutex, serialises the writers of kinst_probetab
- *   (creation inserts, destroy unlinks), the graveyard, and kp_gone with the
- *   nenabled count.  kinst_tramp_mtx (amd64/kinst_isa.c) is taken inside
- *   it.
+ *   (creation inserts, destroy unlinks), the graveyard, and kp_gone and
+ *   kinst_going with the nenabled count.  kinst_tramp_mtx
+ *   (amd64/kinst_isa.c) is taken inside it.
  * - kinst_dev_sx keeps the device's users (the kernel-table ioctl and close,
- *   both outside kld_sx) away from the unload handler's dtrace_unregister().
+ *   both outside kld_sx) and the kld_unload handler's dtrace_condense() away
+ *   from the unload handler's dtrace_unregister(); dtrace_condense() is
+ *   never called with kinst_sx held.
  * - The breakpoint handler takes no lock: probes are published with release
  *   stores and unlinked, never freed, while it may see them.
  */
@@ -118,6 +121,7 @@ static void	kinst_disable(void *, dtrace_id_t, void *);
 static void	kinst_getargdesc(void *, dtrace_id_t, void *,
 		    dtrace_argdesc_t *);
 static void	kinst_destroy(void *, dtrace_id_t, void *);
+static void	kinst_going_check_locked(void);
 
 static dtrace_pattr_t kinst_attr = {
 { DTRACE_STABILITY_EVOLVING, DTRACE_STABILITY_EVOLVING, DTRACE_CLASS_COMMON },
@@ -162,6 +166,7 @@ static bool			kinst_invop_added;
 static int			kinst_load_error;
 static struct cdev		*kinst_cdev;
 static eventhandler_tag		kinst_unload_try_tag;
+static eventhandler_tag		kinst_unload_tag;
 
 /*
  * The probes by patch address (KINST_PROBETAB_SIZE chains), and those
@@ -173,6 +178,7 @@ static struct kinst_probe	*kinst_grave;
 
 static uint8_t			*kinst_fstate;	/* KINST_FS_*, per function */
 static linker_file_t		kinst_lf;	/* resolved against; or NULL */
+static linker_file_t		kinst_going;	/* its unload under way */
 static int			kinst_lf_loadcnt;
 static uint64_t			kinst_bias;	/* live minus table address */
 
@@ -299,7 +305,9 @@ kinst_probe_at(uintptr_t addr)
 
 /*
  * The probe DTrace still has at live address 'addr' (not destroyed, its file
- * not going away), or NULL.  kinst_sx held: nothing is freed meanwhile.
+ * not gone), or NULL.  kinst_sx held, so nothing is freed meanwhile; the
+ * chain is walked under kinst_hash_mtx, since DTrace destroys probes (and
+ * kinst_destroy() unlinks them) without kinst_sx.
  */
 static struct kinst_probe *
 kinst_probe_live(uintptr_t addr)
@@ -307,12 +315,14 @@ kinst_probe_live(uintptr_t addr)
 	struct kinst_probe *kp;
 
 	sx_assert(&kinst_sx, SA_XLOCKED);
+	mtx_lock(&kinst_hash_mtx);
 	for (kp = kinst_probetab[KINST_ADDR2NDX(addr)]; kp != NULL;
 	    kp = kp->kp_hashnext) {
 		if ((uintptr_t)kp->kp_patchpoint == addr && !kp->kp_gone)
-			return (kp);
+			break;
 	}
-	return (NULL);
+	mtx_unlock(&kinst_hash_mtx);
+	return (kp);
 }
 
 /* Publish 'kp', fully set up, to the breakpoint handler. */
@@ -352,6 +362,23 @@ kinst_reap(void)
 		next = kp->kp_gravenext;
 		free(kp, M_KINST);
 	}
+}
+
+/*
+ * Destroy the probes no enabling holds (dtrace_condense()), and free them.
+ * Not under kinst_sx, which DTrace's locks come before.
+ */
+static void
+kinst_condense(void)
+{
+
+	sx_slock(&kinst_dev_sx);
+	if (kinst_registered)
+		(void)dtrace_condense(kinst_id);
+	sx_sunlock(&kinst_dev_sx);
+	sx_xlock(&kinst_sx);
+	kinst_reap();
+	sx_xunlock(&kinst_sx);
 }
 
 /*
@@ -477,7 +504,8 @@ kinst_make_func(u_int f, const struct kinst_func *kf, int off)
 		if (ki.ki_kind == KINST_R_REFUSED)
 			continue;
 		kp = kinst_probe_live((uintptr_t)(base + ki.ki_off));
-		if (kp != NULL && kp->kp_state != KINST_S_IDLE)
+		if (kp != NULL &&
+		    atomic_load_acq_int(&kp->kp_state) != KINST_S_IDLE)
 			kinst_isa_unpatch(kp, live + ki.ki_off);
 	}
 	kinst_bytecopy(copy, live, kf->kf_size);
@@ -571,34 +599,31 @@ kinst_make_locked(const char *func, int off)
 }
 
 /*
- * dtps_provide.  As in stock kinst, probes exist only for functions named
- * exactly.  A NULL description (dtrace_open(), on every dtrace(1) run) and
- * an empty or glob function make nothing; an enabling that names the kinst
- * provider explicitly but no function is told why, once per call.  A .ko
- * table needs the file resolved by an earlier load, ioctl or kld event:
- * linker_file_foreach() would take kld_sx under dtrace_provider_lock, the
- * reverse of the kld unload path's order.
+ * dtps_provide.  Stock kinst has none: its probes come from the ioctl only.
+ * Here a description that names the provider exactly ("kinst", as libdtrace
+ * passes kinst::f: and kinst::f:off) also makes the probes of a function it
+ * names exactly.  Everything else makes nothing: a NULL description
+ * (dtrace_open(), on every dtrace(1) run), an empty or glob provider
+ * (dtrace -n ::vm_fault: or dtrace -l -f vm_fault would otherwise make, and
+ * enable, a probe on every instruction, where stock gives fbt's two), and an
+ * empty or glob function; kinst::: and kinst::vm_*: are told why, once per
+ * call.  A .ko table needs the file resolved by an earlier load, ioctl or
+ * kld event: linker_file_foreach() would take kld_sx under
+ * dtrace_provider_lock, the reverse of the kld unload path's order.
  */
 static void
 kinst_provide(void *arg __unused, dtrace_probedesc_t *desc)
 {
-	bool named;
 
-	if (desc == NULL)
-		return;
-	named = strcmp(desc->dtpd_provider, "kinst") == 0;
-	if (!named && desc->dtpd_provider[0] != '\0' &&
-	    !kinst_isglob(desc->dtpd_provider))
+	if (desc == NULL || strcmp(desc->dtpd_provider, "kinst") != 0)
 		return;
 	if (!kinst_mod_matches(desc->dtpd_mod))
 		return;
 	if (desc->dtpd_func[0] == '\0' || kinst_isglob(desc->dtpd_func)) {
-		if (named)
-			printf("kinst: probes are made per named function "
-			    "(kinst::FUNC: or kinst::FUNC:OFFSET), none for "
-			    "an empty or glob function; `invoke probes` "
-			    "(python -m generator probes) lists a function's "
-			    "probe sites\n");
+		printf("kinst: probes are made per named function "
+		    "(kinst::FUNC: or kinst::FUNC:OFFSET), none for an empty "
+		    "or glob function; `invoke probes` (python -m generator "
+		    "probes) lists a function's probe sites\n");
 		return;
 	}
 	sx_xlock(&kinst_sx);
@@ -617,39 +642,59 @@ kinst_provide_module(void *arg __unused, modctl_t *lf)
 	if (kinst_table_kernel || strcmp(lf->filename, kinst_file) != 0)
 		return;
 	sx_xlock(&kinst_sx);
+	kinst_going_check_locked();
 	kinst_resolve_locked(lf);
 	sx_xunlock(&kinst_sx);
 }
 
 /*
- * The table's .ko is about to go (kld_sx held; EVENTHANDLER_PRI_FIRST, so
- * before dtrace_module_unloaded()).  DTrace will not destroy this file's
- * probes: dtrace_module_unloaded() matches probes by the file name without
- * ".ko", and they are named "foo.ko" as in stock kinst.  So mark them gone
- * -- never enabled again, not counted as this address's probe -- and forget
- * the file; close (dtrace_condense()) and unload free them.  An unload that
- * DTrace will veto (a probe in the file enabled: nenabled, read under the
- * lock the enable callback counts under) is left alone.
+ * A .ko table's file going away.  DTrace never destroys this file's probes:
+ * dtrace_module_unloaded() matches probes by the file name without ".ko",
+ * and they are named "foo.ko" as in stock kinst.  So the unload is followed
+ * in two steps, because sys/kern/kern_linker.c's linker_file_unload() can
+ * still refuse it after the kld_unload_try handlers have run (a module's
+ * MOD_QUIESCE or MOD_UNLOAD says no), and frees the file's text before the
+ * kld_unload event:
+ *
+ * - kld_unload_try (kld_sx held; EVENTHANDLER_PRI_FIRST, so before DTrace's
+ *   own handler, which refuses while nenabled is not 0): if no probe of the
+ *   file is enabled (nenabled, read under the lock the enable callback
+ *   counts under), the file is "going" (kinst_going): its probes are not
+ *   enabled, no new ones are made in it, but nothing is lost yet;
+ * - kld_unload, after the text is freed: the file's probes are gone for
+ *   good (never enabled, not counted as their address's probe) and
+ *   destroyed with dtrace_condense(), all but those an enabling still
+ *   holds, which go when it does;
+ * - a refused unload leaves the file LINKER_FILE_LINKED (the flag is taken
+ *   off only once every module agreed), and the next kld_sx holder that
+ *   looks (the ioctl, a kld event) finds it so and lets its probes be used
+ *   again.
  */
+static void
+kinst_going_check_locked(void)
+{
+
+	sx_assert(&kinst_sx, SA_XLOCKED);
+	if (kinst_going == NULL ||
+	    (kinst_going->flags & LINKER_FILE_LINKED) == 0)
+		return;
+	mtx_lock(&kinst_hash_mtx);
+	kinst_going = NULL;
+	mtx_unlock(&kinst_hash_mtx);
+}
+
 static void
 kinst_kld_unload_try(void *arg __unused, linker_file_t lf, int *error)
 {
-	struct kinst_probe *kp;
-	u_int i;
 
 	if (*error != 0)
 		return;
 	sx_xlock(&kinst_sx);
+	kinst_going_check_locked();
 	if (lf == kinst_lf && lf != linker_kernel_file) {
 		mtx_lock(&kinst_hash_mtx);
 		if (lf->nenabled == 0) {
-			for (i = 0; i < KINST_PROBETAB_SIZE; i++) {
-				for (kp = kinst_probetab[i]; kp != NULL;
-				    kp = kp->kp_hashnext) {
-					if (kp->kp_lf == lf)
-						kp->kp_gone = true;
-				}
-			}
+			kinst_going = lf;
 			kinst_lf = NULL;
 		}
 		mtx_unlock(&kinst_hash_mtx);
@@ -658,22 +703,57 @@ kinst_kld_unload_try(void *arg __unused, linker_file_t lf, int *error)
 }
 
 static void
+kinst_kld_unload(void *arg __unused, const char *filename __unused,
+    caddr_t address, size_t size __unused)
+{
+	struct kinst_probe *kp;
+	u_int i;
+
+	sx_xlock(&kinst_sx);
+	if (kinst_going == NULL || kinst_going->address != address) {
+		kinst_going_check_locked();
+		sx_xunlock(&kinst_sx);
+		return;
+	}
+	mtx_lock(&kinst_hash_mtx);
+	for (i = 0; i < KINST_PROBETAB_SIZE; i++) {
+		for (kp = kinst_probetab[i]; kp != NULL; kp = kp->kp_hashnext) {
+			if (kp->kp_lf == kinst_going)
+				kp->kp_gone = true;
+		}
+	}
+	kinst_going = NULL;
+	mtx_unlock(&kinst_hash_mtx);
+	sx_xunlock(&kinst_sx);
+	kinst_condense();
+}
+
+/*
+ * Whether kp's patch point is gone or going is asked first, under the lock
+ * the unload handlers mark it under: nothing is read or written at a patch
+ * point whose text may be freed.  Once counted in nenabled, the file cannot
+ * start going (kinst_kld_unload_try(), and DTrace's handler, see it).
+ */
+static void
 kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 {
 	struct kinst_probe *kp;
 	const char *why;
 	kinst_patchval_t live;
+	bool gone;
 
 	kp = parg;
 	kp->kp_id = id;
 	if (kp->kp_counted)
 		return;
 	why = NULL;
-	live = kinst_isa_peek(kp, kp->kp_patchpoint);
+	live = 0;
 	mtx_lock(&kinst_hash_mtx);
-	if (kp->kp_gone)
-		why = "its linker file is being unloaded";
-	else if (live != kp->kp_savedval)
+	gone = kp->kp_gone || kp->kp_lf == kinst_going;
+	if (gone)
+		why = "its linker file is unloaded or being unloaded";
+	else if ((live = kinst_isa_peek(kp, kp->kp_patchpoint)) !=
+	    kp->kp_savedval)
 		why = "the " KINST_SITE_UNIT " there is not the original one "
 		    "(another provider's breakpoint?)";
 	else if ((why = kinst_tramp_take(kp)) == NULL) {
@@ -682,13 +762,17 @@ kinst_enable(void *arg __unused, dtrace_id_t id, void *parg)
 	}
 	mtx_unlock(&kinst_hash_mtx);
 	if (why != NULL) {
-		if ((kp->kp_warned & KINST_W_ENABLE) == 0) {
-			kp->kp_warned |= KINST_W_ENABLE;
+		if ((kp->kp_warned & KINST_W_ENABLE) != 0)
+			return;
+		kp->kp_warned |= KINST_W_ENABLE;
+		if (gone)
+			printf("kinst: not enabling %s:%s:%u: %s\n",
+			    kinst_modname, kp->kp_func, kp->kp_off, why);
+		else
 			printf("kinst: not enabling %s:%s:%u: %s ("
 			    KINST_SITE_UNIT " %#x, original %#x)\n",
 			    kinst_modname, kp->kp_func, kp->kp_off, why,
 			    (u_int)live, (u_int)kp->kp_savedval);
-		}
 		return;
 	}
 	/* Ours before its breakpoint fires; written only over the original. */
@@ -784,13 +868,7 @@ kinst_close(struct cdev *dev __unused, int fflag __unused,
     int devtype __unused, struct thread *td __unused)
 {
 
-	sx_slock(&kinst_dev_sx);
-	if (kinst_registered)
-		(void)dtrace_condense(kinst_id);
-	sx_sunlock(&kinst_dev_sx);
-	sx_xlock(&kinst_sx);
-	kinst_reap();
-	sx_xunlock(&kinst_sx);
+	kinst_condense();
 	return (0);
 }
 
@@ -801,12 +879,14 @@ kinst_ioctl_file(linker_file_t lf, void *arg)
 	dtrace_kinst_probedesc_t *pd;
 	int error;
 
-	if (!kinst_table_kernel && strcmp(lf->filename, kinst_file) != 0)
+	if (!kinst_table_kernel && (strcmp(lf->filename, kinst_file) != 0 ||
+	    (lf->flags & LINKER_FILE_LINKED) == 0))
 		return (0);
 	if (!kinst_registered)
 		return (ENXIO);
 	pd = arg;
 	sx_xlock(&kinst_sx);
+	kinst_going_check_locked();
 	kinst_resolve_locked(lf);
 	error = kinst_make_locked(pd->kpd_func, pd->kpd_off);
 	sx_xunlock(&kinst_sx);
@@ -884,7 +964,8 @@ static int
 kinst_load_file(linker_file_t lf, void *arg __unused)
 {
 
-	if (kinst_table_kernel || strcmp(lf->filename, kinst_file) == 0) {
+	if (kinst_table_kernel || (strcmp(lf->filename, kinst_file) == 0 &&
+	    (lf->flags & LINKER_FILE_LINKED) != 0)) {
 		sx_xlock(&kinst_sx);
 		kinst_resolve_locked(lf);
 		sx_xunlock(&kinst_sx);
@@ -902,8 +983,16 @@ kinst_load_file(linker_file_t lf, void *arg __unused)
 static void
 kinst_load(void *dummy __unused)
 {
+	const char *why;
 	int error;
 
+	/* Nothing reads the table before its structure is known sound. */
+	if ((why = kinst_table_check(&kinst_table)) != KINST_TABLE_OK) {
+		printf("kinst: the generated table is malformed (%s): not "
+		    "loading\n", why);
+		error = ENOEXEC;
+		goto fail;
+	}
 	if ((error = kinst_check_build_id()) != 0)
 		goto fail;
 	kinst_probetab = mallocarray(KINST_PROBETAB_SIZE,
@@ -916,6 +1005,8 @@ kinst_load(void *dummy __unused)
 		(void)linker_file_foreach(kinst_load_file, NULL);
 	kinst_unload_try_tag = EVENTHANDLER_REGISTER(kld_unload_try,
 	    kinst_kld_unload_try, NULL, EVENTHANDLER_PRI_FIRST);
+	kinst_unload_tag = EVENTHANDLER_REGISTER(kld_unload, kinst_kld_unload,
+	    NULL, EVENTHANDLER_PRI_ANY);
 	/* Before dtrace_register(): an anonymous enabling arms at once. */
 	dtrace_invop_add(kinst_invop);
 	kinst_invop_added = true;
@@ -949,6 +1040,8 @@ kinst_unload(void *dummy __unused)
 	}
 	if (kinst_unload_try_tag != NULL)
 		EVENTHANDLER_DEREGISTER(kld_unload_try, kinst_unload_try_tag);
+	if (kinst_unload_tag != NULL)
+		EVENTHANDLER_DEREGISTER(kld_unload, kinst_unload_tag);
 	if (kinst_invop_added) {
 		dtrace_invop_remove(kinst_invop);
 		/* No CPU is still in kinst_invop() after this. */
@@ -980,8 +1073,10 @@ kinst_unload(void *dummy __unused)
  * ignores dtrace_unregister()'s answer.  It also fails with EBUSY, after the
  * provider is gone, while the ISA part cannot show that no thread is inside
  * a trampoline (kinst_tramp_quiesce(): arm64 and riscv, whose trampolines
- * end in a breakpoint only this module's handler answers).  The module then
- * stays loaded with its breakpoint handler and trampolines, and without a
+ * end in a breakpoint only this module's handler answers).  It does not wait
+ * for them: MOD_UNLOAD holds the kernel linker's kld_sx, which kldload,
+ * kldstat and stack(9) symbol lookups wait for.  The module then stays
+ * loaded with its breakpoint handler and trampolines, and without a
  * provider; a later kldunload asks again and never unregisters twice.
  */
 static int

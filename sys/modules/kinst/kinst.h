@@ -103,7 +103,8 @@ struct kinst_probe	*kinst_probe_at(uintptr_t);
  * not hold what they expect (kp_savedval, kp's breakpoint).
  * kinst_tramp_take(): NULL, or why the probe cannot be enabled.
  * kinst_tramp_quiesce(): true when no thread can be inside a trampoline;
- * may sleep a bounded time.
+ * it answers at once and never sleeps, since MOD_UNLOAD, its caller, holds
+ * the kernel linker's kld_sx.
  */
 int		kinst_invop(uintptr_t, struct trapframe *, uintptr_t);
 kinst_patchval_t kinst_isa_peek(const struct kinst_probe *,

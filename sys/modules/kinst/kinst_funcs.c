@@ -1,12 +1,18 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kinst_funcs.c: reading a kinstkit kinst table's function records, and the
- * digest that shows a live function is the one the table was made from.
- * Freestanding C99, no library calls (see kinst_funcs.h).
+ * kinst_funcs.c: reading a kinstkit kinst table's function records, the
+ * check of the whole table's structure, and the digest that shows a live
+ * function is the one the table was made from.  Freestanding C99, no
+ * library calls (see kinst_funcs.h).  The structure check walks each
+ * function's instruction records with the ISA's walker, kinst_core_walk()
+ * and kinst_core_next(), which every ISA's kinst_core.h declares.
  */
 
-#include "kinst_funcs.h"
+#include "kinst_core.h"
+
+/* The digest of no bytes: CRC-32 0, Adler-32 1. */
+#define	KINST_DIGEST_EMPTY	((kc_uint64_t)1)
 
 static kc_uint32_t
 kinst_le32(const kc_uint8_t *p)
@@ -20,7 +26,8 @@ static kc_uint64_t
 kinst_le64(const kc_uint8_t *p)
 {
 
-	return ((kc_uint64_t)kinst_le32(p) | (kc_uint64_t)kinst_le32(p + 4) << 32);
+	return ((kc_uint64_t)kinst_le32(p) |
+	    (kc_uint64_t)kinst_le32(p + 4) << 32);
 }
 
 void
@@ -93,19 +100,20 @@ kinst_func_byname(const struct kinst_table *kt, kc_uint32_t i)
 
 /*
  * CRC-32 (IEEE 802.3, reflected, as zlib's crc32()) in the high half and
- * Adler-32 (zlib's adler32()) in the low half of the digest.  Bit by bit:
- * a digest is computed once per function, when its probes are made, never
- * in probe context.
+ * Adler-32 (zlib's adler32()) in the low half of the digest, of 'len' more
+ * bytes after those 'digest' covers: zlib's crc32(crc, ...) and
+ * adler32(adler, ...) continued.  Bit by bit: a digest is computed once per
+ * function, when its probes are made, never in probe context.
  */
 kc_uint64_t
-kinst_func_digest(const kc_uint8_t *buf, kc_uint32_t len)
+kinst_digest_more(kc_uint64_t digest, const kc_uint8_t *buf, kc_uint32_t len)
 {
 	kc_uint32_t crc, a, b, i;
 	int k;
 
-	crc = 0xffffffffU;
-	a = 1;
-	b = 0;
+	crc = ~(kc_uint32_t)(digest >> 32);
+	a = (kc_uint32_t)digest & 0xffff;
+	b = (kc_uint32_t)(digest >> 16) & 0xffff;
 	for (i = 0; i < len; i++) {
 		crc ^= buf[i];
 		for (k = 0; k < 8; k++)
@@ -113,5 +121,115 @@ kinst_func_digest(const kc_uint8_t *buf, kc_uint32_t len)
 		a = (a + buf[i]) % 65521U;
 		b = (b + a) % 65521U;
 	}
-	return ((kc_uint64_t)(crc ^ 0xffffffffU) << 32 | (kc_uint64_t)(b << 16 | a));
+	return ((kc_uint64_t)~crc << 32 | (kc_uint64_t)(b << 16 | a));
+}
+
+kc_uint64_t
+kinst_func_digest(const kc_uint8_t *buf, kc_uint32_t len)
+{
+
+	return (kinst_digest_more(KINST_DIGEST_EMPTY, buf, len));
+}
+
+/*
+ * Is 'copy' -- the live function's kf_size bytes, the fields relocations
+ * fill zeroed -- with kf's instruction records what the table was made
+ * from?  The digest covers the bytes and then the records, so a record
+ * changed since generation (a length, a kind) fails it as a changed byte
+ * does.  kinst_table_check() has put kf's records inside the table.
+ */
+int
+kinst_func_digest_ok(const struct kinst_table *kt,
+    const struct kinst_func *kf, const kc_uint8_t *copy)
+{
+
+	return (kinst_digest_more(kinst_func_digest(copy, kf->kf_size),
+	    kt->kt_records + kf->kf_records, kf->kf_end - kf->kf_records) ==
+	    kf->kf_digest);
+}
+
+static int
+kinst_strcmp(const char *a, const char *b)
+{
+
+	while (*a != '\0' && *a == *b) {
+		a++;
+		b++;
+	}
+	return ((int)(unsigned char)*a - (int)(unsigned char)*b);
+}
+
+/*
+ * Does the table hold together?  NULL, or what is wrong, for one console
+ * line.  Checked once, when the module loads, so that nothing the glue and
+ * the core read later points outside the table: every function's name
+ * lies in the names, which end in a NUL; its records lie in the records,
+ * in function order, and its instructions' lengths add up to its size
+ * exactly; its first probe's index is the count of probes before it, and
+ * the last count is the table's; functions are in address order (a binary
+ * search looks them up); every name-order index is a function, in strcmp()
+ * order (a binary search looks them up by name).  Whether the records say
+ * the truth about the bytes is the digest's question, per function.
+ */
+const char *
+kinst_table_check(const struct kinst_table *kt)
+{
+	struct kinst_func kf;
+	struct kinst_walk kw;
+	struct kinst_insn ki;
+	const kc_uint8_t *r;
+	kc_uint64_t addr;
+	kc_uint32_t f, i, at, prev, probes, end;
+	int rv;
+
+	if (kt->kt_names_size == 0 ||
+	    kt->kt_names[kt->kt_names_size - 1] != '\0')
+		return ("its names do not end in a NUL");
+	for (f = 0, at = 0, addr = 0; f < kt->kt_nfuncs; f++) {
+		r = kt->kt_funcs + (kc_uint64_t)f * KINST_FUNC_RECSIZE;
+		if (kinst_le32(r + KINST_FUNC_NAME_OFF) >= kt->kt_names_size)
+			return ("a function's name lies outside its names");
+		if (kinst_le32(r + KINST_FUNC_RECORDS_OFF) < at ||
+		    kinst_le32(r + KINST_FUNC_RECORDS_OFF) >
+		    kt->kt_records_size)
+			return ("a function's records lie out of order or "
+			    "outside its records");
+		at = kinst_le32(r + KINST_FUNC_RECORDS_OFF);
+		if (kinst_le64(r + KINST_FUNC_ADDR_OFF) < addr)
+			return ("its functions are not in address order");
+		addr = kinst_le64(r + KINST_FUNC_ADDR_OFF);
+	}
+	for (f = 0, probes = 0; f < kt->kt_nfuncs; f++) {
+		kinst_func_get(kt, f, &kf);
+		if (kf.kf_size == 0 || kf.kf_addr + kf.kf_size < kf.kf_addr)
+			return ("a function has no bytes, or wraps around");
+		if (kf.kf_first != probes)
+			return ("a function's first probe is not the count "
+			    "of those before it");
+		end = 0;
+		kinst_core_walk(kt, &kf, &kw);
+		while ((rv = kinst_core_next(&kw, &ki)) > 0) {
+			end = ki.ki_off + ki.ki_len;
+			if (ki.ki_kind != KINST_R_REFUSED)
+				probes++;
+		}
+		if (rv < 0 || end != kf.kf_size)
+			return ("a function's instruction records do not "
+			    "describe its bytes exactly");
+	}
+	if (probes != kt->kt_nprobes)
+		return ("its probe count is not its functions'");
+	for (i = 0, prev = 0; i < kt->kt_nfuncs; i++) {
+		f = kinst_func_byname(kt, i);
+		if (f >= kt->kt_nfuncs)
+			return ("a name-order index is not a function");
+		if (i > 0 && kinst_strcmp(kt->kt_names + kinst_le32(
+		    kt->kt_funcs + (kc_uint64_t)prev * KINST_FUNC_RECSIZE +
+		    KINST_FUNC_NAME_OFF), kt->kt_names + kinst_le32(
+		    kt->kt_funcs + (kc_uint64_t)f * KINST_FUNC_RECSIZE +
+		    KINST_FUNC_NAME_OFF)) > 0)
+			return ("its name order is not strcmp() order");
+		prev = f;
+	}
+	return (KINST_TABLE_OK);
 }

@@ -5,13 +5,19 @@
  * its function records, their names and digests.
  *
  * Freestanding C99 with no system headers at all, like the rest of the
- * portable core: the FreeBSD module and the user-space harness compile the
+ * portable core, but for <sys/types.h> in a FreeBSD kernel build: the
+ * FreeBSD module, the user-space harness and the Linux guest compile the
  * same files.  A table is data the generator wrote as byte blobs (no
  * pointers, so no relocations in the module), read here field by field in
  * little-endian order: one KINST_FUNC_RECSIZE-byte record per function, at
  * the offsets kinst_encoding.h defines (rendered from the generator, their
  * one owner).  What the records say about each instruction is the ISA's
  * business (<arch>/kinst_core.c).
+ *
+ * Nothing in a table is trusted: kinst_table_check() holds its whole
+ * structure to what the readers below assume, once, before anything reads
+ * it, and a function's digest covers its instruction records as well as its
+ * bytes (kinst_func_digest_ok()).
  */
 
 #ifndef _KINST_FUNCS_H_
@@ -19,6 +25,30 @@
 
 #include "kinst_encoding.h"
 
+/*
+ * The core's integer types: the kernel's own (style(9)) in a FreeBSD kernel
+ * build, which has <sys/types.h>; the compiler's in any other build (the
+ * user-space harness, the Linux guest, `invoke build`'s offline check of
+ * the core without a sys/ tree), which then needs no header at all.
+ */
+#if defined(_KERNEL) && defined(__FreeBSD__) && defined(__has_include)
+#if __has_include(<sys/types.h>)
+#define	KINST_SYS_TYPES
+#endif
+#endif
+
+#ifdef KINST_SYS_TYPES
+#include <sys/types.h>
+
+typedef uint8_t			kc_uint8_t;
+typedef int8_t			kc_int8_t;
+typedef uint16_t		kc_uint16_t;
+typedef uint32_t		kc_uint32_t;
+typedef int32_t			kc_int32_t;
+typedef uint64_t		kc_uint64_t;
+typedef int64_t			kc_int64_t;
+typedef uintptr_t		kc_uintptr_t;
+#else
 typedef __UINT8_TYPE__		kc_uint8_t;
 typedef __INT8_TYPE__		kc_int8_t;
 typedef __UINT16_TYPE__		kc_uint16_t;
@@ -27,14 +57,16 @@ typedef __INT32_TYPE__		kc_int32_t;
 typedef __UINT64_TYPE__		kc_uint64_t;
 typedef __INT64_TYPE__		kc_int64_t;
 typedef __UINTPTR_TYPE__	kc_uintptr_t;
+#endif
 
 /* A generated table (kinst_table.c). */
 struct kinst_table {
 	kc_uint32_t		kt_nfuncs;
 	kc_uint32_t		kt_nprobes;
 	const kc_uint8_t	*kt_funcs;	/* kt_nfuncs function records */
-	const kc_uint8_t	*kt_byname;	/* kt_nfuncs u32: indices, strcmp() order */
+	const kc_uint8_t	*kt_byname;	/* u32 indices, name order */
 	const char		*kt_names;	/* NUL-terminated names */
+	kc_uint32_t		kt_names_size;	/* bytes of kt_names */
 	const kc_uint8_t	*kt_records;	/* per-instruction records */
 	kc_uint32_t		kt_records_size;
 	const char		*kt_image;	/* input path */
@@ -44,10 +76,10 @@ struct kinst_table {
 /* One function record, read out. */
 struct kinst_func {
 	kc_uint64_t	kf_addr;	/* st_value in the image */
-	kc_uint64_t	kf_digest;	/* CRC-32 << 32 | Adler-32, relocated fields zeroed */
+	kc_uint64_t	kf_digest;	/* kinst_func_digest_ok() */
 	const char	*kf_name;
 	kc_uint32_t	kf_size;	/* st_size */
-	kc_uint32_t	kf_records;	/* its records: kt_records[kf_records..kf_end) */
+	kc_uint32_t	kf_records;	/* its records: [kf_records, kf_end) */
 	kc_uint32_t	kf_end;
 	kc_uint32_t	kf_first;	/* table index of its first probe */
 	kc_uint32_t	kf_nprobes;
@@ -55,11 +87,17 @@ struct kinst_func {
 
 extern const struct kinst_table kinst_table;
 
+#define	KINST_TABLE_OK	((const char *)0)	/* kinst_table_check(): sound */
+
 void	kinst_func_get(const struct kinst_table *, kc_uint32_t,
 	    struct kinst_func *);
 long	kinst_func_at(const struct kinst_table *, kc_uint64_t);
 kc_uint32_t kinst_func_byname(const struct kinst_table *, kc_uint32_t);
 kc_uint64_t kinst_func_digest(const kc_uint8_t *, kc_uint32_t);
+kc_uint64_t kinst_digest_more(kc_uint64_t, const kc_uint8_t *, kc_uint32_t);
+int	kinst_func_digest_ok(const struct kinst_table *,
+	    const struct kinst_func *, const kc_uint8_t *);
+const char *kinst_table_check(const struct kinst_table *);
 void	kinst_bytecopy(volatile kc_uint8_t *, const volatile kc_uint8_t *,
 	    kc_uint32_t);
 

@@ -168,7 +168,7 @@ kh_isa_prepare(const struct kinst_md *md, uintptr_t live, uint8_t *tramp,
 		return (NULL);	/* emulated */
 	if (tramp == NULL)
 		return ("no trampoline memory within +-2 GiB");
-	err = kinst_core_tramp_fill(md, live, tramp);
+	err = kinst_core_tramp_fill(md, live, (uintptr_t)tramp, tramp);
 	if (err == 0)
 		return (NULL);
 	snprintf(why, len, "trampoline fill: error %d%s", err,

@@ -85,7 +85,7 @@ kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
 		break;
 	}
 	if (code >= KINST_R_RIPREL_IMM1 && code <= KINST_R_RIPREL_IMM4)
-		code = KINST_K_RIPREL;	/* kinst_core_derive() checks ki_dispoff */
+		code = KINST_K_RIPREL;	/* kinst_core_derive() checks it */
 	ki->ki_kind = (kc_uint8_t)code;
 	ki->ki_off = kw->kw_off;
 	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
@@ -120,8 +120,7 @@ kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
 	}
 	if (rv < 0)
 		return (KINST_E_TABLE);
-	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
-	    KINST_E_BYTES);
+	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
 }
 
 static int
@@ -205,6 +204,37 @@ kinst_core_call_operand(const volatile kc_uint8_t *b, kc_uint32_t len,
 }
 
 /*
+ * May the instruction 'b' (len bytes, its opcode at opcidx) run unchanged in
+ * a trampoline, as a KINST_K_TRAMPOLINE record says?  Not a branch or call
+ * whose target is relative to where it runs (the table gives those kinds of
+ * their own, or refuses them), nor a call through a register or memory
+ * (emulated), nor an ff-group instruction with a %rip-relative operand.  A
+ * %rip-relative operand of another opcode is not recognised here (that
+ * needs the opcode map): the function's digest, which covers its records,
+ * vouches for their kinds.
+ */
+static int
+kinst_core_copyable(const volatile kc_uint8_t *b, kc_uint32_t len,
+    kc_uint32_t opcidx)
+{
+	kc_uint8_t op, reg;
+
+	op = b[opcidx];
+	if (op == 0xe8 || op == 0xe9 || op == 0xeb ||
+	    (op >= 0x70 && op <= 0x7f) || (op >= 0xe0 && op <= 0xe3))
+		return (0);
+	if (opcidx + 1 >= len)
+		return (1);
+	if (op == 0x0f && b[opcidx + 1] >= 0x80 && b[opcidx + 1] <= 0x8f)
+		return (0);
+	reg = (b[opcidx + 1] >> 3) & 7;
+	if (op == 0xff && (reg == 2 || reg == 3 ||
+	    (b[opcidx + 1] & 0xc7) == 0x05))
+		return (0);
+	return (1);
+}
+
+/*
  * kinst's metadata for the live instruction 'b' that record 'ki' describes.
  * The template is the instruction with its rel32 zeroed (the trampoline
  * fill writes the one that reaches the target from the trampoline), or the
@@ -243,6 +273,8 @@ kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
 
 	switch (ki->ki_kind) {
 	case KINST_K_TRAMPOLINE:
+		if (!kinst_core_copyable(b, len, opcidx))
+			return (KINST_E_TABLE);
 		kinst_bytecopy(md->km_template, b, len);
 		return (0);
 	case KINST_K_RIPREL:
@@ -330,17 +362,23 @@ kinst_core_put32(volatile kc_uint8_t *p, kc_uint32_t v)
 }
 
 /*
- * Fill a KINST_TRAMP_SIZE trampoline at 'tramp' for the instruction at
- * 'patchpoint': the template, its rel32 rewritten so that it reaches the same
- * absolute target from the trampoline, then "jmp *0(%rip)" and the address
- * of the next original instruction.  The rest is int3 so that a stray jump
- * into the tail traps cleanly.  Widened short jumps need no special case here:
- * their template already holds the rel32 opcode and km_disp was adjusted for
- * the longer instruction.
+ * Fill a KINST_TRAMP_SIZE trampoline that runs at address 'tramp' for the
+ * instruction at 'patchpoint', writing it into 'buf': the template, its rel32
+ * rewritten so that it reaches the same absolute target from the trampoline,
+ * then "jmp *0(%rip)" and the address of the next original instruction.  The
+ * rest is int3 so that a stray jump into the tail traps cleanly.  Widened
+ * short jumps need no special case here: their template already holds the
+ * rel32 opcode and km_disp was adjusted for the longer instruction.
+ *
+ * 'buf' is 'tramp' itself where the glue can write where the trampoline runs
+ * (the harness's mapping); where executable pages are read-only (FreeBSD's
+ * trampoline pages, written through the direct map; the Linux glue's, through
+ * a vmap() alias) it is another mapping of the same bytes, and only 'tramp'
+ * decides the rel32.
  */
 int
 kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
-    volatile kc_uint8_t *tramp)
+    kc_uintptr_t tramp, volatile kc_uint8_t *buf)
 {
 	kc_uint64_t resume;
 	kc_int64_t rel;
@@ -349,22 +387,22 @@ kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
 	if (kinst_core_is_call(md))
 		return (KINST_E_KIND);
 	len = md->km_tinstlen;
-	kinst_bytecopy(tramp, md->km_template, len);
+	kinst_bytecopy(buf, md->km_template, len);
 	if ((md->km_flags & KINST_F_RIPREL) != 0) {
 		rel = (kc_int64_t)(patchpoint + (kc_uint64_t)md->km_disp -
-		    (kc_uint64_t)(kc_uintptr_t)tramp);
+		    (kc_uint64_t)tramp);
 		if (rel < KINST_INT32_MIN || rel > KINST_INT32_MAX)
 			return (KINST_E_RANGE);
-		kinst_core_put32(tramp + md->km_dispoff, (kc_uint32_t)rel);
+		kinst_core_put32(buf + md->km_dispoff, (kc_uint32_t)rel);
 	}
-	tramp[len + 0] = 0xff;
-	tramp[len + 1] = 0x25;
-	kinst_core_put32(tramp + len + 2, 0);
+	buf[len + 0] = 0xff;
+	buf[len + 1] = 0x25;
+	kinst_core_put32(buf + len + 2, 0);
 	resume = patchpoint + md->km_instlen;
-	kinst_core_put32(tramp + len + 6, (kc_uint32_t)resume);
-	kinst_core_put32(tramp + len + 10, (kc_uint32_t)(resume >> 32));
+	kinst_core_put32(buf + len + 6, (kc_uint32_t)resume);
+	kinst_core_put32(buf + len + 10, (kc_uint32_t)(resume >> 32));
 	for (i = len + 14; i < KINST_TRAMP_SIZE; i++)
-		tramp[i] = KINST_PATCHVAL;
+		buf[i] = KINST_PATCHVAL;
 	return (0);
 }
 

@@ -29,9 +29,9 @@
 
 /* Errors returned by the core. */
 #define	KINST_E_BYTES		1	/* live bytes differ from the table's */
-#define	KINST_E_RANGE		2	/* target beyond +-2 GiB of the trampoline */
+#define	KINST_E_RANGE		2	/* beyond +-2 GiB of the trampoline */
 #define	KINST_E_KIND		3	/* not of the kind asked for */
-#define	KINST_E_TABLE		4	/* a record contradicts the live instruction */
+#define	KINST_E_TABLE		4	/* a record contradicts the bytes */
 
 /*
  * The general-purpose registers in ModR/M order (rax, rcx, rdx, rbx, rsp,
@@ -48,9 +48,9 @@ struct kinst_regs {
 /* One instruction of a function, as its record describes it. */
 struct kinst_insn {
 	kc_uint32_t	ki_off;		/* from the function; the probe name */
-	kc_uint32_t	ki_probe;	/* table index, if ki_kind is not REFUSED */
+	kc_uint32_t	ki_probe;	/* table index, unless REFUSED */
 	kc_uint8_t	ki_len;
-	kc_uint8_t	ki_kind;	/* enum kinst_kind, or KINST_R_REFUSED */
+	kc_uint8_t	ki_kind;	/* enum kinst_kind, KINST_R_REFUSED */
 	kc_uint8_t	ki_dispoff;	/* riprel: where the rel32 is */
 	kc_uint8_t	ki_nmask;	/* relocated fields in ki_mask */
 	kc_uint8_t	ki_mask[KINST_MAX_INSN]; /* offset | width code << 4 */
@@ -75,8 +75,8 @@ struct kinst_md {
 	kc_int8_t	km_reg1;	/* call operand base, -1: none */
 	kc_int8_t	km_reg2;	/* call operand index, -1: none */
 	kc_uint8_t	km_scale;	/* call operand scale (shift) */
-	kc_int64_t	km_disp;	/* displacement (widened jumps: adjusted) */
-	kc_uint8_t	km_template[KINST_TEMPLATE_SIZE]; /* trampoline instruction */
+	kc_int64_t	km_disp;	/* displacement (widened: adjusted) */
+	kc_uint8_t	km_template[KINST_TEMPLATE_SIZE]; /* trampoline's */
 };
 
 void	kinst_core_walk(const struct kinst_table *, const struct kinst_func *,
@@ -87,7 +87,7 @@ int	kinst_core_digest_ok(const struct kinst_table *,
 int	kinst_core_derive(const struct kinst_insn *,
 	    const volatile kc_uint8_t *, struct kinst_md *);
 int	kinst_core_tramp_fill(const struct kinst_md *, kc_uintptr_t,
-	    volatile kc_uint8_t *);
+	    kc_uintptr_t, volatile kc_uint8_t *);
 int	kinst_core_call(const struct kinst_md *, kc_uintptr_t,
 	    const struct kinst_regs *, kc_uint64_t *, kc_uint64_t *);
 int	kinst_core_is_call(const struct kinst_md *);

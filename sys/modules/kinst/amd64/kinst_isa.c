@@ -45,6 +45,12 @@
  * the kernel text and every module (sys/cddl/dev/kinst/trampoline.c does the
  * same), so that the rewritten rel32 of a RIP-relative instruction reaches
  * its target; kinst_core_tramp_fill() refuses the enable if it does not.
+ * They are mapped read and execute only (stock kinst maps them RWX): a page
+ * is filled with int3 and its slots are filled through the direct map
+ * (PHYS_TO_DMAP() of the page, read-write and never executable), so no
+ * mapping of a trampoline is ever both writable and executable.  The CPU
+ * that takes a probe's #BP runs iretq, serializing, before it fetches from
+ * the slot the enable filled.
  */
 
 #include <sys/param.h>
@@ -90,7 +96,8 @@
 /* One trampoline of a page. */
 struct kinst_tslot {
 	struct kinst_tslot	*ts_next;	/* free list or address chain */
-	uint8_t			*ts_tramp;	/* KINST_TRAMP_SIZE bytes */
+	uint8_t			*ts_tramp;	/* where it runs */
+	uint8_t			*ts_write;	/* it, in the direct map */
 	uintptr_t		ts_addr;	/* patch point; 0: unused */
 	struct kinst_md		ts_md;		/* what it was filled from */
 };
@@ -119,31 +126,40 @@ static u_int			kinst_tslot_reserved;
 static struct kinst_tslot	*kinst_tslottab[KINST_TSLOTTAB_SIZE];
 
 /*
- * A page above KERNBASE, filled with int3 so that a stray jump traps
- * cleanly, and its slots.  May sleep; NULL when the kernel map is full.
+ * A page above KERNBASE, read and execute only, filled with int3 (through
+ * the direct map) so that a stray jump traps cleanly, and its slots.  May
+ * sleep; NULL when the kernel map is full.
  */
 static struct kinst_trampchunk *
 kinst_trampchunk_alloc(void)
 {
 	struct kinst_trampchunk *tc;
 	vm_offset_t addr;
+	uint8_t *alias;
 	u_int i;
 
 	addr = KERNBASE;
 	if (vm_map_find(kernel_map, NULL, 0, &addr, PAGE_SIZE, 0,
-	    VMFS_ANY_SPACE, VM_PROT_ALL, VM_PROT_ALL, 0) != KERN_SUCCESS)
+	    VMFS_ANY_SPACE, VM_PROT_READ | VM_PROT_EXECUTE, VM_PROT_ALL, 0) !=
+	    KERN_SUCCESS)
 		return (NULL);
 	if (kmem_back(kernel_object, addr, PAGE_SIZE, M_WAITOK | M_EXEC) !=
 	    KERN_SUCCESS) {
 		(void)vm_map_remove(kernel_map, addr, addr + PAGE_SIZE);
 		return (NULL);
 	}
-	memset((void *)addr, KINST_PATCHVAL, PAGE_SIZE);
+	/* kmem_back() maps it read, write and execute: drop the write. */
+	alias = (uint8_t *)PHYS_TO_DMAP(pmap_kextract(addr));
+	memset(alias, KINST_PATCHVAL, PAGE_SIZE);
+	pmap_protect(kernel_pmap, addr, addr + PAGE_SIZE,
+	    VM_PROT_READ | VM_PROT_EXECUTE);
 	tc = malloc(sizeof(*tc), M_KINST, M_WAITOK | M_ZERO);
 	tc->tc_addr = addr;
-	for (i = 0; i < KINST_TRAMPS_PER_PAGE; i++)
+	for (i = 0; i < KINST_TRAMPS_PER_PAGE; i++) {
 		tc->tc_slots[i].ts_tramp = (uint8_t *)(addr +
 		    i * KINST_TRAMP_SIZE);
+		tc->tc_slots[i].ts_write = alias + i * KINST_TRAMP_SIZE;
+	}
 	return (tc);
 }
 
@@ -246,8 +262,9 @@ kinst_tramp_take(struct kinst_probe *kp)
 			mtx_unlock(&kinst_tramp_mtx);
 			return ("no trampoline was reserved for it");
 		}
-		if (kinst_core_tramp_fill(&kp->kp_md, pc, ts->ts_tramp) != 0) {
-			memset(ts->ts_tramp, KINST_PATCHVAL, KINST_TRAMP_SIZE);
+		if (kinst_core_tramp_fill(&kp->kp_md, pc,
+		    (uintptr_t)ts->ts_tramp, ts->ts_write) != 0) {
+			memset(ts->ts_write, KINST_PATCHVAL, KINST_TRAMP_SIZE);
 			mtx_unlock(&kinst_tramp_mtx);
 			return ("its trampoline cannot reach the instruction's "
 			    "target (beyond +-2 GiB)");

@@ -75,8 +75,7 @@ kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
 	}
 	if (rv < 0)
 		return (KINST_E_TABLE);
-	return (kinst_func_digest(copy, kf->kf_size) == kf->kf_digest ? 0 :
-	    KINST_E_BYTES);
+	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
 }
 
 int

@@ -36,16 +36,19 @@
  * into a trampoline and not yet back, and kinst_tramp_quiesce(), called at
  * MOD_UNLOAD after dtrace_unregister() has disarmed and destroyed every
  * probe and after a dtrace_sync() (no CPU is still in the handler about to
- * send one in), waits a bounded time for the count to reach zero.  Only
- * then does the unload remove the handler and kinst_tramp_fini() free the
- * pages; otherwise it is refused with EBUSY, everything kept, and may be
- * asked again.  The count is conservative, not exact: a thread that leaves
- * a trampoline other than through its breakpoint -- an exception whose
- * handler does not return to the trampoline, such as a fault on a
- * trampolined load recovered through pcb_onfault to the copyin(9)-style
- * caller's error path -- is never counted out, and from then on every
- * unload of this module is refused until reboot.  That leaks the module,
- * never a page a thread may still run.
+ * send one in), says whether the count is zero, at once: MOD_UNLOAD holds
+ * the kernel linker's kld_sx, which every kldload, kldstat and stack(9)
+ * symbol lookup waits for, so it never sleeps there.  Only when the count
+ * is zero does the unload remove the handler and kinst_tramp_fini() free
+ * the pages; otherwise it is refused with EBUSY, everything kept, and
+ * kldunload may be asked again later.  The count is conservative, not
+ * exact: a thread that leaves a trampoline other than through its
+ * breakpoint -- an exception whose handler does not return to the
+ * trampoline, such as a fault on a trampolined load recovered through
+ * pcb_onfault to the copyin(9)-style caller's error path -- is never
+ * counted out, and from then on every unload of this module is refused
+ * until reboot.  That leaks the module, never a page a thread may still
+ * run.
  */
 
 #include <sys/param.h>
@@ -70,7 +73,6 @@
 #define	KINST_SLOTS		(PAGE_SIZE / KINST_TRAMP_SIZE)
 #define	KINST_TSLOTTAB_SIZE	0x1000
 #define	KINST_TSLOT_NDX(pc)	(((pc) / 2) & (KINST_TSLOTTAB_SIZE - 1))
-#define	KINST_QUIESCE_TRIES	20	/* of 1/10 s each */
 
 /* One trampoline of a page. */
 struct kinst_tslot {
@@ -340,24 +342,17 @@ kinst_tramp_leave(uintptr_t addr)
 }
 
 /*
- * MOD_UNLOAD, after dtrace_unregister() (every probe disarmed and
- * destroyed): true once no thread is inside a trampoline, false if one
- * still is after KINST_QUIESCE_TRIES tenths of a second (see the top
- * comment).  Sleeps.
+ * MOD_UNLOAD, kld_sx held, after dtrace_unregister() (every probe disarmed
+ * and destroyed): true if no thread is inside a trampoline, false if one
+ * still is (see the top comment).  Never sleeps.
  */
 bool
 kinst_tramp_quiesce(void)
 {
-	int i;
 
 	/* No CPU is still in the handler about to send a thread in. */
 	dtrace_sync();
-	for (i = 0; atomic_load_acq_int(&kinst_tramp_inflight) != 0; i++) {
-		if (i == KINST_QUIESCE_TRIES)
-			return (false);
-		pause("kinstq", MAX(hz / 10, 1));
-	}
-	return (true);
+	return (atomic_load_acq_int(&kinst_tramp_inflight) == 0);
 }
 
 /*

@@ -1,7 +1,7 @@
 """Compile and link one module off FreeBSD: clang and ld.lld doing what ``bsd.kmod.mk`` would.
 
 There is no ``make`` with FreeBSD's ``share/mk`` on Linux, so the steps of a
-kmod build are spelled out here, with the flags ``generator/kmodflags.py``
+kmod build are spelled out here, with the flags ``generator/kmod/kmodflags.py``
 works out for the target's ``sys/`` tree:
 
 * the object directory gets what kmod.mk generates there (include links,
@@ -27,12 +27,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import List
 
-from ..common.errors import UserError
-from .kmodflags import KmodProfile, generated_headers
-from .mk import ModuleMakefile
-from .objdir import Built, fresh, headers_read
-from ..common.tools import Runner, checked, require_tool, tool_version
-from ..providers.contract import Provider
+from ...common.errors import UserError
+from ...common.tools import Runner, checked, require_tool, tool_version
+from ...providers.contract import Provider
+from ..kmodflags import KmodProfile, generated_headers
+from ..mk import ModuleMakefile
+from ..objdir import Built, fresh, headers_read
+from .contract import Backend, Job
 
 
 def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodProfile, run: Runner) -> Built:
@@ -103,7 +104,7 @@ def _localize(ko: Path, objcopy: str, export: str, run: Runner) -> List[List[str
     Defined means neither SHN_UNDEF (0) nor SHN_COMMON (0xFFF2); global means
     STB_GLOBAL (1) or STB_WEAK (2).  Names in a non-NO ``EXPORT_SYMS`` list stay global.
     """
-    from ..image.elf import KernelImage
+    from ...image.elf import KernelImage
 
     keep = set(export.split()) if export not in ("", "NO") else set()
     names = sorted({s.name for s in KernelImage.open(str(ko)).symbols()
@@ -115,3 +116,19 @@ def _localize(ko: Path, objcopy: str, export: str, run: Runner) -> List[List[str
     argv = [objcopy, f"--localize-symbols={listing.name}", ko.name]
     checked(run, argv, f"localizing the symbols of {ko.name}", cwd=ko.parent)
     return [argv]
+
+
+def _build(job: Job) -> Built:
+    assert job.profile is not None  # needs_profile: kmod.build reads the tree first
+    return cross_build(job.provider, job.srcdir, job.objdir, job.profile, job.run)
+
+
+BACKEND = Backend(
+    name="cross",
+    summary="clang and ld.lld with kmod.mk's and the tree's kern.mk flags (the default off FreeBSD)",
+    needs_profile=True,
+    tools=("clang", "ld.lld", "llvm-objcopy"),
+    default_here=lambda: True,
+    unusable=lambda: "",
+    build=_build,
+)

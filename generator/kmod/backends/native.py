@@ -14,10 +14,12 @@ import shlex
 from pathlib import Path
 from typing import Dict, List
 
-from ..common.errors import UserError
-from .objdir import Built, fresh, headers_read
-from .sources import Provider
-from ..common.tools import Runner, checked, tool_version
+from ...common.errors import UserError
+from ...common.host import on_freebsd
+from ...common.tools import Runner, checked, tool_version
+from ...providers.contract import Provider
+from ..objdir import Built, fresh, headers_read
+from .contract import Backend, Job
 
 # What the manifest needs from make after the build.  "-V NAME" prints the
 # raw value; "-V ${NAME}" the expanded one (make(1)).
@@ -66,3 +68,22 @@ def _first_word(value: str, default: str) -> str:
     """The program of a ``CC``/``LD`` value such as ``cc -target ...``."""
     words = value.split()
     return words[0] if words else default
+
+
+def _build(job: Job) -> Built:
+    return native_build(job.make, job.provider, job.srcdir, job.objdir, job.sysdir, job.run)
+
+
+def _unusable() -> str:
+    return "" if on_freebsd() else "make with bsd.kmod.mk needs a FreeBSD host; use --backend cross here"
+
+
+BACKEND = Backend(
+    name="native",
+    summary="make with bsd.kmod.mk, as FreeBSD builds a module (the default on FreeBSD)",
+    needs_profile=False,
+    tools=("cc", "ld"),
+    default_here=on_freebsd,
+    unusable=_unusable,
+    build=_build,
+)

@@ -1,0 +1,277 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kinst_oracle.c: the independent hit counter of `vm-test --guest linux`, a
+ * QEMU TCG plugin (QEMU 7.2's plugin API, qemu-plugin.h from Debian's qemu
+ * source package).  It shares nothing with the module it checks: it is told
+ * the probes' addresses and the two marker encodings, and counts what the
+ * emulated CPUs execute.
+ *
+ * At translation, every instruction at a probed address gets an execution
+ * callback; so does a marker instruction ("nopl DISP(%rax)" with the arm or
+ * disarm DISP) in kernel space.  The arm marker opens a window, the disarm
+ * marker closes it; the module runs both under stop_machine(), with every
+ * other CPU spinning in its own code, so that no probed instruction runs
+ * while the window changes.  Per probe it counts:
+ *
+ * - executions inside a window whose bytes, as translated, start with int3
+ *   (the module's breakpoint: each should be one hit);
+ * - executions inside a window of anything else (a probe the module claims
+ *   armed but that ran its original instruction);
+ * - executions of an int3 there outside every window (a breakpoint left
+ *   behind, or written outside the window).
+ *
+ * The module's hits must equal the first, and the other two must be zero.
+ * QEMU retranslates code whose page is written, through any mapping, so the
+ * bytes seen at translation are those executed.
+ *
+ * It also keeps, per vCPU, the probe whose int3 it ran last: after a crash
+ * that names the probe most likely at fault.
+ *
+ * Arguments: probes=FILE (one hexadecimal address per line, any order),
+ * out=FILE (written at exit: "windows N", then "index inside other stray"
+ * per probe, in the input order), arm=DISP, disarm=DISP (decimal).
+ */
+
+#define	_GNU_SOURCE	/* asprintf() */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <qemu-plugin.h>
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+#define	KO_UNUSED	__attribute__((unused))
+#define	KO_INT3		0xcc
+#define	KO_KERNEL	0xffff800000000000ULL	/* kernel half of the address space */
+
+struct ko_site {
+	uint64_t	ks_addr;
+	uint32_t	ks_index;	/* line of the probes file */
+};
+
+struct ko_count {
+	uint64_t	kc_inside;	/* int3 executed inside a window */
+	uint64_t	kc_other;	/* anything else inside a window */
+	uint64_t	kc_stray;	/* int3 executed outside every window */
+};
+
+static struct ko_site	*ko_sites;	/* by address */
+static struct ko_count	*ko_counts;	/* by input index */
+static size_t		ko_nsites;
+static int		ko_window;	/* 1 between the arm and disarm markers */
+static uint64_t		ko_windows;	/* arm markers seen */
+static uint64_t		ko_unpaired;	/* markers out of turn */
+static uint32_t		ko_mark_arm, ko_mark_disarm;
+static char		*ko_out;
+static int64_t		*ko_last;	/* per vCPU: input index, -1: none */
+static int		ko_nvcpus;
+
+static int
+ko_cmp(const void *a, const void *b)
+{
+	const struct ko_site *x = a, *y = b;
+
+	return (x->ks_addr < y->ks_addr ? -1 : x->ks_addr > y->ks_addr);
+}
+
+static long
+ko_find(uint64_t addr)
+{
+	size_t lo, hi, mid;
+
+	lo = 0;
+	hi = ko_nsites;
+	while (lo < hi) {
+		mid = lo + (hi - lo) / 2;
+		if (ko_sites[mid].ks_addr == addr)
+			return ((long)mid);
+		if (ko_sites[mid].ks_addr < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (-1);
+}
+
+/* userdata: the input index << 1 | 1 when the translated byte is int3. */
+static void
+ko_exec_probe(unsigned int vcpu, void *userdata)
+{
+	uintptr_t u = (uintptr_t)userdata;
+	struct ko_count *c = &ko_counts[u >> 1];
+
+	if ((u & 1) && vcpu < (unsigned int)ko_nvcpus)
+		__atomic_store_n(&ko_last[vcpu], (int64_t)(u >> 1),
+		    __ATOMIC_RELAXED);
+	if (__atomic_load_n(&ko_window, __ATOMIC_ACQUIRE)) {
+		if (u & 1)
+			__atomic_fetch_add(&c->kc_inside, 1, __ATOMIC_RELAXED);
+		else
+			__atomic_fetch_add(&c->kc_other, 1, __ATOMIC_RELAXED);
+	} else if (u & 1)
+		__atomic_fetch_add(&c->kc_stray, 1, __ATOMIC_RELAXED);
+}
+
+static void
+ko_exec_mark(unsigned int vcpu KO_UNUSED, void *userdata)
+{
+	int arm = userdata != NULL;
+
+	if (__atomic_exchange_n(&ko_window, arm, __ATOMIC_ACQ_REL) == arm)
+		__atomic_fetch_add(&ko_unpaired, 1, __ATOMIC_RELAXED);
+	if (arm)
+		__atomic_fetch_add(&ko_windows, 1, __ATOMIC_RELAXED);
+}
+
+/* "nopl DISP(%rax)": 0f 1f 80 and a little-endian disp32. */
+static int
+ko_marker(const uint8_t *p, size_t len, uint32_t *disp)
+{
+
+	if (len != 7 || p[0] != 0x0f || p[1] != 0x1f || p[2] != 0x80)
+		return (0);
+	*disp = (uint32_t)p[3] | (uint32_t)p[4] << 8 | (uint32_t)p[5] << 16 |
+	    (uint32_t)p[6] << 24;
+	return (1);
+}
+
+static void
+ko_translate(qemu_plugin_id_t id KO_UNUSED, struct qemu_plugin_tb *tb)
+{
+	struct qemu_plugin_insn *insn;
+	const uint8_t *p;
+	uint64_t addr;
+	uint32_t disp;
+	size_t i, n, len;
+	long at;
+
+	n = qemu_plugin_tb_n_insns(tb);
+	for (i = 0; i < n; i++) {
+		insn = qemu_plugin_tb_get_insn(tb, i);
+		addr = qemu_plugin_insn_vaddr(insn);
+		if (addr < KO_KERNEL)
+			continue;
+		p = qemu_plugin_insn_data(insn);
+		len = qemu_plugin_insn_size(insn);
+		if (ko_marker(p, len, &disp) &&
+		    (disp == ko_mark_arm || disp == ko_mark_disarm)) {
+			qemu_plugin_register_vcpu_insn_exec_cb(insn,
+			    ko_exec_mark, QEMU_PLUGIN_CB_NO_REGS,
+			    disp == ko_mark_arm ? (void *)1 : NULL);
+			continue;
+		}
+		if ((at = ko_find(addr)) < 0)
+			continue;
+		qemu_plugin_register_vcpu_insn_exec_cb(insn, ko_exec_probe,
+		    QEMU_PLUGIN_CB_NO_REGS,
+		    (void *)((uintptr_t)ko_sites[at].ks_index << 1 |
+		    (len >= 1 && p[0] == KO_INT3)));
+	}
+}
+
+static void
+ko_exit(qemu_plugin_id_t id KO_UNUSED, void *userdata KO_UNUSED)
+{
+	FILE *f;
+	char *tmp;
+	size_t i;
+
+	if (asprintf(&tmp, "%s.tmp", ko_out) < 0)
+		return;
+	if ((f = fopen(tmp, "w")) == NULL) {
+		free(tmp);
+		return;
+	}
+	fprintf(f, "windows %llu\nunpaired %llu\nopen %d\n",
+	    (unsigned long long)ko_windows, (unsigned long long)ko_unpaired,
+	    ko_window);
+	for (i = 0; i < (size_t)ko_nvcpus; i++)
+		if (ko_last[i] >= 0)
+			fprintf(f, "last %zu %lld\n", i, (long long)ko_last[i]);
+	for (i = 0; i < ko_nsites; i++)
+		fprintf(f, "%zu %llu %llu %llu\n", i,
+		    (unsigned long long)ko_counts[i].kc_inside,
+		    (unsigned long long)ko_counts[i].kc_other,
+		    (unsigned long long)ko_counts[i].kc_stray);
+	if (fclose(f) == 0)
+		rename(tmp, ko_out);
+	free(tmp);
+}
+
+static int
+ko_load(const char *path)
+{
+	FILE *f;
+	unsigned long long a;
+	size_t cap;
+
+	if ((f = fopen(path, "r")) == NULL)
+		return (-1);
+	cap = 0;
+	while (fscanf(f, "%llx", &a) == 1) {
+		if (ko_nsites == cap) {
+			cap = cap ? 2 * cap : 1024;
+			ko_sites = realloc(ko_sites, cap * sizeof(*ko_sites));
+			if (ko_sites == NULL) {
+				fclose(f);
+				return (-1);
+			}
+		}
+		ko_sites[ko_nsites].ks_addr = a;
+		ko_sites[ko_nsites].ks_index = (uint32_t)ko_nsites;
+		ko_nsites++;
+	}
+	fclose(f);
+	ko_counts = calloc(ko_nsites + 1, sizeof(*ko_counts));
+	if (ko_counts == NULL)
+		return (-1);
+	qsort(ko_sites, ko_nsites, sizeof(*ko_sites), ko_cmp);
+	return (0);
+}
+
+QEMU_PLUGIN_EXPORT int
+qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
+    char **argv)
+{
+	const char *probes = NULL;
+	int i, have_arm = 0, have_disarm = 0;
+
+	for (i = 0; i < argc; i++) {
+		if (strncmp(argv[i], "probes=", 7) == 0)
+			probes = argv[i] + 7;
+		else if (strncmp(argv[i], "out=", 4) == 0)
+			ko_out = strdup(argv[i] + 4);
+		else if (strncmp(argv[i], "arm=", 4) == 0) {
+			ko_mark_arm = (uint32_t)strtoul(argv[i] + 4, NULL, 10);
+			have_arm = 1;
+		} else if (strncmp(argv[i], "disarm=", 7) == 0) {
+			ko_mark_disarm = (uint32_t)strtoul(argv[i] + 7, NULL,
+			    10);
+			have_disarm = 1;
+		} else {
+			fprintf(stderr, "kinst_oracle: unknown argument %s\n",
+			    argv[i]);
+			return (-1);
+		}
+	}
+	if (probes == NULL || ko_out == NULL || !have_arm || !have_disarm) {
+		fprintf(stderr, "kinst_oracle: needs probes=, out=, arm=, "
+		    "disarm=\n");
+		return (-1);
+	}
+	ko_nvcpus = info->system_emulation ? info->system.max_vcpus : 1;
+	if ((ko_last = malloc(sizeof(*ko_last) * (size_t)ko_nvcpus)) == NULL)
+		return (-1);
+	for (i = 0; i < ko_nvcpus; i++)
+		ko_last[i] = -1;
+	if (ko_load(probes) != 0) {
+		fprintf(stderr, "kinst_oracle: cannot read %s\n", probes);
+		return (-1);
+	}
+	qemu_plugin_register_vcpu_tb_trans_cb(id, ko_translate);
+	qemu_plugin_register_atexit_cb(id, ko_exit, NULL);
+	return (0);
+}

@@ -1,0 +1,265 @@
+"""The ring-0 guest's host side without a kernel: its table restrictions, the function names, the kernel
+rules' verdicts and table reading, the plugin's report, the comparison, the package pins, the command line.
+
+Inputs are made here, by hand, each with a value that a wrong reading would get wrong; the real kernel's
+tables are read in tests/toolchain/test_ring0_kernel.py and the whole run is tests/vm/test_ring0.py.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from generator import isa as isa_registry
+from generator.analysis.plan import PlanFunc, ProbePlan, digest
+from generator.common import apt
+from generator.common.errors import UserError
+from generator.image.elf import Function
+from generator.run.ring0 import oracle, packages, report, rules
+from generator.run.ring0 import plan as rp
+from generator.run.ring0.records import Booted, Request, Session
+
+AMD64 = isa_registry.by_name("amd64")
+BASE = 0xFFFFFFFF81000000
+# call rel32; mov %rsp,%rbp; ret -- then, for a second function, push %rbp; ret
+CODE = bytes.fromhex("e8 11 22 33 44 48 89 e5 c3") + bytes.fromhex("55 c3")
+
+
+class FakeImage:
+    """What restrict() and select() read of an image: bytes by address, the function list."""
+
+    path = "fake-vmlinux"
+
+    def __init__(self, funcs: List[Function] = ()):
+        self._funcs = list(funcs)
+
+    def read(self, address: int, size: int) -> bytes:
+        off = address - BASE
+        return CODE[off : off + size]
+
+    def functions(self) -> List[Function]:
+        return self._funcs
+
+
+def _plan() -> ProbePlan:
+    r1 = (AMD64.stream_record(5, "call-direct", 0, ()) + AMD64.stream_record(3, "trampoline", 0, ())
+          + AMD64.stream_record(1, "trampoline", 0, ()))
+    r2 = AMD64.stream_record(1, "trampoline", 0, ()) + AMD64.stream_record(1, "trampoline", 0, ())
+    f1 = PlanFunc("f", "f", BASE, 9, digest(CODE[:9]), r1, 0, 3)
+    f2 = PlanFunc("g", "g", BASE + 9, 2, digest(CODE[9:]), r2, 3, 2)
+    return ProbePlan("amd64", "fake", "ET_EXEC", "", "", (f1, f2), ())
+
+
+def test_restrict_masks_and_refuses_kernel_sites():
+    sites = {BASE: {0: (True, "an ftrace site"), 6: (False, "fixed up")}}
+    plan, n = rp.restrict(_plan(), FakeImage(), sites)
+    assert n == 2
+    f, g = plan.funcs
+    insns = list(AMD64.stream_decode(f.records, f.size))
+    # The call is refused and its five bytes masked (4 + 1); the mov (a site inside it) refused, unmasked.
+    assert [(i.kind, i.masks) for i in insns] == [(None, ((0, 4), (4, 1))), (None, ()), ("trampoline", ())]
+    assert f.probes == 1 and f.digest == digest(CODE[:9], [(0, 4), (4, 1)]) != digest(CODE[:9])
+    assert g.first == 1 and g.records == _plan().funcs[1].records  # renumbered, otherwise untouched
+    assert [(r.offset, r.reason) for r in plan.refused] == [(0, "an ftrace site"), (5, "fixed up")]
+    assert plan.nprobes == 3
+
+
+def test_restrict_drops_a_function_left_without_probes():
+    sites = {BASE + 9: {9 - 9: (False, "x"), 1: (False, "y")}}
+    plan, n = rp.restrict(_plan(), FakeImage(), sites)
+    assert n == 2 and [f.name for f in plan.funcs] == ["f"] and plan.funcs[0].first == 0
+
+
+def test_select_means_every_local_copy():
+    a = Function("pipe_read", BASE, 9, "local", "pipe.c", ".text")
+    b = Function("pipe_read", BASE + 16, 9, "local", "other.c", ".text")
+    c = Function("vfs_read", BASE + 32, 9, "global", None, ".text", ("vfs_read_alias",))
+    img = FakeImage([a, b, c])
+    funcs, asked = rp.select(img, ["pipe_read", "# a comment", "", "vfs_read_alias"])
+    assert funcs == [a, b, c] and asked == ("pipe_read", "vfs_read_alias")
+    assert rp.select(img, ["pipe_read@other.c"])[0] == [b]
+    with pytest.raises(UserError, match="no function 'nope'"):
+        rp.select(img, ["nope"])
+    with pytest.raises(UserError, match="no functions named"):
+        rp.select(img, ["# only a comment"])
+
+
+def test_kernel_rules_function_verdicts():
+    kr = rules.KernelRules((BASE, BASE + 0x1000), ((BASE + 0x100, BASE + 0x200, "in .noinstr.text"),),
+                           frozenset({BASE + 0x300}), {})
+
+    def f(name: str, addr: int, size: int = 0x10) -> Function:
+        return Function(name, addr, size, "global", None, ".text")
+
+    assert kr.function_reason(f("a", BASE)) == ""
+    assert "not in the kernel's text" in kr.function_reason(f("a", BASE + 0xFF8))  # runs past _etext
+    assert kr.function_reason(f("a", BASE + 0xF8)) == "in .noinstr.text"  # overlaps the region's start
+    assert "NOKPROBE_SYMBOL" in kr.function_reason(f("a", BASE + 0x300))
+    assert "rcu_read_lock" in kr.function_reason(f("__rcu_read_lock", BASE + 0x400))
+
+
+class TableImage:
+    """An image holding one site table at ``START`` for ``rules._table``."""
+
+    START = 0xFFFFFFFF82000000
+    path = "tables"
+
+    def __init__(self, raw: bytes):
+        self.raw = raw
+
+    def read(self, address: int, size: int) -> bytes:
+        assert address == self.START and size == len(self.raw)
+        return self.raw
+
+
+def test_site_tables_relative_and_absolute():
+    t = next(t for t in rules.SITE_TABLES if t.start == "__start___jump_table")
+    lo, hi = BASE, BASE + 0x1000
+    # Two jump entries: code = &entry.code + s32; the second's points outside the text and is dropped.
+    raw = struct.pack("<iiq", BASE + 0x10 - TableImage.START, 0, 0) + struct.pack("<iiq", 0x100, 0, 0)
+    sym = {t.start: TableImage.START, t.stop: TableImage.START + len(raw)}
+    assert rules._table(TableImage(raw), sym, t, lo, hi) == [BASE + 0x10]
+    m = next(t for t in rules.SITE_TABLES if t.start == "__start_mcount_loc")
+    raw = struct.pack("<QQ", BASE + 0x20, BASE + 0x30)
+    sym = {m.start: TableImage.START, m.stop: TableImage.START + len(raw)}
+    assert rules._table(TableImage(raw), sym, m, lo, hi) == [BASE + 0x20, BASE + 0x30]
+    with pytest.raises(UserError, match="whole number"):
+        rules._table(TableImage(raw[:-1]), {m.start: TableImage.START, m.stop: TableImage.START + 15}, m, lo, hi)
+
+
+def test_plugin_counts(tmp_path):
+    oracle.write_probes(tmp_path / "p.txt", [0xFFFFFFFF81000000, 0xFFFFFFFF81000005])
+    assert (tmp_path / "p.txt").read_text() == "ffffffff81000000\nffffffff81000005\n"
+    out = tmp_path / "o.txt"
+    out.write_text("windows 2\nunpaired 0\nopen 0\nlast 1 1\nlast 0 7\n0 5 0 0\n1 3 1 2\n")
+    c = oracle.read_counts(out, 2)
+    assert (c.windows, c.inside, c.other, c.stray, c.last) == (2, [5, 3], [0, 1], [0, 2], {1: 1})
+    with pytest.raises(UserError, match="expected 3"):
+        oracle.read_counts(out, 3)
+    with pytest.raises(UserError, match="wrote no counts"):
+        oracle.read_counts(tmp_path / "missing", 2)
+
+
+def test_oops_lines_and_the_trampoline_they_name(tmp_path):
+    log = tmp_path / "console.log"
+    log.write_text("| WARNING: printed by the workload\n[ 1.0] BUG: unable to handle page fault\n"
+                   "[ 1.1] RIP: 0010:kinst_linux_tramps+0x40/0x1000 [kinst]\nplain line\n")
+    oops = report.oops_lines(log)
+    assert oops == ["[ 1.0] BUG: unable to handle page fault", "[ 1.1] RIP: 0010:kinst_linux_tramps+0x40/0x1000 [kinst]"]
+    assert report.trampoline_of(oops, {}, 32, 10) == 2
+    raw = ["RIP: 0010:0xffffffffc0001060"]
+    assert report.trampoline_of(raw, {"tramps": "0xffffffffc0001000 320"}, 32, 10) == 3
+    assert report.trampoline_of(raw, {}, 32, 10) is None
+    assert report.trampoline_of(["RIP: 0010:kinst_linux_tramps+0x4000/0x5000"], {}, 32, 10) is None
+
+
+def _session(tmp_path: Path, hits: List[int], inside: List[int], stray: List[int], workload: str,
+             windows: int = 2) -> report.Report:
+    plan = _plan()
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    probes = list(plan.probes())
+    addrs = [plan.link_address(p) for p in probes]
+    (out / "hits.txt").write_text("".join(f"{i} {a:x} {h} 0\n" for i, (a, h) in enumerate(zip(addrs, hits))))
+    (out / "rearmed").write_text("1\n")
+    (out / "workload.out").write_text(workload)
+    (tmp_path / "console.log").write_text("[ 0.1] ok\n")
+    counts = tmp_path / "oracle.txt"
+    counts.write_text(f"windows {windows}\nunpaired 0\nopen 0\n"
+                      + "".join(f"{i} {x} 0 {s}\n" for i, (x, s) in enumerate(zip(inside, stray))))
+    ref = tmp_path / "ref.out"
+    ref.write_text("same\n")
+    s = Session(Request(functions=("f",)))
+    s.guest = rp.GuestPlan(plan, ("f",), 2, 0, 0, "none")
+    s.probe = Booted("pass", "poweroff", tmp_path, out, tmp_path / "console.log", {}, (), "")
+    return report.compare(s, probes, addrs, counts, ref)
+
+
+def test_compare_passes_only_when_everything_agrees(tmp_path):
+    good = _session(tmp_path, [4, 0, 1, 2, 0], [4, 0, 1, 2, 0], [0] * 5, "same\n")
+    assert good.ok and good.armed == 5 and good.hit == 3, good.text()
+    off = _session(tmp_path, [4, 0, 1, 2, 0], [4, 0, 2, 2, 0], [0] * 5, "same\n")
+    assert not off.ok and off.mismatches == ["f:8 (trampoline, 0xffffffff81000008): module 1 hits, QEMU 2 "
+                                             "breakpoint executions"]
+    stray = _session(tmp_path, [4, 0, 1, 2, 0], [4, 0, 1, 2, 0], [0, 0, 0, 0, 9], "same\n")
+    assert not stray.ok and "g:1" in stray.mismatches[0] and "nothing was armed" in stray.mismatches[0]
+    differs = _session(tmp_path, [4, 0, 1, 2, 0], [4, 0, 1, 2, 0], [0] * 5, "other\n")
+    assert not differs.ok and not differs.workload_identical and "line 1" in differs.workload_diff
+    windows = _session(tmp_path, [4, 0, 1, 2, 0], [4, 0, 1, 2, 0], [0] * 5, "same\n", windows=3)
+    assert not windows.ok and "3 arm windows" in windows.errors[0]
+
+
+def test_a_wrong_package_digest_caches_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(packages, "CACHE_DIR", tmp_path)
+
+    def fake_download(name: str, version: str, into: Path) -> Path:
+        deb = into / f"{name}_{version}_amd64.deb"
+        deb.write_bytes(b"not the package")
+        return deb
+
+    monkeypatch.setattr(apt, "download_binary", fake_download)
+    with pytest.raises(UserError, match="SHA256 .* but the pin"):
+        packages.fetch(packages.KBUILD)
+    assert not packages.cached(packages.KBUILD) and [p.name for p in tmp_path.iterdir()] == [".linux-kbuild-6.1.lock"]
+
+
+def test_a_version_gone_from_the_archive_says_how_to_move_the_pin(tmp_path, monkeypatch):
+    def fake_run(argv, cwd, what):
+        raise UserError(f"{what}: apt-get failed: E: Version '6.1.192-3' for 'linux-kbuild-6.1' was not found")
+
+    monkeypatch.setattr(apt, "run", fake_run)
+    with pytest.raises(UserError) as e:
+        apt.download_binary("linux-kbuild-6.1", "6.1.192-3", tmp_path)
+    assert "no longer in the archive" in str(e.value) and "generator/run/ring0/packages.py" in str(e.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--guest", "linux", "--script", "x.sh"], "do not go with --guest linux"),
+    (["--function", "pipe_read"], "go with --guest linux"),
+    (["--guest", "linux", "--smp", "0"], "at least 1"),
+    (["--guest", "linux", "--smp", "2", "--cpus", "1"], "disagree"),
+    (["--guest", "linux", "--workload", "/no/such/file"], "no such file"),
+    (["--guest", "linux", "--cycles", "-1"], "cannot be negative"),
+])
+def test_linux_guest_options_are_checked_before_any_work(argv, message, capsys):
+    from generator.cli import main
+
+    assert main(["vm-test", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_the_guest_plans_without_a_prologue_rule():
+    # mov %rdi,%rax; ret: no push %rbp anywhere.
+    code = bytes.fromhex("48 89 f8 c3")
+    insns, _ = AMD64.decode(code, BASE, len(code))
+    assert AMD64.frame_verdict(insns, code, "any") != ""
+    assert AMD64.frame_verdict(insns, code, rp.GUEST_PROLOGUE_RULE) == ""
+
+
+def test_vm_linux_guest_needs_a_kernel_package(tmp_path):
+    from vm.config import VMConfig, VMError, validate
+
+    with pytest.raises(VMError, match="unpacked linux-image package"):
+        validate(VMConfig(guest="linux", dry_run=True))
+    (tmp_path / "boot").mkdir()
+    validate(VMConfig(guest="linux", image_package=str(tmp_path), dry_run=True, qemu_args=("-plugin", "x")))
+    with pytest.raises(VMError, match="bhyve"):
+        validate(VMConfig(guest="linux", image_package=str(tmp_path), dry_run=True, backend="bhyve",
+                          qemu_args=("-plugin", "x")))
+
+
+def test_qemu_gets_the_callers_switches_last(tmp_path):
+    from vm.backends import accel, qemu
+    from vm.config import GUESTS, Timeouts
+    from vm.plan import Plan
+
+    plan = Plan(run_id="r", name="n", guest=GUESTS["linux"], backend="qemu", accel=accel.AccelChoice("tcg", "t"),
+                timeouts=Timeouts(60, 300, 5, 0.5), memory_mib=512, cpus=2, run_dir=tmp_path,
+                base=tmp_path / "b.raw", base_format="raw", overlay=tmp_path / "o.qcow2", overlay_format="qcow2",
+                meta=tmp_path / "m.tar", kernel=Path("/k"), append="x", qemu_args=("-plugin", "lib.so,a=1"))
+    argv = qemu.qemu_args(plan)
+    assert argv[-2:] == ["-plugin", "lib.so,a=1"] and argv[argv.index("-smp") + 1] == "2"
