@@ -50,9 +50,12 @@ def test_line_text_names_the_probes(sample_kernel):
 
 def test_line_inside_an_inlined_copy(sample_kernel):
     """A line of the inline __curthread (sample.h) has a site in every function it is inlined into."""
-    sites = _json_lines("probes", "--line", "sample.h:288", "--json")
-    assert len(sites) == 6 and all(s["inlined"] == ["__curthread"] for s in sites), sites
-    assert len({s["function"] for s in sites}) == 6
+    sites = _json_lines("probes", "--line", "sample.h:289", "--json")
+    assert len(sites) == 7 and all(s["inlined"] == ["__curthread"] for s in sites), sites
+    assert len({s["function"] for s in sites}) == 7
+    # trap() and stack_nmi_handler() run in NMI context: their copies are sites, refused with that reason.
+    refused = {s["function"] for s in sites if s["status"] != "ok"}
+    assert refused == {"trap", "stack_nmi_handler"} and all("NMI" in s["reason"] for s in sites if s["status"] != "ok")
 
 
 def test_line_on_a_refused_function_carries_its_verdict(sample_kernel):
@@ -71,7 +74,7 @@ def test_function_lines_lists_source_with_offsets(sample_kernel):
 
 def test_inline_json_has_the_documented_keys(sample_kernel):
     copies = _json_lines("probes", "--inline", "__curthread", "--json")
-    assert len(copies) == 6 and all(INLINE_KEYS <= set(c) for c in copies)
+    assert len(copies) == 7 and all(INLINE_KEYS <= set(c) for c in copies)
     for c in copies:
         lo, hi = c["ranges"][0]
         assert c["entry_offset"] == c["sites"][0]["offset"] and c["sites"][0]["address"] == lo < hi
