@@ -33,9 +33,7 @@ def add_parsers(subparsers) -> None:
     t.add_argument("--timeout", type=float, help="whole-run limit in seconds (default: the guest's, longer under TCG)")
     t.add_argument("--boot-timeout", type=float, help="seconds until the guest hook must have started")
     t.add_argument("--kill-after", type=float, default=5.0, help="SIGKILL this long after SIGTERM at a limit (default: 5)")
-    t.add_argument("--keep", action="store_true", help="keep the overlay and meta disk in the run directory")
     t.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    t.add_argument("--dry-run", action="store_true", help="print the commands that would run; start nothing")
     g = t.add_argument_group("the linux guest (--guest linux): kinstkit's kinst core and a generated table in "
                              "ring 0 of Debian's Linux 6.1, checked against a QEMU plugin")
     g.add_argument("--function", action="append", metavar="F",
@@ -59,8 +57,6 @@ def add_parsers(subparsers) -> None:
     _guest_options(s)
     s.add_argument("--script", help="guest script to put on the meta disk as /meta/run.sh")
     s.add_argument("--timeout", type=float, help="end the session after this many seconds (default: none)")
-    s.add_argument("--keep", action="store_true", help="keep the overlay and meta disk in the run directory")
-    s.add_argument("--dry-run", action="store_true", help="print the commands that would run; start nothing")
     s.set_defaults(run=cmd_vm_shell)
 
     i = subparsers.add_parser("vm-image", help="download, verify and cache an official FreeBSD VM image")
@@ -88,6 +84,8 @@ def _guest_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loader", choices=("bhyveload", "uefi"), default="bhyveload", help="bhyve: bhyveload or UEFI")
     p.add_argument("--mirror", help="FreeBSD mirror for --release")
     p.add_argument("--runs-dir", help="where run directories go (default: build/vm/)")
+    p.add_argument("--keep", action="store_true", help="keep the overlay and meta disk in the run directory")
+    p.add_argument("--dry-run", action="store_true", help="print the commands that would run; start nothing")
 
 
 def _config(args: argparse.Namespace, interactive: bool):

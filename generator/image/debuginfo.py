@@ -75,11 +75,9 @@ def file_crc32(path: str) -> int:
     """The CRC32 ``.gnu_debuglink`` records: zlib's, over the whole file."""
     crc = 0
     with open(path, "rb") as f:
-        while True:
-            chunk = f.read(1 << 20)
-            if not chunk:
-                return crc
+        for chunk in iter(lambda: f.read(1 << 20), b""):
             crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 def build_id_path(root: str, build_id: str) -> str:

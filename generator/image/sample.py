@@ -216,9 +216,11 @@ def _commands(tc: Toolchain, rel: SampleRelease, srcdir: str, objdir: str) -> Li
 
 
 def _cache_key(tc: Toolchain, rel: SampleRelease) -> str:
-    """The content key over recipe, tool versions, command lines (the release's among them) and sources."""
+    """The content key over recipe, tool versions, command lines (the release's among them) and sources, and
+    the sources' folder: the DWARF names it, so a kernel built from another checkout points elsewhere."""
     material = {
         "recipe": _RECIPE_VERSION,
+        "sources": str(SOURCE_DIR),
         "toolchain": tc.name,
         "versions": [tool_version(tc.cc), tool_version(tc.ld)],
         "commands": _commands(tc, rel, "$SRC", "$OBJ"),

@@ -43,7 +43,7 @@ from ..common.cstring import c_blob
 from ..common.ccache import compile_cached, content_key
 from ..common.defaults import DEFAULT_PROLOGUE_RULE
 from ..common.errors import UserError
-from ..common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
+from ..common.paths import CACHE, SYS_MODULES
 from ..common.tools import checked, run_tool
 from ..image.elf import KernelImage
 from ..providers.kinst import generate as kinst
@@ -271,18 +271,13 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     plain = plain_sources(plan.arch) + optional_sources(optional)
     sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c", TARGET_C]
     parts = [repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)]
-    parts += [t.read_bytes() for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2"))
-              + sorted((TEMPLATE_DIR / "harness").glob("*.j2"))]
-    parts += [f.name.encode() + b"\0" + f.read_bytes() for f in plain]
+    parts += kinst.core_key_parts(plain, "harness")
     parts += [name.encode() + b"\0" + text.encode() for name, text in generated]
 
     def make(out: Path) -> None:
-        # One directory holds everything, so that every #include "..." finds this build's files.
-        for f in plain:
-            shutil.copyfile(f, out / f.name)
+        kinst.stage_core(plan, out, command, plain)
         for name, text in generated:
             (out / name).write_text(text)
-        kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
         render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,
                     only=(TARGET_C + ".j2",))
         argv = [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources]

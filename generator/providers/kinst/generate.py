@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import struct
 import zlib
 from collections import Counter
@@ -27,7 +28,7 @@ from ...analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, exclu
 from ...analysis.plan import ProbePlan, make_plan
 from ...common.cstring import c_blob
 from ...common.defaults import DEFAULT_PROLOGUE_RULE
-from ...common.paths import MODULES_OUT
+from ...common.paths import MODULES_OUT, TEMPLATE_DIR
 from ...image.elf import KernelImage
 from ...render import Input, remove_outdated, render_tree
 
@@ -166,6 +167,21 @@ def command_line(kernel: str, functions: Sequence[str], all_functions: bool,
 def render_plan(plan: ProbePlan, out: Path, command: str, only: Sequence[str] = ()) -> List[Path]:
     inputs = [Input(plan.image, plan.build_id, plan.sha256)]
     return render_tree("kinst", out, context(plan), inputs, command, only=only)
+
+
+def core_key_parts(files: Sequence[Path], *template_dirs: str) -> List[bytes]:
+    """What a build of the portable core outside ``sys/modules/kinst/`` (the harness library, the ring-0
+    module) depends on besides its plan: the kinst templates and ``template_dirs``' own, and ``files``."""
+    templates = [t for d in ("kinst", *template_dirs) for t in sorted((TEMPLATE_DIR / d).glob("*.j2"))]
+    return [t.read_bytes() for t in templates] + [f.name.encode() + b"\0" + f.read_bytes() for f in files]
+
+
+def stage_core(plan: ProbePlan, out: Path, command: str, files: Sequence[Path]) -> None:
+    """``files`` copied into ``out`` and the plan's core templates rendered beside them: one directory in which
+    every ``#include "..."`` finds this build's files."""
+    for f in files:
+        shutil.copyfile(f, out / f.name)
+    render_plan(plan, out, command, only=CORE_TEMPLATES)
 
 
 def generate(img: KernelImage, functions: Sequence[str], all_functions: bool, out: Optional[Path] = None,

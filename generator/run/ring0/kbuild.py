@@ -25,7 +25,7 @@ from typing import Dict, List
 from ...analysis.plan import ProbePlan
 from ...common.ccache import compile_cached, content_key
 from ...common.errors import UserError
-from ...common.paths import CACHE, SYS_MODULES, TEMPLATE_DIR
+from ...common.paths import CACHE, SYS_MODULES
 from ...common.tools import checked, run_tool, tool_version
 from ...image.elf import KernelImage
 from ...providers.kinst import generate as kinst
@@ -82,14 +82,10 @@ def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, co
     ctx = target_context(vmlinux, plan)
     files = sources()
     parts = [repr(plan), repr(sorted(ctx.items())), command, str(assets.headers), tool_version(KERNEL_CC)]
-    parts += [t.read_bytes() for t in sorted((TEMPLATE_DIR / "kinst").glob("*.j2"))
-              + sorted((TEMPLATE_DIR / "kinst_linux").glob("*.j2"))]
-    parts += [f.name.encode() + b"\0" + f.read_bytes() for f in files]
+    parts += kinst.core_key_parts(files, "kinst_linux")
 
     def make(out: Path) -> None:
-        for f in files:
-            shutil.copyfile(f, out / f.name)
-        kinst.render_plan(plan, out, command, only=kinst.CORE_TEMPLATES)
+        kinst.stage_core(plan, out, command, files)
         render_tree("kinst_linux", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command)
         head = ["make", "-j2", "-C", str(assets.headers), "-f", str(assets.headers_common / "Makefile")]
         argv = head + [f"M={out}", "modules"]
