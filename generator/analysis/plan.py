@@ -20,16 +20,14 @@ sources say what was left out and why.  Functions are kept in link-time
 address order; a function whose every instruction is refused is listed as
 refused and not tabled.
 
-Planning a whole image goes through the ISA's accelerator where it has one
-(``Isa.accelerator``: records straight from the decoder), falling back to the
-capstone path (``analysis.probes.analyse``) for any function it declines; the
-tests hold the two equal.
+Planning a whole image goes through the ISA's host library where it has one
+(``isa/hostcore.py``: the portable core's verdict on every instruction, as rows),
+falling back to ``analysis.probes.analyse`` for any function it hands back.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import zlib
 from dataclasses import dataclass
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
@@ -41,6 +39,7 @@ from .records import STATUS_OK, FunctionReport
 from .whole import map_chunks
 from ..common.defaults import DEFAULT_PROLOGUE_RULE
 from ..image.elf import Function, KernelImage
+from ..isa import hostcore
 from ..isa.contract import Isa
 
 
@@ -143,30 +142,20 @@ def _masks(img: KernelImage, func: Function) -> Tuple[List[Tuple[int, int]], str
     return out, ""
 
 
-def _reason_of(isa: Isa, code: bytes, address: int, off: int, length: int) -> Optional[str]:
-    """Why the capstone path refuses the instruction at ``off``; None when it does not."""
-    insns, _ = isa.decode(code[off : off + length + 15], address + off, length)
-    if not insns or insns[0].length != length:
-        return None
-    v = isa.classify(code[off : off + length], address + off, insns[0].mnemonic, insns[0].operands)
-    return v.reason if v.status != STATUS_OK else None
-
-
-def _fast(img: KernelImage, isa: Isa, accel, func: Function, code: bytes,
+def _fast(isa: Isa, lib: hostcore.Host, func: Function, code: bytes,
           rule: str) -> Optional[Tuple[bytes, List[Refusal], str, int]]:
-    """(records, instruction refusals, function refusal, probes) through the accelerator; None if it declines."""
-    s = accel.stream(code, func.address, func.size)
-    if s is None:
+    """(records, instruction refusals, function refusal, probes) from the host library's rows; None where it
+    hands the function back."""
+    rows = lib.rows(code, func.size, func.address)
+    if rows is None:
         return None
-    if rule not in s.frame_rules:
+    if not rows.prologue & 1 << isa.accelerator.prologue_rules.index(rule):
         return b"", [], isa.prologue_reasons[rule], 0
     refused = []
-    for off, length in s.refused:
-        why = _reason_of(isa, code, func.address, off, length)
-        if why is None:
-            return None  # the accelerator and the capstone path disagree: the capstone path decides
-        refused.append(Refusal(func.qualified, off, why))
-    return s.records, refused, "", s.instructions - len(s.refused)
+    if rows.reasons:
+        offsets = rows.offsets()
+        refused = [Refusal(func.qualified, offsets[i], why) for i, why in sorted(rows.reasons.items())]
+    return rows.records(), refused, "", rows.n - len(refused)
 
 
 def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str,
@@ -186,9 +175,9 @@ def _capstone(img: KernelImage, isa: Isa, func: Function, rule: str,
 
 
 def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE_RULE,
-                  accel=None, report: Optional[FunctionReport] = None) -> _Planned:
-    """One function's records, digest and refusals; through ``accel`` when given, else from the
-    capstone path (its ``report`` when the caller has it already)."""
+                  lib: Optional[hostcore.Host] = None, report: Optional[FunctionReport] = None) -> _Planned:
+    """One function's records, digest and refusals; from the rows of the ISA's host library ``lib`` when
+    given, else from ``analysis.probes.analyse`` (its ``report`` when the caller has it already)."""
     isa = img.isa
     why = excluded(func.name, isa.name, for_image(img))
     if why:
@@ -197,7 +186,7 @@ def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE
     if why:
         return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
     code = function_code(img, func)
-    result = _fast(img, isa, accel, func, code, rule) if accel is not None else None
+    result = _fast(isa, lib, func, code, rule) if lib is not None and not isa.mapping_symbols else None
     records, refused, why, probes = result if result is not None else _capstone(img, isa, func, rule, report)
     if why:
         return _Planned(func, b"", 0, 0, (Refusal(func.qualified, -1, why),))
@@ -207,15 +196,16 @@ def plan_function(img: KernelImage, func: Function, rule: str = DEFAULT_PROLOGUE
 
 
 def _plan_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, fast: bool) -> List[_Planned]:
-    accel = None
-    if fast and img.isa.accelerator:
-        accel = importlib.import_module(img.isa.accelerator)
-    return [plan_function(img, f, rule, accel) for f in funcs]
+    lib = hostcore.for_isa(img.isa) if fast else None
+    return [plan_function(img, f, rule, lib) for f in funcs]
 
 
 def make_plan(img: KernelImage, funcs: Sequence[Function], rule: str = DEFAULT_PROLOGUE_RULE, *,
               fast: bool = True, jobs: int = 1) -> ProbePlan:
-    """The plan for ``funcs`` of ``img``; ``fast`` lets the ISA's accelerator carry the bulk."""
+    """The plan for ``funcs`` of ``img``: from the ISA's host library's rows, or with ``fast`` False every
+    function through ``analysis.probes.analyse``."""
+    if fast:
+        hostcore.for_isa(img.isa)  # built and loaded before any worker forks
     funcs = sorted(funcs, key=lambda f: (f.address, f.name))
     md_excluded = for_image(img)  # before the workers fork: they share it
     out: List[PlanFunc] = []

@@ -105,7 +105,7 @@ def summary_json_fields(name: str, address: int, size: int, reason: str, walk_er
 
 
 def summary_json_head(name: str, address: int, size: int) -> str:
-    """A summary JSON line up to ``"eligible"``: what the native walk's line ends (``kk_summary.c``) lack."""
+    """A summary JSON line up to ``"eligible"``: what the host library's line ends (``kk_summary_json()``) lack."""
     return f'{{"function":{quote(name)},"address":{address},"size":{size},'
 
 

@@ -2,33 +2,28 @@
 
 A summary answers "how much of this image can kinst trace, and how" without
 printing every instruction: the function verdict and its probes counted by
-emulation kind.  Two paths compute it and must agree:
-
-- ``from_report``: from the full capstone analysis (``probes.analyse``);
-- ``fast``: from the ISA's accelerator (``Isa.accelerator``) when it has one,
-  falling back to ``from_report`` for any function it declines.
-
-``tests/toolchain/test_accelerator.py`` holds the two equal on real images.
-``fast_chunk`` and ``fast_json_chunk`` are ``fast`` over a chunk of
-functions, as a whole image asks for them (the second writes the JSON lines,
-with the accelerator writing their ends); ``test_native_walk.py`` holds them
-equal to ``fast`` one function at a time.
+emulation kind.  ``from_report`` makes one from a ``FunctionReport``
+(``probes.analyse``); ``fast_chunk`` makes them for a chunk of functions
+from the counts of the ISA's host library (``isa/hostcore.py``: the portable
+core's verdict on every instruction, counted in C), each run of functions in
+a section read as one slice of the file.  A function the library hands back
+(capstone cannot decode it, a %gs region, a walk past the symbol), that does
+not fit its section, or of an ISA without a library, comes from
+``from_report``.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
-from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import report
 from .exclusions import excluded, for_image
-from .probes import MAX_INSN, analyse, code_runs, function_code
+from .probes import analyse, code_runs
 from .records import STATUS_OK, FunctionReport
 from ..image.elf import Function, KernelImage
+from ..isa import hostcore
 from ..isa.contract import Isa
-
 
 # What a summary is made into: ``record`` (a dict, for JSON and text alike) or, for
 # ``--json``, ``report.summary_json_fields`` (its JSON line, with no dict between).
@@ -59,110 +54,69 @@ def record(name: str, address: int, size: int, reason: str, walk_error: str, n: 
     }
 
 
-def accelerator(isa: Isa) -> Optional[ModuleType]:
-    """The ISA's accelerator module, or None when it has none."""
-    return importlib.import_module(isa.accelerator) if isa.accelerator else None
-
-
-def fast(img: KernelImage, func: Function, rule: str, isa: Isa, accel: Optional[ModuleType],
-         make: Optional[Make] = None) -> Any:
-    """The summary via the accelerator; the capstone path if it declines."""
-    sec = img.section_at(func.address)
-    if accel is None or sec is None:
-        return from_report(analyse(img, func, rule, isa), make)
-    code = function_code(img, func, sec)
-    s = accel.summarise(code, func.address, func.size)
-    if s is None:
-        return from_report(analyse(img, func, rule, isa), make)
-    reason = excluded(func.name, isa.name, for_image(img))
-    if not reason and rule not in s.frame_rules:
-        reason = isa.prologue_reasons[rule]
-    kinds = {} if reason else s.kinds
-    return (make or record)(func.qualified, func.address, func.size, reason, s.walk_error, s.instructions, kinds)
+def fast(img: KernelImage, func: Function, rule: str, isa: Isa, make: Optional[Make] = None) -> Any:
+    """One function's summary, by the host library where it can."""
+    return fast_chunk(img, [func], rule, isa, make)[0]
 
 
 def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
-               accel: ModuleType, make: Optional[Make] = None) -> List[Any]:
-    """``fast`` over consecutive functions, the way ``probes --all --summary`` asks.
+               make: Optional[Make] = None) -> List[Any]:
+    """The summaries of consecutive functions, the way ``probes --all --summary`` asks.
 
-    The same records, with the work that does not change from one function to
-    the next done once: the section is looked up only when a function leaves
-    the last one, and the bytes are read from it directly.  A kernel has
-    50,000 functions, and these per-function steps cost as much as decoding
-    them.  An accelerator with ``summarise_span`` gets each run of functions
-    in one section as one buffer, one with ``summarise_many`` the chunk's
-    functions in one call.  Anything unusual (no section, a function past its
-    end, bytes the accelerator declines) goes through ``fast`` itself, which
-    says what is wrong or asks capstone.
+    The library counts each run of functions in one section in one call; what
+    is left per function here is its name, the exclusion list and the
+    prologue rule's bit.  A kernel has 50,000 functions, so that is kept to a
+    few dictionary lookups.
     """
     make = make or record
-    md_excluded, isa_name = for_image(img), isa.name
-    prologue = isa.prologue_reasons[rule]
-    out: List[Any] = []
-    for f, s in zip(funcs, _accelerated(img, funcs, accel)):
-        if s is None:
-            out.append(fast(img, f, rule, isa, accel, make))
-            continue
-        reason = excluded(f.name, isa_name, md_excluded)
-        if not reason and rule not in s.frame_rules:
-            reason = prologue
-        # The accelerator's kinds are already in name order.
-        out.append(make(f.qualified, f.address, f.size, reason, s.walk_error, s.instructions,
-                        {} if reason else s.kinds))
-    return out
+    lib = hostcore.for_isa(isa)
+    out: List[Optional[Any]] = [None] * len(funcs)
+    if lib is not None:
+        lay = lib.summary_layout()
+        bit = 1 << isa.accelerator.prologue_rules.index(rule)
+        prologue = isa.prologue_reasons[rule]
+        md_excluded, isa_name = for_image(img), isa.name
+        # A summary lists its kinds in name order.
+        kinds_by_name = sorted((k.kind, lay.first_kind + i) for i, k in enumerate(isa.table_kinds))
+        for run, span, first in code_runs(img, funcs):
+            vals = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run]).tolist()
+            cols = [vals[i :: lay.columns] for i in range(lay.columns)]
+            for k, n, rules, counts in zip(run, cols[lay.n], cols[lay.prologue],
+                                           zip(*(cols[i] for _, i in kinds_by_name))):
+                if n == lay.deferred:
+                    continue
+                f = funcs[k]
+                reason = excluded(f.name, isa_name, md_excluded) or ("" if rules & bit else prologue)
+                kinds = {} if reason else {name: c for (name, _), c in zip(kinds_by_name, counts) if c}
+                out[k] = make(f.qualified, f.address, f.size, reason, "", n, kinds)
+    return [s if s is not None else from_report(analyse(img, f, rule, isa), make) for s, f in zip(out, funcs)]
 
 
-def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
-                    accel: ModuleType) -> List[str]:
-    """``fast_chunk``'s JSON lines (``make=report.summary_json_fields``), with the accelerator writing each
-    line's end where it offers to (``summary_json_span``).
+def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa) -> List[str]:
+    """``fast_chunk``'s JSON lines (``make=report.summary_json_fields``), with the library writing each line
+    from ``"eligible"`` on out of its counts (``Host.summary_json``, a formatter: the verdicts are the counts').
 
-    What is left per function is its name: the head of the line, and the
-    exclusion list, whose rare verdict replaces the accelerator's.  A function
-    the accelerator declines goes through ``fast``.
+    What is left per function is its name, the head of the line, and the
+    exclusion list, whose rare verdict replaces the library's.  A function
+    the library hands back comes from ``from_report``.
     """
-    span_json = getattr(accel, "summary_json_span", None)
-    if span_json is None:
-        return fast_chunk(img, funcs, rule, isa, accel, report.summary_json_fields)
-    md_excluded, isa_name = for_image(img), isa.name
+    lib = hostcore.for_isa(isa)
+    if lib is None:
+        return fast_chunk(img, funcs, rule, isa, report.summary_json_fields)
+    lay = lib.summary_layout()
+    bit = 1 << isa.accelerator.prologue_rules.index(rule)
     prologue = report.quote(isa.prologue_reasons[rule])
-    head = report.summary_json_head
+    kinds = [report.quote(k.kind) for k in isa.table_kinds]
+    md_excluded, isa_name, head = for_image(img), isa.name, report.summary_json_head
     out: List[Optional[str]] = [None] * len(funcs)
     for run, span, first in code_runs(img, funcs):
-        got = span_json(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
-                        rule == "first", prologue)
-        if got is None:
-            break
-        for k, n, tail in zip(run, *got):
+        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        tails = lib.summary_json(counts, bit, prologue, kinds)
+        for k, n, tail in zip(run, counts[lay.n :: lay.columns], tails):
             if tail:
                 f = funcs[k]
                 reason = excluded(f.name, isa_name, md_excluded)
                 out[k] = report.summary_json_fields(f.qualified, f.address, f.size, reason, "", n, {}) if reason \
                     else head(f.qualified, f.address, f.size) + tail
-    return [line if line is not None else fast(img, f, rule, isa, accel, report.summary_json_fields)
+    return [line if line is not None else from_report(analyse(img, f, rule, isa), report.summary_json_fields)
             for f, line in zip(funcs, out)]
-
-
-def _accelerated(img: KernelImage, funcs: Sequence[Function], accel: ModuleType) -> List[Optional[Any]]:
-    """The accelerator's summary of each function, None for one it declines or that does not fit its section.
-
-    It reads each run of functions from one slice of the file
-    (``summarise_span``) or, lacking that, gets each function's own bytes
-    (``summarise_many``, ``summarise``).
-    """
-    span_fn = getattr(accel, "summarise_span", None)
-    many = getattr(accel, "summarise_many", None)
-    out: List[Optional[Any]] = [None] * len(funcs)
-    for run, span, first in code_runs(img, funcs):
-        if span_fn is not None:
-            got = span_fn(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run],
-                          MAX_INSN)
-        else:
-            items = []
-            for k in run:
-                start = funcs[k].address - first
-                items.append((span[start : start + funcs[k].size + MAX_INSN], funcs[k].address, funcs[k].size))
-            got = many(items) if many else [accel.summarise(*it) for it in items]
-        for k, s in zip(run, got):
-            out[k] = s
-    return out

@@ -22,6 +22,7 @@ from .fastjson import ImageJson
 from .probes import analyse
 from ..common.errors import UserError
 from ..image.elf import Function, KernelImage
+from ..isa import hostcore
 
 # Functions per work item, between these bounds: at least eight items per
 # worker, so the workers end together, and no more than needed, because the
@@ -152,27 +153,19 @@ def _spill(writer: ImageJson, funcs: Sequence[Function], spill_dir: str) -> Spil
 def _format(img: KernelImage, funcs: Sequence[Function], rule: str, as_json: bool, as_summary: bool,
             spill_dir: Optional[str] = None) -> Union[List[Union[str, bytes]], Spilled]:
     isa = img.isa
-    out: List[Union[str, bytes]] = []
     if as_json and not as_summary:
         writer = _json_writer(img, rule)
         if spill_dir:
             return _spill(writer, funcs, spill_dir)
-        return [writer.function_bytes(f) for f in funcs]
+        return [writer.lines(funcs)] if funcs else []
     if as_summary:
-        accel = summary.accelerator(isa)
-        if accel is None:
-            make = report.summary_json_fields if as_json else summary.record
-            out = [summary.fast(img, f, rule, isa, None, make) for f in funcs]
-        elif as_json:
-            out = summary.fast_json_chunk(img, funcs, rule, isa, accel)
-        else:
-            out = summary.fast_chunk(img, funcs, rule, isa, accel)
-        if not as_json:
-            out = [report.summary_text(r) for r in out]
-    else:
-        for f in funcs:
-            rep = analyse(img, f, rule, isa)
-            out.append(report.function_json(rep) if as_json else report.function_text(rep))
+        if as_json:
+            return summary.fast_json_chunk(img, funcs, rule, isa)
+        return [report.summary_text(r) for r in summary.fast_chunk(img, funcs, rule, isa)]
+    out: List[Union[str, bytes]] = []
+    for f in funcs:
+        rep = analyse(img, f, rule, isa)
+        out.append(report.function_json(rep) if as_json else report.function_text(rep))
     return out
 
 
@@ -188,12 +181,10 @@ def analyse_image(
     if not funcs:
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
     serial_below = 0
-    if as_summary:
-        accel = summary.accelerator(img.isa)
-        if accel is not None and hasattr(accel, "prepare") and accel.prepare():
-            serial_below = SERIAL_SUMMARY_BYTES  # native: loaded once here, before any worker forks
+    if as_summary and hostcore.for_isa(img.isa) is not None:  # loaded once here, before any worker forks
+        serial_below = SERIAL_SUMMARY_BYTES
     if as_json and not as_summary:
-        _json_writer(img, rule)  # its native writer loaded once, before any fork
+        _json_writer(img, rule)  # its library loaded once, before any fork
     spill = as_json and not as_summary and workers(funcs, jobs) > 1
     import tempfile
 

@@ -5,8 +5,7 @@ compares like with like on this machine at this moment:
 
 - ours, summary: ``python -m generator probes --all --summary --json``, every
   instruction of every function decoded and classified, one line per function
-  (the accelerated path, held equal to the capstone path by the tests), and
-  the same with the C walk off (``KINSTKIT_NO_NATIVE=1``: iced-x86 only);
+  (the host library's walk: the portable core's rule on every instruction);
 - ours, full: ``python -m generator probes --all --json``, every field of
   every instruction, with capstone's text (the decoder of record);
 - capstone alone: ``python -m generator.bench.capfloor``, capstone's C
@@ -203,7 +202,6 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
     base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
     plan: List[Tuple[str, List[str], object, Optional[Dict[str, str]]]] = [
         ("ours", base + ["--summary"], _count_ours, None),
-        ("ours_iced", base + ["--summary"], _count_ours, {"KINSTKIT_NO_NATIVE": "1"}),
     ]
     if full:
         plan += [("ours_full", base, _count_ours, None),
@@ -275,8 +273,8 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
 
 def bench_startup() -> Dict[str, float]:
     """Seconds before any work: the interpreter alone, and the interpreter importing the summary's modules."""
-    imports = ("import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa; "
-               "generator.isa.host()")
+    imports = ("import generator.cli, generator.analysis.whole, generator.analysis.summary, generator.isa, "
+               "generator.isa.hostcore; generator.isa.host()")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, code in (("python", "pass"), ("python_and_imports", imports)):
@@ -334,7 +332,7 @@ def _write(out_dir: Path, result: dict) -> None:
         for k, r in im["runs"].items():
             ratio = f"{im['ratio_' + k]:.2f}" if k != "objdump" else "1"
             rcpu = f"{im['ratio_' + k + '_per_cpu']:.2f}" if k != "objdump" else "1"
-            label = {"ours": "ours, summary", "ours_iced": "ours, summary, iced-x86 only",
+            label = {"ours": "ours, summary",
                      "ours_full": "ours, full JSON", "capstone": "capstone cs_disasm alone, no output",
                      "objdump": "objdump -d"}[k]
             md.append(f"| `{Path(im['image']).name}` | {im['text_mib']} | {label} | {r['seconds']:.2f} | "

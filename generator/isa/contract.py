@@ -24,6 +24,7 @@ An ISA provides:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
 STATUS_OK = "ok"
@@ -61,6 +62,12 @@ class StreamInsn(NamedTuple):
     masks: Tuple[Tuple[int, int], ...]  # (offset, width) of fields a relocation fills
 
 
+# A probe's JSON record (``report.probe_dict``, and the host walk's formatter): the keys before the ISA's
+# probe metadata, and after it.  Each is a field of ``analysis.records.Probe`` (``bytes`` in hex).
+PROBE_JSON_HEAD = ("offset", "address", "length", "bytes", "mnemonic", "operands", "status", "reason", "kind")
+PROBE_JSON_TAIL = ("target", "target_symbol")
+
+
 class TableKind(NamedTuple):
     """One way a hit resumes, as the generated C enum spells it."""
 
@@ -80,6 +87,28 @@ class CConst(NamedTuple):
 FlagBit = CConst  # a per-probe flag bit of the probe metadata
 
 
+class ByteSet(NamedTuple):
+    """A set of byte values the portable core tests (an opcode fact), rendered into kinst_encoding.h."""
+
+    c_name: str  # the initialiser's macro: KINST_SET_PREFIX
+    members: FrozenSet[int]
+    doc: str
+
+
+class CoreRefusal(NamedTuple):
+    """An instruction the portable core itself refuses: a ``KINST_RF_*`` code of ``kinst_core_dissect()``.
+
+    The code is the refusal's place in ``Isa.refusals``, from 1; the core
+    returns it, in the kernel (a table record naming such an instruction is
+    refused) and on the host (the analysis refuses the instruction with
+    ``reason``).
+    """
+
+    c_name: str  # KINST_RF_REL16
+    key: str  # a short name, for the C comment and the tests
+    reason: str  # what the user is told, after the instruction's mnemonic
+
+
 class RelocType(NamedTuple):
     """A relocation type the image reader knows for this ISA."""
 
@@ -87,6 +116,34 @@ class RelocType(NamedTuple):
     width: int  # bytes of the field it fills (0: a type kinstkit does not know)
     pcrel: bool  # S + A - P rather than S + A
     applied: bool  # False: listed so its field is never read as final, but not applied
+
+
+class Accelerator(NamedTuple):
+    """An ISA's host walk around its portable core: what ``isa/hostcore.py`` builds, and the data it hands the C.
+
+    The rule comes from the core (``sys/modules/kinst/<arch>/kinst_core.c``);
+    the ISA's step (``walk_c``) finds instructions and adds what needs
+    capstone's text; everything the C prints or looks up is here, as data.
+    """
+
+    walk_c: Path  # generator/isa/<arch>/accel/kk_walk.c: the ISA's step
+    headers: Tuple[Path, ...]  # other files of the ISA's it includes (a generated opcode table)
+    reasons: Tuple[str, ...]  # reason texts by code from 1: the core's refusals (Isa.refusals), then the step's
+    names: Mapping[str, int]  # capstone mnemonics refused by name -> their reason code
+    undecodable: str  # the reason of bytes capstone cannot decode
+    prologue_rules: Tuple[str, ...]  # the prologue rules, in the order of the step's bits (kk_isa_prologue())
+    md_fields: Tuple[str, ...]  # the row fields the probe metadata is made from
+    md_record: Callable[[Dict[str, Any]], Any]  # those fields -> the ISA's probe-metadata record
+    md_json: Tuple[Tuple[str, str, str], ...]  # the metadata in a probe's JSON: (key, row field, how written)
+    byte_fields: FrozenSet[str] = frozenset()  # row fields that are bytes, not numbers
+    classes: Tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
+    init: Callable[[Any], List[Any]] = lambda lib: []  # the step's own set-up with the loaded library
+
+    @property
+    def json_fields(self) -> Tuple[Tuple[str, str, str], ...]:
+        """A probe's whole JSON record: (key, where its value comes from, how a row field is written)."""
+        return (tuple((k, k if k != "target_symbol" else "null", "") for k in PROBE_JSON_HEAD) + self.md_json
+                + tuple((k, k if k != "target_symbol" else "null", "") for k in PROBE_JSON_TAIL))
 
 
 # The two records below are NamedTuples rather than frozen dataclasses, like the
@@ -195,7 +252,11 @@ class Isa(NamedTuple):
     stream_record: Callable[[int, Optional[str], int, Sequence[Tuple[int, int]]], bytes]  # length, kind, dispoff, masks
     stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
     stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
-    accelerator: Optional[str] = None  # module with summarise(), held equal to the capstone path by the tests
+    # A function's records from columns of its rows (isa/hostcore.py): lengths, kind indexes (0xff: refused), dispoffs.
+    stream_records: Optional[Callable[[bytes, bytes, bytes], bytes]] = None
+    accelerator: Optional[Accelerator] = None  # the host walk around the ISA's portable core
+    byte_sets: Tuple[ByteSet, ...] = ()  # opcode facts the portable core tests, as byte sets
+    refusals: Tuple[CoreRefusal, ...] = ()  # what the portable core refuses by itself, in KINST_RF_* order
     # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the
     # RISC-V psABI): bytes kinst must not patch as instructions.
     mapping_symbols: bool = False

@@ -41,14 +41,13 @@ def test_arch_analysis_bench_runs(name: str, monkeypatch) -> None:
     assert res["ratio_ours_over_objdump"] > 0 and res["ratio_full_over_objdump"] > 0
 
 
-def test_image_bench_compares_the_c_walk_with_iced_and_objdump(sample_kernel) -> None:
-    """One image: the summary with and without the C walk counts the same instructions; the budget follows."""
+def test_image_bench_compares_the_summary_with_objdump(sample_kernel) -> None:
+    """One image: the summary and objdump each counted; the budget follows."""
     res = analysis.bench_image(str(sample_kernel), full=False, rounds=2)
     runs = res["runs"]
     assert res["rounds"] == 2
-    assert set(runs) == {"ours", "ours_iced", "objdump"}
-    assert runs["ours"]["instructions"] == runs["ours_iced"]["instructions"] > 100
-    assert runs["ours_iced"]["command"].startswith("KINSTKIT_NO_NATIVE=1 python -m generator probes")
+    assert set(runs) == {"ours", "objdump"}
+    assert runs["ours"]["instructions"] > 100
     od = runs["objdump"]
     assert res["budget_2x_seconds"] == round(runs["ours"]["instructions"] / (2 * od["insns_per_second"]), 3)
 
@@ -67,6 +66,5 @@ def test_capstone_floor_counts_what_the_walk_counts() -> None:
 
     path = str(require_system_library("libz.so.1"))
     img = KernelImage.open(path)
-    accel = summary.accelerator(img.isa)
-    walked = sum(r["instructions"] for r in summary.fast_chunk(img, img.functions(), "any", img.isa, accel))
+    walked = sum(r["instructions"] for r in summary.fast_chunk(img, img.functions(), "any", img.isa))
     assert capfloor.count(path) == walked > 5000

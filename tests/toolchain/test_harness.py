@@ -358,8 +358,8 @@ def _with_record(plan, probe, kind=None, length=None):
 
 
 def test_a_call_recorded_as_a_plain_instruction_is_refused(kfix):
-    """call rel32 run from the trampoline would reach the wrong place: the core checks a trampoline record's
-    bytes and refuses that probe (issue 20, item 10), and everything else runs as before."""
+    """call rel32 run from the trampoline would reach the wrong place: the core derives the live instruction's
+    kind with the one rule (kinst_core_dissect()) and refuses the record that says otherwise, with why."""
     from generator.providers.kinst.generate import build_plan
 
     plan = build_plan(KernelImage.open(str(kfix["lib"])), [], True)

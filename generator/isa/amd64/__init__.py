@@ -1,27 +1,32 @@
 """amd64: FreeBSD's ``sys/cddl/dev/kinst/amd64/kinst_isa.c``, ahead of time.
 
 - ``decode``: the capstone instruction walk;
-- ``classify``: kinst's verdict and ``struct kinst_probe_md`` per instruction,
-  the region refusals and the prologue rule;
+- kinst's verdict and ``struct kinst_probe_md`` per instruction, and the
+  prologue rule: the portable core, ``sys/modules/kinst/amd64/kinst_core.c``,
+  with the host step ``accel/kk_walk.c`` (built and driven by
+  ``isa/hostcore.py``; ``walk``: its data);
+- ``classify``: the functions refused by name, the region refusals;
 - ``probe_md``: the metadata record, its flag bits and the table kinds;
 - ``table``: the compact table's per-instruction records;
-- ``tables``: opcode facts as data;
+- ``tables``: opcode facts and refusals as data;
 - ``relocs``: x86-64 relocation types;
 - ``oracle``: how objdump and valgrind see amd64 code;
-- ``native``: the summary accelerator, a C walk over ``opmap``'s table;
-- ``fast``: the iced-x86 accelerator it falls back on, and table records;
-- ``opmap``: the C walk's opcode table, derived from iced-x86;
-- ``summaryrec``: the record both summary accelerators return.
+- ``opmap``: the host walk's opcode table, derived from capstone.
 """
 
 from __future__ import annotations
 
+import functools
+
+from .. import hostcore
 from . import classify as _classify
 from . import decode as _decode
 from . import probe_md as _md
 from . import table as _table
+from . import tables as _tables
 from .oracle import QUIRKS
 from .relocs import branch_field, reloc_type
+from .walk import ACCELERATOR
 from ..contract import Isa, Kmod
 from .dwarfregs import DWARF_REGS
 
@@ -51,15 +56,18 @@ ISA = Isa(
         ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),
     ),
     decode=_decode.decode,
-    classify=_classify.classify,
+    classify=functools.partial(hostcore.classify, "amd64"),
     context_refusals=_classify.context_refusals,
-    frame_verdict=_classify.frame_verdict,
+    frame_verdict=functools.partial(hostcore.frame_verdict, "amd64"),
     skip_md=_md.skip_md,
     table_row=_md.table_row,
     stream_record=_table.record,
     stream_decode=_table.decode,
     stream_masks=_table.with_masks,
-    accelerator=f"{__name__}.native",  # the package, under whatever name it is installed
+    stream_records=_table.records,
+    accelerator=ACCELERATOR,
+    byte_sets=_tables.CORE_BYTE_SETS,
+    refusals=_tables.CORE_REFUSALS,
     branch_reloc=branch_field,
     dwarf_regs=DWARF_REGS,
 )

@@ -52,6 +52,34 @@ RECORD_CODES = (
 _WIDTHS = (1, 2, 4, 8)
 
 
+REFUSED_ROW = 0xFF  # in ``records``' kinds: the instruction is refused
+_RIPREL_ROW = bytes((_RIPREL,))
+_MINUS_ONE = bytes((b - 1) & 0xFF for b in range(256))
+_CODE_SHIFTED = bytes((i if i < len(TABLE_KINDS) else REFUSED) << 4 for i in range(256))  # kind index -> code << 4
+
+
+def records(lengths: bytes, kinds: bytes, dispoffs: bytes) -> bytes:
+    """The records of a function's instructions (no relocated fields), from three columns of bytes: each
+    one's length, its table kind's index (``REFUSED_ROW``: refused) and where a riprel one's rel32 is.
+
+    What ``record`` writes for one instruction, for all of them at once:
+    ``bytes.translate`` maps the kinds to codes and the lengths to length - 1,
+    and the two nibbles meet in one integer OR over the whole function.
+    """
+    n = len(lengths)
+    if n == 0:
+        return b""
+    if min(lengths) < 1 or max(lengths) > 15:
+        raise ClassifierError("an instruction outside 1 to 15 bytes: amd64 instructions are 1 to 15 bytes")
+    codes = bytearray(kinds.translate(_CODE_SHIFTED))
+    i = kinds.find(_RIPREL_ROW)
+    while i >= 0:
+        codes[i] = code_of(KIND_RIPREL, lengths[i], dispoffs[i]) << 4
+        i = kinds.find(_RIPREL_ROW, i + 1)
+    low = int.from_bytes(lengths.translate(_MINUS_ONE), "little")
+    return (low | int.from_bytes(codes, "little")).to_bytes(n, "little")
+
+
 def code_of(kind: Optional[str], length: int, dispoff: int) -> int:
     """The record code of an instruction: its table kind, with riprel's immediate size folded in."""
     if kind is None:
@@ -72,7 +100,8 @@ def record(length: int, kind: Optional[str], dispoff: int = 0, masks: Sequence[T
         raise ClassifierError(f"instruction of {length} bytes: amd64 instructions are 1 to 15 bytes")
     code = code_of(kind, length, dispoff)
     if not masks:
-        return bytes(((length - 1) | code << 4,))
+        return records(bytes((length,)), bytes((REFUSED_ROW if kind is None else _KIND_CODE[kind],)),
+                       bytes((dispoff,)))
     if len(masks) > 15:
         raise ClassifierError(f"{len(masks)} relocated fields in one instruction")
     out = bytearray(((length - 1) | EXTENDED << 4, code | len(masks) << 4))

@@ -12,10 +12,18 @@ Grammar:
 - ``REFUSED``: capstone base mnemonic -> reason.  Every entry is an
   instruction kinstkit will not probe, with the reason shown to the user.
 
-Nothing here is an if-chain: ``amd64.py`` only looks these up.
+- ``CORE_BYTE_SETS`` and ``CORE_REFUSALS``: what the portable core
+  (``sys/modules/kinst/amd64/kinst_core.c``) reads from here, through the
+  generated ``kinst_encoding.h``: the byte sets it finds the opcode and the
+  ModR/M byte with, and the refusals it makes from the bytes alone.
+
+Nothing here is an if-chain: ``kinst_core.c`` and ``accel/kk_walk.c`` look
+these up.
 """
 
 from typing import Dict, FrozenSet
+
+from ..contract import ByteSet, CoreRefusal
 
 
 def _bytes(*ranges: object) -> FrozenSet[int]:
@@ -81,6 +89,8 @@ _UD = (
     "deliberate #UD trap; run from the trampoline, the fault and the panic it raises report the trampoline's "
     "address, and a kernel that looks the address up (BUG/WARN tables) misreads it"
 )
+# NOTE: far calls and jumps (ff /3, ff /5) are refused from their bytes (CORE_REFUSALS below), so that the
+# core refuses them in the kernel too; capstone names them lcall*/ljmp*, and only those bytes.
 _LCALL = "far call through memory (ff /3); kinst emulates it as a near call: the target is the offset alone and no %cs is pushed"
 _LJMP = (
     "far jump through memory (ff /5), reloading %cs; kinst copies it verbatim, which would work, but it only occurs "
@@ -122,14 +132,6 @@ REFUSED: Dict[str, str] = {
     "iretl": _IRET,
     "iretw": _IRET,
     "iret": _IRET,
-    "lcall": _LCALL,
-    "lcalll": _LCALL,
-    "lcallq": _LCALL,
-    "lcallw": _LCALL,
-    "ljmp": _LJMP,
-    "ljmpl": _LJMP,
-    "ljmpq": _LJMP,
-    "ljmpw": _LJMP,
     "xbegin": "transaction start with a rel32 abort address relative to the instruction; copied into a trampoline the abort path is wrong, and the int3 aborts the transaction",
     "swapgs": "switches the GS base; a #BP taken here runs DTrace with the wrong per-CPU pointer",
     "sysretq": _TO_USER,
@@ -185,3 +187,44 @@ REL16_BRANCH_REASON = (
 
 # capstone's mnemonic for a byte sequence it cannot decode.
 UNDECODABLE_REASON = "capstone cannot decode these bytes"
+
+# A short jump is widened to its rel32 form in the trampoline, its prefixes kept (docs/refusals.md), into
+# kinst's 16-byte template; the trampoline slot is 32 bytes: the template, then jmp *0(%rip) (6 bytes) and
+# the address to go back to (8).  A jcc rel8 with 11 or more prefixes, or a jmp rel8 with 12 or more,
+# widens past 16 bytes (issue 20, item 2); with one fewer, to 16, which is no instruction either: an x86
+# instruction has at most 15 bytes, and a longer one raises #UD.
+TEMPLATE_REASON = (
+    "short jump with so many prefixes that its widened rel32 form would be longer than the 15 bytes an x86 "
+    "instruction may have, or than kinst's 16-byte template; with the 14-byte jump back it could overrun the "
+    "32-byte trampoline slot"
+)
+
+# A short jump with an operand-size (0x66) prefix widens to a rel32 form that AMD CPUs read as a rel16
+# (REL16_BRANCH_REASON): the trampoline's instruction, and where it goes, would depend on the CPU.
+WIDEN16_REASON = (
+    "short jump with an operand-size prefix: its widened rel32 form is a rel16 branch on AMD CPUs and a rel32 "
+    "one on Intel CPUs, so the trampoline's instruction would depend on the CPU"
+)
+
+# The byte sets kinst_core_dissect() finds the opcode and the ModR/M byte with (kinst_encoding.h).
+CORE_BYTE_SETS = (
+    ByteSet("KINST_SET_PREFIX", PREFIXES, "legacy and REX prefixes"),
+    ByteSet("KINST_SET_MODRM_1", MODRM_1, "one-byte opcodes with a ModR/M byte"),
+    ByteSet("KINST_SET_NO_MODRM_0F", NO_MODRM_0F, "0f xx opcodes without one"),
+)
+
+# What kinst_core_dissect() refuses from the bytes alone, as KINST_RF_* codes from 1, in this order.  The
+# analysis shows the reason after capstone's mnemonic; a refusal by mnemonic (REFUSED, SS_LOAD_REASON)
+# comes first (loop and jrcxz have both: the core's code is for the kernel, which refuses a table record of
+# one).  After the first three the core leaves kinst's metadata blank, as
+# ``probe_md.skip_md`` has it: there is none to show.
+CORE_REFUSALS = (
+    CoreRefusal("KINST_RF_REL16", "rel16 branch", REL16_BRANCH_REASON),
+    CoreRefusal("KINST_RF_TEMPLATE", "widened past 15 bytes", TEMPLATE_REASON),
+    CoreRefusal("KINST_RF_WIDEN16", "widened with an operand-size prefix", WIDEN16_REASON),
+    CoreRefusal("KINST_RF_FAR_CALL", "far call (ff /3)", _LCALL),
+    CoreRefusal("KINST_RF_FAR_JMP", "far jmp (ff /5)", _LJMP),
+    CoreRefusal("KINST_RF_ADDR32_CALL", "addr32 call through memory", ADDR32_CALL_REASON),
+    CoreRefusal("KINST_RF_SEGMENT_CALL", "%fs:/%gs: call through memory", SEGMENT_CALL_REASON),
+    CoreRefusal("KINST_RF_REL8_ONLY", "loop, loopcc, jrcxz (e0-e3)", _LOOP),
+)

@@ -155,7 +155,8 @@ def _cross_check(kind: str, md: ProbeMd, address: int, mnemonic: str, operands: 
     elif kind in _MNEMONICS:
         if mnemonic not in _MNEMONICS[kind]:
             bad = f"kind {kind}, mnemonic {mnemonic}"
-    elif mnemonic in _KIND_OF_MNEMONIC or mnemonic.startswith("b."):
+    elif (mnemonic in _KIND_OF_MNEMONIC or mnemonic.startswith("b.")) and \
+            not any(enc.has(md.insn) for enc in T.NOT_PC_RELATIVE):
         bad = f"kind {kind}, but capstone names a {mnemonic}"
     want = _target(kind, md, address)
     if not bad and want is not None and not (kind == KIND_LDR_LITERAL and mnemonic == "prfm"):

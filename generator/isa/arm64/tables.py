@@ -59,6 +59,13 @@ BR = Encoding(0xFFFFFC1F, 0xD61F0000)
 BLR = Encoding(0xFFFFFC1F, 0xD63F0000)
 RET = Encoding(0xFFFFFC1F, 0xD65F0000)
 
+# Words capstone names with a PC-relative mnemonic that compute nothing from the PC: SVE's vector
+# address (``adr z1.d, [z1.d, z1.d, uxtw]``: 0000 0100 xx1 Zm 1010 msz Zn Zd, DDI 0487 "ADR (vector)").
+# Copied into the trampoline like any word kinst does not emulate.
+NOT_PC_RELATIVE: Tuple[Encoding, ...] = (
+    Encoding(0xFF20F000, 0x0420A000),
+)
+
 # The registers an emulated adr/adrp/ldr (literal) may write.  FreeBSD's EL1
 # exception return (exception.S, restore_registers 1) reloads x0-x17, x29 and
 # lr from the trapframe but not x19-x28, and x18 is the kernel's per-CPU

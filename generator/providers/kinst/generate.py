@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import isa as isa_registry
+from ...isa import encoding
+from ...isa.encoding import FUNC_RECORD
 from ...analysis.exclusions import EXCLUDED_EXCEPTIONS, EXCLUDED_PREFIXES, excluded_names
 from ...analysis.plan import ProbePlan, make_plan
 from ...common.cstring import c_blob
@@ -39,32 +41,11 @@ OUTDATED = ("kinst_glue.c", "kinst_core.c", "kinst_core.h")
 CORE_TEMPLATES = ("kinst_encoding.h.j2", "kinst_table.c.j2", "kinst_refused.txt.j2")
 
 
-# The function record of a table: little-endian fields, in this order (kinst_funcs.c reads them
-# at the offsets kinst_encoding.h defines from FUNC_FIELDS).
-FUNC_RECORD = struct.Struct("<QQIIII")
-FUNC_FIELDS = (
-    ("KINST_FUNC_ADDR_OFF", "link-time address (st_value)"),
-    ("KINST_FUNC_DIGEST_OFF", "CRC-32 << 32 | Adler-32 of its bytes, relocated fields zeroed, then its records"),
-    ("KINST_FUNC_SIZE_OFF", "st_size"),
-    ("KINST_FUNC_NAME_OFF", "offset of its name in the names blob"),
-    ("KINST_FUNC_RECORDS_OFF", "offset of its first instruction record"),
-    ("KINST_FUNC_FIRST_OFF", "table index of its first probe"),
-)
-
-
 def build_plan(img: KernelImage, functions: Sequence[str], all_functions: bool,
                rule: str = DEFAULT_PROLOGUE_RULE, jobs: int = 0) -> ProbePlan:
     """The plan of the named functions of ``img`` (or all of them) under kinst's prologue ``rule``."""
     funcs = img.functions() if all_functions else [img.lookup(f) for f in functions]
     return make_plan(img, funcs, rule, jobs=jobs if all_functions else 1)
-
-
-def _field_offsets() -> List[Dict[str, object]]:
-    offsets, off = [], 0
-    for (name, doc), code in zip(FUNC_FIELDS, FUNC_RECORD.format[1:]):
-        offsets.append({"name": name, "value": off, "doc": doc})
-        off += struct.calcsize("<" + code)
-    return offsets
 
 
 def table_digest(func_digest: int, records: bytes) -> int:
@@ -107,13 +88,7 @@ def context(plan: ProbePlan) -> Dict[str, Any]:
         **{f"{k}_size": len(v) for k, v in blobs.items()},
         "refused": plan.refused,
         "refused_count": len(plan.refused),
-        "patchval": isa.patchval,
-        "tramp_size": isa.tramp_size,
-        "flags": [{"name": f.c_name, "value": f.value, "doc": f.doc} for f in isa.flag_bits],
-        "kinds": [{"name": k.c_name, "value": i, "doc": k.doc} for i, k in enumerate(isa.table_kinds)],
-        "record_codes": [{"name": c.c_name, "value": c.value, "doc": c.doc} for c in isa.record_codes],
-        "func_recsize": FUNC_RECORD.size,
-        "func_fields": _field_offsets(),
+        **encoding.context(isa),
         **glue_context(plan, dict(plan.md_excluded) or isa.md_excluded),
     }
 

@@ -4,9 +4,11 @@
  * kinst_core.h: the portable core of kinstkit's kinst provider, amd64.
  *
  * Freestanding C99 with no system headers at all, so that the same core
- * compiles into the FreeBSD module (kinst.c, kinst_isa.c) and into the
+ * compiles into the FreeBSD module (kinst.c, kinst_isa.c), into the
  * user-space harness that proves it on real code
- * (generator/run/harness_c/).
+ * (generator/run/harness_c/) and into the analysis, whose verdict on
+ * every instruction is kinst_core_dissect()'s
+ * (generator/isa/amd64/accel/kk_walk.c).
  *
  * A table keeps one small record per instruction (kinst_encoding.h names the
  * codes; generator/isa/amd64/table.py writes them): its length, how a hit
@@ -84,8 +86,10 @@ void	kinst_core_walk(const struct kinst_table *, const struct kinst_func *,
 int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
 int	kinst_core_digest_ok(const struct kinst_table *,
 	    const struct kinst_func *, kc_uint8_t *);
+int	kinst_core_dissect(const kc_uint8_t *, kc_uint32_t, struct kinst_md *);
 int	kinst_core_derive(const struct kinst_insn *,
 	    const volatile kc_uint8_t *, struct kinst_md *);
+kc_uint64_t kinst_core_branch_target(const struct kinst_md *, kc_uintptr_t);
 int	kinst_core_tramp_fill(const struct kinst_md *, kc_uintptr_t,
 	    kc_uintptr_t, volatile kc_uint8_t *);
 int	kinst_core_call(const struct kinst_md *, kc_uintptr_t,

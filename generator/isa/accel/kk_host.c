@@ -1,0 +1,1147 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kk_host.c: the generic part of the analysis's walk (kk_host.h): a
+ * function's rows, and what is made of them -- the counts of a summary,
+ * the rows themselves for a table, the JSON record of every instruction.
+ * The ISA's step (kk_isa_step()) finds and classifies each instruction;
+ * everything printed here (the reasons, the kinds, the JSON record's
+ * fields and keys) is data Python gave kk_init(), in the order its own
+ * records have (generator/analysis/report.py).
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kk_host.h"
+
+static int kk_words(void);
+
+/* What Python gave kk_init(); Python keeps it alive. */
+/* A refusal's reason: what the ISA's step puts first (the mnemonic), this, the text. */
+#define	KK_REASON_JOIN	": "
+
+static const char *const *kk_reasons;	/* by reason code, 0 unused */
+static unsigned kk_nreasons;
+static const char *const *kk_names;	/* mnemonics refused by name, sorted */
+static const uint8_t *kk_name_codes;	/* their reason codes */
+static unsigned kk_nnames;
+static const char *const *kk_kinds;	/* JSON text of each table kind */
+static unsigned kk_nkinds;
+static const char *const *kk_classes;	/* JSON text of each kr_class */
+static unsigned kk_nclasses;
+static const char *kk_status_ok, *kk_status_skip, *kk_kind_skip;
+
+/*
+ * The JSON record of an instruction: its fields in order, each a key (the
+ * text ,"key": or {"key": before the value), where its value comes from
+ * and how it is written.
+ */
+struct kk_jfield {
+	const char	*kj_key;
+	uint32_t	 kj_source;	/* KK_S_* */
+	uint32_t	 kj_off;	/* KK_S_ROW: its place in struct kk_row */
+	uint32_t	 kj_size;
+	uint32_t	 kj_type;	/* KK_S_ROW: KK_J_* */
+};
+
+/* Where a field's value comes from. */
+#define	KK_S_OFFSET	0
+#define	KK_S_ADDRESS	1
+#define	KK_S_LENGTH	2
+#define	KK_S_BYTES	3
+#define	KK_S_MNEMONIC	4
+#define	KK_S_OPERANDS	5
+#define	KK_S_STATUS	6
+#define	KK_S_REASON	7
+#define	KK_S_KIND	8
+#define	KK_S_TARGET	9
+#define	KK_S_NULL	10	/* always null (a symbolic target) */
+#define	KK_S_ROW	11	/* a field of the row */
+
+/* How a KK_S_ROW field is written. */
+#define	KK_J_INT	0	/* a number (kj_size bytes, signed or not) */
+#define	KK_J_SINT	1
+#define	KK_J_HEX	2	/* its bytes in hex, as a string */
+#define	KK_J_BOOL	3
+#define	KK_J_WORD	4	/* a 32-bit word as the string 0x%08x */
+#define	KK_J_CLASS	5	/* a kr_class: its name */
+
+/* For Python, which names these when it lays a record out. */
+static const char kk_sources[] = "offset address length bytes mnemonic "
+    "operands status reason kind target null row";
+static const char kk_types[] = "int sint hex bool word class";
+
+static const struct kk_jfield *kk_jfields;
+static unsigned kk_njfields;
+/*
+ * The record's fields in parts: those that say where the instruction is,
+ * up to kk_jplace; up to kk_jverdict; the verdict (status, reason, kind),
+ * up to kk_jrest; the rest.  Only where it is and the verdict depend on
+ * more than the bytes.
+ */
+static unsigned kk_jplace, kk_jverdict, kk_jrest;
+#define	KK_JFIELDS	64
+static size_t kk_jkeylen[KK_JFIELDS];
+
+const char *
+kk_json_sources(void)
+{
+
+	return (kk_sources);
+}
+
+const char *
+kk_json_types(void)
+{
+
+	return (kk_types);
+}
+
+/* The row's layout, for Python: the generic fields, then the ISA's. */
+static const struct kk_field kk_fields[] = {
+	KK_FIELD(kr_target, 0),
+	KK_FIELD(kr_off, 0),
+	KK_FIELD(kr_text, 0),
+	KK_FIELD(kr_len, 0),
+	KK_FIELD(kr_reason, 0),
+	KK_FIELD(kr_flags, 0),
+	KK_FIELD(kr_class, 0),
+	{ NULL, 0, 0, 0 }
+};
+
+/* Field i of the row (the generic ones, then the ISA's), or NULL past the last. */
+const struct kk_field *
+kk_layout(unsigned i, uint32_t *rowsize)
+{
+	unsigned n;
+
+	*rowsize = (uint32_t)sizeof(struct kk_row);
+	for (n = 0; kk_fields[n].kf_name != NULL; n++)
+		;
+	if (i < n)
+		return (&kk_fields[i]);
+	i -= n;
+	for (n = 0; kk_isa_fields[n].kf_name != NULL; n++)
+		if (n == i)
+			return (&kk_isa_fields[n]);
+	return (NULL);
+}
+
+int
+kk_init(const char *const *reasons, unsigned nreasons,
+    const char *const *names, const uint8_t *name_codes, unsigned nnames,
+    const char *const *kinds, unsigned nkinds,
+    const char *const *classes, unsigned nclasses,
+    const char *status_ok, const char *status_skip, const char *kind_skip,
+    const struct kk_jfield *jfields, unsigned njfields)
+{
+	unsigned i;
+
+	kk_reasons = reasons;
+	kk_nreasons = nreasons;
+	kk_names = names;
+	kk_name_codes = name_codes;
+	kk_nnames = nnames;
+	kk_kinds = kinds;
+	kk_nkinds = nkinds;
+	kk_classes = classes;
+	kk_nclasses = nclasses;
+	kk_status_ok = status_ok;
+	kk_status_skip = status_skip;
+	kk_kind_skip = kind_skip;
+	if (njfields > KK_JFIELDS)
+		return (-1);
+	kk_jfields = jfields;
+	kk_njfields = njfields;
+	for (i = 0; i < njfields; i++)
+		kk_jkeylen[i] = strlen(jfields[i].kj_key);
+	for (kk_jplace = 0; kk_jplace < njfields &&
+	    (jfields[kk_jplace].kj_source == KK_S_OFFSET ||
+	    jfields[kk_jplace].kj_source == KK_S_ADDRESS); kk_jplace++)
+		;
+	for (kk_jverdict = kk_jplace; kk_jverdict < njfields &&
+	    jfields[kk_jverdict].kj_source != KK_S_STATUS &&
+	    jfields[kk_jverdict].kj_source != KK_S_REASON &&
+	    jfields[kk_jverdict].kj_source != KK_S_KIND; kk_jverdict++)
+		;
+	for (kk_jrest = kk_jverdict; kk_jrest < njfields &&
+	    (jfields[kk_jrest].kj_source == KK_S_STATUS ||
+	    jfields[kk_jrest].kj_source == KK_S_REASON ||
+	    jfields[kk_jrest].kj_source == KK_S_KIND); kk_jrest++)
+		;
+	if (kk_words() != 0)
+		return (-1);
+	return (kk_isa_open());
+}
+
+/* The text of reason code 'code' (what follows the mnemonic). */
+static const char *
+kk_reason_text(unsigned code)
+{
+
+	return (code != 0 && code < kk_nreasons ? kk_reasons[code] : "");
+}
+
+/* The reason code of a mnemonic refused by name, or 0. */
+unsigned
+kk_name_reason(const char *name)
+{
+	int lo, hi, mid, c;
+
+	lo = 0;
+	hi = (int)kk_nnames - 1;
+	while (lo <= hi) {
+		mid = (lo + hi) / 2;
+		c = strcmp(name, kk_names[mid]);
+		if (c == 0)
+			return (kk_name_codes[mid]);
+		if (c < 0)
+			hi = mid - 1;
+		else
+			lo = mid + 1;
+	}
+	return (0);
+}
+
+/*
+ * Rows already classified, by the instruction's bytes: a kernel's
+ * instructions are two thirds repeats, and a row that depends on nothing
+ * but the bytes (KK_R_CACHEABLE) is the same wherever they are.
+ * Direct-mapped: a collision replaces the older entry, unless a row of the
+ * function being walked uses it (kc_epoch): its text and its JSON stay
+ * there until the function is written.
+ */
+#define	KK_CACHE_SLOTS	16384
+#define	KK_CACHE_TEXT	112
+#define	KK_CACHE_JSON	440
+#define	KK_SLOT_TEXT	0xfffffffeu	/* kr_text: in the row's cache slot */
+
+struct kk_cached {
+	uint8_t		kc_len;		/* 0: empty */
+	uint8_t		kc_bytes[KINST_MAX_INSN];
+	struct kk_row	kc_row;
+	uint32_t	kc_epoch;	/* the walk that last used it */
+	uint16_t	kc_tlen;	/* 0: no text */
+	uint16_t	kc_jlen[2];	/* 0: its JSON not written yet */
+	char		kc_text[KK_CACHE_TEXT];
+	char		kc_json[KK_CACHE_JSON];	/* its record but place, verdict */
+};
+
+static struct kk_cached *kk_cache;
+static unsigned long kk_cache_hits;
+static uint32_t kk_epoch;	/* counts walks */
+
+/*
+ * The text arena of a walk: per row with text, three NUL-terminated
+ * strings -- capstone's mnemonic and operands, and what the reason of a
+ * refusal starts with (the ISA's choice: the mnemonic, or its last word).
+ */
+static char *kk_arena;
+static size_t kk_alen, kk_acap;
+
+static void
+kk_text_reset(void)
+{
+
+	kk_alen = 0;
+}
+
+/* Room for n more bytes in the arena; NULL when there is none. */
+static char *
+kk_text_room(size_t n)
+{
+	size_t cap;
+	char *p;
+
+	if (kk_alen + n > kk_acap) {
+		for (cap = kk_acap != 0 ? kk_acap : 1 << 16; cap < kk_alen + n;
+		    cap *= 2)
+			;
+		if ((p = realloc(kk_arena, cap)) == NULL)
+			return (NULL);
+		kk_arena = p;
+		kk_acap = cap;
+	}
+	return (kk_arena + kk_alen);
+}
+
+uint32_t
+kk_text_add(const char *mnemonic, const char *operands, const char *prefix)
+{
+	size_t a, b, c;
+	char *p;
+	uint32_t at;
+
+	a = strlen(mnemonic) + 1;
+	b = strlen(operands) + 1;
+	c = strlen(prefix) + 1;
+	if ((p = kk_text_room(a + b + c)) == NULL)
+		return (KK_NO_TEXT);
+	at = (uint32_t)kk_alen;
+	memcpy(p, mnemonic, a);
+	memcpy(p + a, operands, b);
+	memcpy(p + a + b, prefix, c);
+	kk_alen += a + b + c;
+	return (at);
+}
+
+/* String 'which' (0 mnemonic, 1 operands, 2 reason prefix) of a row's text. */
+static const char *
+kk_text(const struct kk_row *row, int which)
+{
+	const char *p;
+
+	p = row->kr_text == KK_SLOT_TEXT ? kk_cache[row->kr_cache - 1].kc_text :
+	    kk_arena + row->kr_text;
+	while (which-- > 0)
+		p += strlen(p) + 1;
+	return (p);
+}
+
+unsigned long
+kk_cache_hit_count(void)
+{
+
+	return (kk_cache_hits);
+}
+
+static struct kk_cached *
+kk_cache_slot(const uint8_t *b, size_t len)
+{
+	uint32_t h;
+	size_t i;
+
+	if (kk_cache == NULL &&
+	    (kk_cache = calloc(KK_CACHE_SLOTS, sizeof(*kk_cache))) == NULL)
+		return (NULL);
+	h = 2166136261u;	/* FNV-1a */
+	for (i = 0; i < len; i++)
+		h = (h ^ b[i]) * 16777619u;
+	return (&kk_cache[h & (KK_CACHE_SLOTS - 1)]);
+}
+
+/* The row of b[0, len) into *row, its text added when 'text' asks; 0: none kept. */
+int
+kk_cache_get(const uint8_t *b, size_t len, int text, struct kk_row *row)
+{
+	struct kk_cached *c;
+
+	if (len > KINST_MAX_INSN || (c = kk_cache_slot(b, len)) == NULL ||
+	    c->kc_len != len || memcmp(c->kc_bytes, b, len) != 0 ||
+	    (text && c->kc_tlen == 0))
+		return (0);
+	*row = c->kc_row;
+	row->kr_text = text ? KK_SLOT_TEXT : KK_NO_TEXT;
+	row->kr_cache = (uint32_t)(c - kk_cache) + 1;
+	c->kc_epoch = kk_epoch;
+	kk_cache_hits++;
+	return (1);
+}
+
+void
+kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
+{
+	struct kk_cached *c;
+	const char *t;
+	size_t n;
+
+	if (len > KINST_MAX_INSN || (row->kr_flags & KK_R_CACHEABLE) == 0 ||
+	    (c = kk_cache_slot(b, len)) == NULL ||
+	    (c->kc_len != 0 && c->kc_epoch == kk_epoch))
+		return;
+	n = 0;
+	if (row->kr_text != KK_NO_TEXT) {
+		t = kk_arena + row->kr_text;
+		n = strlen(t) + 1;
+		n += strlen(t + n) + 1;
+		n += strlen(t + n) + 1;
+		if (n > KK_CACHE_TEXT)
+			return;
+		memcpy(c->kc_text, t, n);
+	} else if (c->kc_len == len && memcmp(c->kc_bytes, b, len) == 0 &&
+	    c->kc_tlen != 0)
+		return;		/* keep the entry that has text */
+	c->kc_len = (uint8_t)len;
+	memcpy(c->kc_bytes, b, len);
+	c->kc_row = *row;
+	c->kc_tlen = (uint16_t)n;
+	c->kc_jlen[0] = c->kc_jlen[1] = 0;
+	c->kc_epoch = kk_epoch;
+	row->kr_cache = (uint32_t)(c - kk_cache) + 1;
+}
+
+/* A function's rows, reused from one function to the next. */
+static struct kk_row *kk_rows;
+static size_t kk_nrows, kk_rcap;
+
+/*
+ * Walk the function code[0, limit) at 'address' (code[limit, len) is the
+ * section's tail, for an instruction that straddles the end) into
+ * kk_rows: KK_NEXT when every instruction is classified, else KK_DEFER or
+ * KK_ERROR.
+ */
+static int
+kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
+    int text)
+{
+	struct kk_row *p;
+	int rv;
+
+	for (;;) {
+		kk_text_reset();
+		kk_epoch++;
+		rv = kk_isa_walk(code, len, limit, address, text, kk_rows,
+		    kk_rcap, &kk_nrows);
+		if (rv != KK_FULL)
+			return (rv);
+		if ((p = realloc(kk_rows, (kk_rcap != 0 ? 2 * kk_rcap : 4096) *
+		    sizeof(*p))) == NULL)
+			return (KK_DEFER);
+		kk_rows = p;
+		kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
+	}
+}
+
+/*
+ * The summary of nfunc functions of buf: function k is buf[start[k],
+ * start[k] + limit[k]), with the section's bytes after it to buf's end.
+ * out[] receives kk_summary_columns() counters per function: how many
+ * instructions (KK_DEFERRED when Python must do the function), the
+ * prologue rules it passes (bit i: the ISA's rule i), how many are
+ * refused, and how many of each table kind can be probed.
+ */
+#define	KK_DEFERRED	0xffffffffu
+#define	KK_COL_N	0
+#define	KK_COL_PROLOGUE	1
+#define	KK_COL_REFUSED	2
+#define	KK_COL_KIND	3
+
+unsigned
+kk_summary_columns(void)
+{
+
+	return (KK_COL_KIND + kk_nkinds);
+}
+
+/* For Python: where kk_summarise()'s counters are, and what marks a deferred function. */
+void
+kk_summary_layout(unsigned *n, unsigned *prologue, unsigned *refused,
+    unsigned *kind, uint32_t *deferred)
+{
+
+	*n = KK_COL_N;
+	*prologue = KK_COL_PROLOGUE;
+	*refused = KK_COL_REFUSED;
+	*kind = KK_COL_KIND;
+	*deferred = KK_DEFERRED;
+}
+
+void
+kk_summarise(const uint8_t *buf, size_t buflen, size_t nfunc,
+    const uint64_t *start, const uint64_t *limit, uint32_t *out)
+{
+	const struct kk_row *r;
+	uint32_t *col;
+	size_t k, i, ncol;
+
+	ncol = kk_summary_columns();
+	for (k = 0; k < nfunc; k++) {
+		col = out + k * ncol;
+		memset(col, 0, ncol * sizeof(*col));
+		if (kk_walk(buf + start[k], buflen - start[k], limit[k],
+		    0, KK_TEXT_NONE) != KK_NEXT) {
+			col[KK_COL_N] = KK_DEFERRED;
+			continue;
+		}
+		col[KK_COL_N] = (uint32_t)kk_nrows;
+		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k], limit[k],
+		    kk_rows, kk_nrows);
+		for (i = 0, r = kk_rows; i < kk_nrows; i++, r++) {
+			if (r->kr_reason != 0)
+				col[KK_COL_REFUSED]++;
+			else if (r->kr_md.km_kind < kk_nkinds)
+				col[KK_COL_KIND + r->kr_md.km_kind]++;
+		}
+	}
+}
+
+/*
+ * The end of each function's --summary --json line, from "eligible" on,
+ * made of kk_summarise()'s counters: a formatter of counts, no rule.  A
+ * function passes when it has the prologue rule bit 'rule_bit', else its
+ * reason is 'reason'; 'kinds' are the table kinds' JSON strings and
+ * 'order' their indexes in the order a line lists them (Python's, like
+ * the quoting).  One line per function, each ended by a newline, empty
+ * for a deferred function; *text points at them until the next call.
+ * Returns their length, or (size_t)-1 when memory runs out.
+ */
+static char *kk_tails;
+static size_t kk_tcap;
+
+size_t
+kk_summary_json(const uint32_t *cols, size_t nfunc, unsigned rule_bit,
+    const char *reason, const char *const *kinds, const unsigned *order,
+    char **text)
+{
+	const uint32_t *col;
+	size_t k, i, len, most, ncol, cap;
+	uint32_t ok;
+	char *p;
+	int n;
+
+	ncol = kk_summary_columns();
+	most = 160 + strlen(reason);
+	for (i = 0; i < kk_nkinds; i++)
+		most += strlen(kinds[i]) + 12;
+	len = 0;
+	for (k = 0; k < nfunc; k++) {
+		col = cols + k * ncol;
+		if (len + most > kk_tcap) {
+			for (cap = kk_tcap != 0 ? kk_tcap : 1 << 16;
+			    cap < len + most; cap *= 2)
+				;
+			if ((p = realloc(kk_tails, cap)) == NULL)
+				return ((size_t)-1);
+			kk_tails = p;
+			kk_tcap = cap;
+		}
+		p = kk_tails + len;
+		if (col[KK_COL_N] == KK_DEFERRED) {
+			*p = '\n';
+			len++;
+			continue;
+		}
+		if ((col[KK_COL_PROLOGUE] & rule_bit) == 0) {
+			n = sprintf(p, "\"eligible\":false,\"reason\":%s,"
+			    "\"walk_error\":\"\",\"instructions\":%u,"
+			    "\"probes\":0,\"skipped\":%u,\"kinds\":{}}\n", reason,
+			    (unsigned)col[KK_COL_N], (unsigned)col[KK_COL_N]);
+			len += (size_t)n;
+			continue;
+		}
+		for (ok = 0, i = 0; i < kk_nkinds; i++)
+			ok += col[KK_COL_KIND + i];
+		n = sprintf(p, "\"eligible\":true,\"reason\":\"\","
+		    "\"walk_error\":\"\",\"instructions\":%u,\"probes\":%u,"
+		    "\"skipped\":%u,\"kinds\":{", (unsigned)col[KK_COL_N],
+		    (unsigned)ok, (unsigned)(col[KK_COL_N] - ok));
+		p += n;
+		for (i = 0; i < kk_nkinds; i++) {
+			if (col[KK_COL_KIND + order[i]] == 0)
+				continue;
+			p += sprintf(p, "%s%s:%u", p[-1] == '{' ? "" : ",",
+			    kinds[order[i]], (unsigned)col[KK_COL_KIND + order[i]]);
+		}
+		*p++ = '}';
+		*p++ = '}';
+		*p++ = '\n';
+		len = (size_t)(p - kk_tails);
+	}
+	*text = kk_tails;
+	return (len);
+}
+
+/*
+ * The rows of one function, for Python (a table's records, or one
+ * function's probes): 0 with *rows and *nrows set (valid until the next
+ * walk), or KK_DEFER / KK_ERROR.  *prologue: the rules it passes.
+ */
+int
+kk_function_rows(const uint8_t *code, size_t len, size_t limit,
+    uint64_t address, int text, const struct kk_row **rows, size_t *nrows,
+    unsigned *prologue)
+{
+	int rv;
+
+	rv = kk_walk(code, len, limit, address, text);
+	if (rv != KK_NEXT)
+		return (rv);
+	*rows = kk_rows;
+	*nrows = kk_nrows;
+	*prologue = kk_isa_prologue(code, limit, kk_rows, kk_nrows);
+	return (0);
+}
+
+/*
+ * One instruction, b[0, len) at address, with capstone's text for it, into
+ * *row: KK_NEXT, or KK_ERROR when the rule and capstone disagree.
+ */
+int
+kk_classify(const uint8_t *b, size_t len, uint64_t address,
+    const char *mnemonic, const char *operands, struct kk_row *row)
+{
+
+	kk_text_reset();
+	return (kk_isa_classify(b, len, address, mnemonic, operands, row));
+}
+
+/* The prologue rules code[0, limit) passes, its instructions at offs[0, n). */
+unsigned
+kk_prologue(const uint8_t *code, size_t limit, const uint32_t *offs, size_t n)
+{
+	struct kk_row *p;
+	size_t i, cap;
+
+	if (n > kk_rcap) {
+		for (cap = kk_rcap != 0 ? kk_rcap : 4096; cap < n; cap *= 2)
+			;
+		if ((p = realloc(kk_rows, cap * sizeof(*p))) == NULL)
+			return (0);
+		kk_rows = p;
+		kk_rcap = cap;
+	}
+	for (i = 0; i < n; i++)
+		kk_rows[i].kr_off = offs[i];
+	return (kk_isa_prologue(code, limit, kk_rows, n));
+}
+
+/* A row's text: 'which' 0 mnemonic, 1 operands; NULL without. */
+const char *
+kk_row_text(const struct kk_row *row, int which)
+{
+
+	return (row->kr_text == KK_NO_TEXT ? NULL : kk_text(row, which));
+}
+
+/* What a refused row's reason says (its text's prefix, then the reason), in out[0, cap). */
+void
+kk_row_reason(const struct kk_row *row, char *out, size_t cap)
+{
+
+	snprintf(out, cap, "%s" KK_REASON_JOIN "%s", row->kr_text ==
+	    KK_NO_TEXT ? "" : kk_text(row, 2), kk_reason_text(row->kr_reason));
+}
+
+/* -- JSON ------------------------------------------------------------ */
+
+struct kk_out {
+	char	*p;
+	char	*end;
+	int	 full;
+	int	 ascii;		/* 0: a string was not ASCII; Python writes it */
+};
+
+/* A JSON string, quoted once (kk_words()): the status words and the kinds. */
+struct kk_word {
+	const char	*kw_s;
+	size_t		 kw_n;
+};
+
+#define	KK_KINDS	64
+static char kk_wbuf[4096];
+static struct kk_word kk_wok, kk_wskip, kk_wkindskip, kk_wkinds[KK_KINDS];
+
+static void
+kk_put(struct kk_out *o, const char *s, size_t n)
+{
+
+	if (o->full || (size_t)(o->end - o->p) < n) {
+		o->full = 1;
+		return;
+	}
+	memcpy(o->p, s, n);
+	o->p += n;
+}
+
+static void
+kk_puts(struct kk_out *o, const char *s)
+{
+
+	kk_put(o, s, strlen(s));
+}
+
+/* Decimal text of v, as Python's str() writes an int: two digits a step. */
+static void
+kk_uint(struct kk_out *o, unsigned long long v)
+{
+	static const char pairs[] =
+	    "00010203040506070809101112131415161718192021222324252627282930"
+	    "31323334353637383940414243444546474849505152535455565758596061"
+	    "62636465666768697071727374757677787980818283848586878889909192"
+	    "93949596979899";
+	char buf[24];
+	int i;
+
+	i = sizeof(buf);
+	while (v >= 100) {
+		i -= 2;
+		memcpy(buf + i, pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (v >= 10) {
+		i -= 2;
+		memcpy(buf + i, pairs + 2 * v, 2);
+	} else
+		buf[--i] = (char)('0' + v);
+	kk_put(o, buf + i, sizeof(buf) - (size_t)i);
+}
+
+static void
+kk_int(struct kk_out *o, long long v)
+{
+
+	if (v < 0) {
+		kk_put(o, "-", 1);
+		kk_uint(o, 0ull - (unsigned long long)v);
+	} else
+		kk_uint(o, (unsigned long long)v);
+}
+
+/* The bytes b[0, n) in hex (n is at most KK_HEX_MAX). */
+#define	KK_HEX_MAX	32
+
+static void
+kk_hex(struct kk_out *o, const uint8_t *b, size_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+	char buf[2 * KK_HEX_MAX];
+	size_t i;
+
+	if (n > KK_HEX_MAX)
+		n = KK_HEX_MAX;
+	for (i = 0; i < n; i++) {
+		buf[2 * i] = digits[b[i] >> 4];
+		buf[2 * i + 1] = digits[b[i] & 15];
+	}
+	kk_put(o, buf, 2 * n);
+}
+
+/* The text of s as json.dumps writes it (ensure_ascii), without quotes. */
+static void
+kk_escape(struct kk_out *o, const char *s)
+{
+	char buf[8];
+	const char *run;
+	unsigned char c;
+
+	for (;;) {
+		for (run = s; (c = (unsigned char)*s) >= 0x20 && c < 0x80 &&
+		    c != '"' && c != '\\'; s++)
+			;
+		kk_put(o, run, (size_t)(s - run));
+		if (c == '\0')
+			return;
+		if (c >= 0x80) {
+			o->ascii = 0;
+			return;
+		}
+		if (c == '"' || c == '\\') {
+			buf[0] = '\\';
+			buf[1] = (char)c;
+			kk_put(o, buf, 2);
+		} else {
+			switch (c) {
+			case '\n': kk_put(o, "\\n", 2); break;
+			case '\r': kk_put(o, "\\r", 2); break;
+			case '\t': kk_put(o, "\\t", 2); break;
+			case '\b': kk_put(o, "\\b", 2); break;
+			case '\f': kk_put(o, "\\f", 2); break;
+			default:
+				snprintf(buf, sizeof(buf), "\\u%04x", c);
+				kk_put(o, buf, 6);
+			}
+		}
+		s++;
+	}
+}
+
+static void
+kk_quote(struct kk_out *o, const char *s)
+{
+
+	kk_put(o, "\"", 1);
+	kk_escape(o, s);
+	kk_put(o, "\"", 1);
+}
+
+/* s as a JSON string into *w, from the buffer kk_wbuf at *o; 0, or -1 when it does not fit or is not ASCII. */
+static int
+kk_word(struct kk_out *o, struct kk_word *w, const char *s)
+{
+
+	w->kw_s = o->p;
+	kk_quote(o, s);
+	w->kw_n = (size_t)(o->p - w->kw_s);
+	return (o->full || !o->ascii ? -1 : 0);
+}
+
+/* The words every record writes, quoted once. */
+static int
+kk_words(void)
+{
+	struct kk_out o;
+	unsigned i;
+
+	if (kk_nkinds > KK_KINDS)
+		return (-1);
+	o.p = kk_wbuf;
+	o.end = kk_wbuf + sizeof(kk_wbuf);
+	o.full = 0;
+	o.ascii = 1;
+	if (kk_word(&o, &kk_wok, kk_status_ok) != 0 ||
+	    kk_word(&o, &kk_wskip, kk_status_skip) != 0 ||
+	    kk_word(&o, &kk_wkindskip, kk_kind_skip) != 0)
+		return (-1);
+	for (i = 0; i < kk_nkinds; i++)
+		if (kk_word(&o, &kk_wkinds[i], kk_kinds[i]) != 0)
+			return (-1);
+	return (0);
+}
+
+static long long
+kk_field_int(const uint8_t *p, uint32_t size, int sign)
+{
+	unsigned long long v;
+	uint32_t v32;
+	uint16_t v16;
+
+	/* Fixed-size copies, which the compiler makes loads (little-endian host). */
+	switch (size) {
+	case 1:
+		v = p[0];
+		break;
+	case 2:
+		memcpy(&v16, p, 2);
+		v = v16;
+		break;
+	case 4:
+		memcpy(&v32, p, 4);
+		v = v32;
+		break;
+	default:
+		v = 0;
+		memcpy(&v, p, size < 8 ? size : 8);
+	}
+	if (sign && size < 8 && (v >> (8 * size - 1)) & 1)
+		v |= ~0ull << (8 * size);
+	return ((long long)v);
+}
+
+/*
+ * One instruction's record: its row, at code (its bytes) and address; a
+ * function-wide refusal (refused: the JSON text of its reason) makes every
+ * record a refusal.
+ */
+static void
+kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
+    uint64_t address, const char *refused, unsigned first, unsigned last)
+{
+	const struct kk_jfield *f;
+	const struct kk_word *w;
+	const uint8_t *p;
+	char word[12];
+	unsigned i;
+	int skip;
+
+	skip = refused != NULL || row->kr_reason != 0;
+	for (i = first, f = kk_jfields + first; i < last; i++, f++) {
+		kk_put(o, f->kj_key, kk_jkeylen[i]);
+		switch (f->kj_source) {
+		case KK_S_OFFSET:
+			kk_uint(o, row->kr_off);
+			break;
+		case KK_S_ADDRESS:
+			kk_uint(o, address);
+			break;
+		case KK_S_LENGTH:
+			kk_uint(o, row->kr_len);
+			break;
+		case KK_S_BYTES:
+			kk_put(o, "\"", 1);
+			kk_hex(o, code, row->kr_len);
+			kk_put(o, "\"", 1);
+			break;
+		case KK_S_MNEMONIC:
+		case KK_S_OPERANDS:
+			kk_quote(o, kk_text(row,
+			    f->kj_source == KK_S_MNEMONIC ? 0 : 1));
+			break;
+		case KK_S_STATUS:
+			w = skip ? &kk_wskip : &kk_wok;
+			kk_put(o, w->kw_s, w->kw_n);
+			break;
+		case KK_S_REASON:
+			if (refused != NULL)
+				kk_puts(o, refused);
+			else if (row->kr_reason != 0) {
+				kk_put(o, "\"", 1);
+				kk_escape(o, kk_text(row, 2));
+				kk_puts(o, KK_REASON_JOIN);
+				kk_escape(o, kk_reason_text(row->kr_reason));
+				kk_put(o, "\"", 1);
+			} else
+				kk_put(o, "\"\"", 2);
+			break;
+		case KK_S_KIND:
+			w = skip || row->kr_md.km_kind >= kk_nkinds ?
+			    &kk_wkindskip : &kk_wkinds[row->kr_md.km_kind];
+			kk_put(o, w->kw_s, w->kw_n);
+			break;
+		case KK_S_TARGET:
+			if ((row->kr_flags & KK_R_TARGET) != 0)
+				kk_uint(o, row->kr_target);
+			else
+				kk_put(o, "null", 4);
+			break;
+		case KK_S_NULL:
+			kk_put(o, "null", 4);
+			break;
+		default:
+			p = (const uint8_t *)row + f->kj_off;
+			switch (f->kj_type) {
+			case KK_J_INT:
+			case KK_J_SINT:
+				kk_int(o, kk_field_int(p, f->kj_size,
+				    f->kj_type == KK_J_SINT));
+				break;
+			case KK_J_HEX:
+				kk_put(o, "\"", 1);
+				kk_hex(o, p, f->kj_size);
+				kk_put(o, "\"", 1);
+				break;
+			case KK_J_BOOL:
+				kk_puts(o, *p != 0 ? "true" : "false");
+				break;
+			case KK_J_WORD:
+				snprintf(word, sizeof(word), "0x%08llx",
+				    (unsigned long long)kk_field_int(p,
+				    f->kj_size, 0));
+				kk_quote(o, word);
+				break;
+			default:
+				kk_quote(o, *p < kk_nclasses ? kk_classes[*p] :
+				    "");
+				break;
+			}
+		}
+	}
+}
+
+/*
+ * Fields [first, last) of a row from cache slot c, written once into the
+ * slot's JSON part 'part' and pasted from there.
+ */
+static void
+kk_cached_fields(struct kk_out *o, struct kk_cached *c, int part,
+    const struct kk_row *row, const uint8_t *code, unsigned first,
+    unsigned last)
+{
+	struct kk_out t;
+	char *at;
+
+	at = c->kc_json + (part == 0 ? 0 : c->kc_jlen[0]);
+	if (c->kc_jlen[part] == 0 && (part == 0 || c->kc_jlen[0] != 0)) {
+		t.p = at;
+		t.end = c->kc_json + sizeof(c->kc_json);
+		t.full = 0;
+		t.ascii = 1;
+		kk_jwrite(&t, row, code, 0, NULL, first, last);
+		if (!t.full && t.ascii && t.p > at)
+			c->kc_jlen[part] = (uint16_t)(t.p - at);
+	}
+	if (c->kc_jlen[part] != 0)
+		kk_put(o, at, c->kc_jlen[part]);
+	else
+		kk_jwrite(o, row, code, 0, NULL, first, last);
+}
+
+/*
+ * One instruction's record: its row, at code (its bytes) and address; a
+ * function-wide refusal (refused: the JSON text of its reason) makes every
+ * record a refusal.  For a row from the cache, what depends on the bytes
+ * alone (all but where it is and the verdict) is written once and kept in
+ * the cache's slot.
+ */
+static void
+kk_record(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
+    uint64_t address, const char *refused)
+{
+	struct kk_cached *c;
+
+	c = row->kr_cache != 0 ? &kk_cache[row->kr_cache - 1] : NULL;
+	if (c != NULL && (c->kc_len != row->kr_len ||
+	    memcmp(c->kc_bytes, code, row->kr_len) != 0))
+		c = NULL;	/* the slot went to other bytes since */
+	if (c == NULL || kk_jverdict == kk_jplace) {
+		kk_jwrite(o, row, code, address, refused, 0, kk_njfields);
+		kk_put(o, "}", 1);
+		return;
+	}
+	kk_jwrite(o, row, code, address, refused, 0, kk_jplace);
+	kk_cached_fields(o, c, 0, row, code, kk_jplace, kk_jverdict);
+	kk_jwrite(o, row, code, address, refused, kk_jverdict, kk_jrest);
+	kk_cached_fields(o, c, 1, row, code, kk_jrest, kk_njfields);
+	kk_put(o, "}", 1);
+}
+
+/*
+ * One function into o: head, the records of its instructions, tail.  Its
+ * refusal: excluded (the JSON text of its reason, or NULL), else the
+ * prologue rule 'rule' (a bit of kk_isa_prologue()), whose refusal is
+ * prologue.  *eligible says which, and picks the head: head_ok or
+ * head_refused (either NULL: none).  KK_NEXT, KK_DEFER or KK_ERROR.
+ */
+static int
+kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
+    uint64_t address, const char *excluded, unsigned rule,
+    const char *prologue, const char *head_ok, const char *head_refused,
+    const char *tail, int *eligible)
+{
+	const char *refused;
+	size_t i;
+	int rv;
+
+	if ((rv = kk_walk(code, len, limit, address, KK_TEXT_ALL)) != KK_NEXT)
+		return (rv);
+	refused = excluded;
+	if (refused == NULL &&
+	    (kk_isa_prologue(code, limit, kk_rows, kk_nrows) & rule) == 0)
+		refused = prologue;
+	*eligible = refused == NULL;
+	if (*eligible ? head_ok != NULL : head_refused != NULL)
+		kk_puts(o, *eligible ? head_ok : head_refused);
+	for (i = 0; i < kk_nrows; i++) {
+		if (i > 0)
+			kk_put(o, ",", 1);
+		kk_record(o, &kk_rows[i], code + kk_rows[i].kr_off,
+		    address + kk_rows[i].kr_off, refused);
+	}
+	if (tail != NULL)
+		kk_puts(o, tail);
+	return (o->ascii ? KK_NEXT : KK_DEFER);
+}
+
+/*
+ * Whole lines, buffered here and written to a file descriptor: a worker's
+ * chunk of a kernel's JSON goes from this buffer to the kernel, with no
+ * copy through Python objects.
+ */
+static char *kk_obuf;
+static size_t kk_olen, kk_ocap;
+
+#define	KK_FLUSH_AT	(1 << 20)
+
+int
+kk_json_flush(int fd)
+{
+	size_t done;
+	ssize_t n;
+
+	if (fd < 0)
+		return (0);	/* kept for kk_json_buffer() */
+	for (done = 0; done < kk_olen; done += (size_t)n) {
+		n = write(fd, kk_obuf + done, kk_olen - done);
+		if (n < 0) {
+			if (errno == EINTR) {
+				n = 0;
+				continue;
+			}
+			return (-1);
+		}
+	}
+	kk_olen = 0;
+	return (0);
+}
+
+/* What is buffered (for fd -1: all of it), at *p. */
+size_t
+kk_json_buffer(const char **p)
+{
+
+	*p = kk_obuf;
+	return (kk_olen);
+}
+
+/* Forget what is buffered: the chunk it belonged to failed, or Python took it. */
+void
+kk_json_discard(void)
+{
+
+	kk_olen = 0;
+}
+
+static int
+kk_grow(size_t need)
+{
+	char *p;
+	size_t cap;
+
+	for (cap = kk_ocap != 0 ? kk_ocap : 2 * KK_FLUSH_AT; cap < need;
+	    cap *= 2)
+		;
+	if (cap == kk_ocap)
+		return (0);
+	if ((p = realloc(kk_obuf, cap)) == NULL)
+		return (-1);
+	kk_obuf = p;
+	kk_ocap = cap;
+	return (0);
+}
+
+/* Append n bytes (a line Python wrote) to the buffer; -1 on a write error. */
+int
+kk_json_put(int fd, const char *s, size_t n)
+{
+
+	if (kk_grow(kk_olen + n) != 0)
+		return (-1);
+	memcpy(kk_obuf + kk_olen, s, n);
+	kk_olen += n;
+	return (kk_olen >= KK_FLUSH_AT && fd >= 0 ? kk_json_flush(fd) : 0);
+}
+
+/*
+ * Functions first..n-1 of a chunk, each whole line (head, records, tail)
+ * appended to the buffer: function k's bytes are buf[start[k], start[k] +
+ * len[k]), limit[k] of them its own, at address[k].  Its line starts with
+ * strings + head[k] (up to "eligible":), then head_ok, or the refused
+ * head: strings + excl_head[k] for a function excluded by name (whose
+ * records say strings + excl_rec[k]; both -1 otherwise), else
+ * prologue_head (records: prologue_rec).  rule: the prologue rule's bit.
+ * Returns the index of the first function Python must write (n when
+ * none), or -1 on a write error.
+ */
+long
+kk_json_emit_many(int fd, const uint8_t *buf, size_t first, size_t n,
+    const uint64_t *start, const uint64_t *len, const uint64_t *limit,
+    const uint64_t *address, const char *strings, const int64_t *head,
+    const int64_t *excl_head, const int64_t *excl_rec, unsigned rule,
+    const char *head_ok, const char *prologue_head, const char *prologue_rec)
+{
+	struct kk_out o;
+	const char *excluded, *refused_head;
+	size_t k;
+	int eligible, rv;
+
+	for (k = first; k < n; k++) {
+		if (kk_grow(kk_olen + KK_FLUSH_AT) != 0)
+			return (-1);
+		excluded = excl_rec[k] >= 0 ? strings + excl_rec[k] : NULL;
+		refused_head = excl_head[k] >= 0 ? strings + excl_head[k] :
+		    prologue_head;
+		for (;;) {
+			o.p = kk_obuf + kk_olen;
+			o.end = kk_obuf + kk_ocap;
+			o.full = 0;
+			o.ascii = 1;
+			kk_puts(&o, strings + head[k]);
+			rv = kk_function(&o, buf + start[k], len[k], limit[k],
+			    address[k], excluded, rule, prologue_rec, head_ok,
+			    refused_head, "]}\n", &eligible);
+			if (!o.full)
+				break;
+			if (kk_grow(kk_ocap * 2) != 0)
+				return (-1);
+		}
+		if (rv != KK_NEXT)
+			return ((long)k);
+		kk_olen = (size_t)(o.p - kk_obuf);
+		if (kk_olen >= KK_FLUSH_AT && fd >= 0 && kk_json_flush(fd) != 0)
+			return (-1);
+	}
+	return ((long)n);
+}

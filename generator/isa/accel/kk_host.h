@@ -1,0 +1,96 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kk_host.h: the analysis's walk over an image's functions, on the host.
+ *
+ * One shared library per ISA (generator/isa/host.py builds it): the ISA's
+ * portable core (sys/modules/kinst/<arch>/kinst_core.c, whose
+ * kinst_core_dissect() is the one implementation of kinst's rule for an
+ * instruction), the ISA's step (generator/isa/<arch>/accel/kk_walk.c:
+ * where the next instruction ends, capstone's text for it, the checks
+ * that need that text, the prologue rule) and this generic part
+ * (kk_host.c): a function becomes one struct kk_row per instruction, and
+ * what the analysis prints is made from rows -- counts for a summary, the
+ * JSON records of every instruction, rows handed to Python for a table.
+ * Nothing here knows an ISA's rule; what it formats comes from Python as
+ * data (kk_init()), and the row layout is told to Python (kk_layout()).
+ */
+
+#ifndef KK_HOST_H
+#define	KK_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kinst_core.h"
+
+/* One instruction of a function, as the walk found and classified it. */
+struct kk_row {
+	uint64_t	kr_target;	/* a direct branch's target (KK_R_TARGET) */
+	uint32_t	kr_off;		/* from the function's start */
+	uint32_t	kr_text;	/* its text in the arena, or KK_NO_TEXT */
+	uint32_t	kr_cache;	/* 1 + its slot in the cache (kk_cache_get()) */
+	uint8_t		kr_len;
+	uint8_t		kr_reason;	/* 0, or why it is refused: kk_init()'s */
+	uint8_t		kr_flags;	/* KK_R_* */
+	uint8_t		kr_class;	/* the ISA's class of it, for its JSON */
+	struct kinst_md	kr_md;		/* kinst_core_dissect()'s metadata */
+};
+
+#define	KK_R_TARGET	0x01	/* kr_target is set */
+#define	KK_R_CACHEABLE	0x02	/* nothing in it depends on its address */
+
+#define	KK_NO_TEXT	0xffffffffu
+
+/* What a step or a walk says. */
+#define	KK_NEXT		0	/* one more row */
+#define	KK_DEFER	1	/* Python must do this function */
+#define	KK_ERROR	2	/* the rule and capstone disagree: Python says how */
+#define	KK_FULL		3	/* no room for another row */
+
+/* How much text a walk keeps. */
+#define	KK_TEXT_NONE	0
+#define	KK_TEXT_REFUSED	1	/* of refused instructions: their reasons */
+#define	KK_TEXT_ALL	2
+
+/* A field of struct kk_row, for Python (kk_layout()). */
+struct kk_field {
+	const char	*kf_name;
+	uint32_t	kf_off;
+	uint32_t	kf_size;
+	uint32_t	kf_signed;
+};
+
+#define	KK_FIELD(f, s)	{ #f, (uint32_t)offsetof(struct kk_row, f),	\
+	(uint32_t)sizeof(((struct kk_row *)0)->f), (s) }
+
+/*
+ * The generic part, for the ISA's step: a row's text (capstone's mnemonic
+ * and operands, and what a refusal's reason starts with) in the arena,
+ * the mnemonics refused by name (kk_init()), and the rows of instructions
+ * already classified, by their bytes.
+ */
+uint32_t kk_text_add(const char *, const char *, const char *);
+unsigned kk_name_reason(const char *);
+int	kk_cache_get(const uint8_t *, size_t, int, struct kk_row *);
+void	kk_cache_add(const uint8_t *, size_t, struct kk_row *);
+
+
+/*
+ * The ISA's step (<arch>/accel/kk_walk.c): the fields of its struct
+ * kinst_md; opening its decoder; a function's instructions (code[0, len),
+ * its own bytes ending at limit, at address) into rows[0, cap), with or
+ * without text (KK_TEXT_*), *n of them; one
+ * instruction with capstone's text for it; the prologue rules a function
+ * passes, bit i the ISA's rule i (Isa.prologue_reasons, in order).
+ */
+extern const struct kk_field kk_isa_fields[];
+int	kk_isa_open(void);
+int	kk_isa_walk(const uint8_t *, size_t, size_t, uint64_t, int,
+	    struct kk_row *, size_t, size_t *);
+int	kk_isa_classify(const uint8_t *, size_t, uint64_t, const char *,
+	    const char *, struct kk_row *);
+unsigned kk_isa_prologue(const uint8_t *, size_t, const struct kk_row *,
+	    size_t);
+
+#endif

@@ -1,0 +1,449 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kk_walk.c: the amd64 step of the analysis's walk (../../accel/kk_host.h).
+ *
+ * Where an instruction ends comes from capstone, the decoder of record
+ * (the library its Python binding ships), or from kk_opmap.inc, a table
+ * generator/isa/amd64/opmap.py derives from capstone: one lookup per
+ * instruction where the table knows the encoding's length and the refusal
+ * its mnemonic carries, and, for a summary or a table, the core's verdict
+ * where that is the same for every instruction of the encoding.  What kinst makes of the instruction is
+ * kinst_core_dissect()'s, the portable core's (the kernel's own rule);
+ * this file adds what needs capstone's text: the refusals by mnemonic
+ * (generator/isa/amd64/tables.py's REFUSED, handed over by kk_init()),
+ * the check that capstone sees the same %rip-relative operand, and the
+ * function-wide facts Python decides (undecodable bytes, capstone's
+ * lengths that decode.py corrects, the %gs regions), which send the whole
+ * function to Python (KK_DEFER).
+ */
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <capstone/capstone.h>
+
+#include "kk_host.h"
+#include "kk_opmap.inc"
+
+static csh kk_cs;
+static cs_insn *kk_insn;
+static unsigned long kk_decoded;	/* instructions capstone decoded here */
+
+/* From tables.py (kk_amd64_init()). */
+static unsigned kk_ss_reason;		/* SS_LOAD_REASON's code */
+static int kk_prologue_opcode = -1;	/* push %rbp */
+static const char *const *kk_fixed;	/* mnemonics decode.py re-sizes */
+static unsigned kk_nfixed;
+
+/* The parts of struct kinst_md Python reads (generic ones: kk_host.c). */
+const struct kk_field kk_isa_fields[] = {
+	KK_FIELD(kr_md.km_kind, 0),
+	KK_FIELD(kr_md.km_flags, 0),
+	KK_FIELD(kr_md.km_instlen, 0),
+	KK_FIELD(kr_md.km_tinstlen, 0),
+	KK_FIELD(kr_md.km_dispoff, 0),
+	KK_FIELD(kr_md.km_reg1, 1),
+	KK_FIELD(kr_md.km_reg2, 1),
+	KK_FIELD(kr_md.km_scale, 0),
+	KK_FIELD(kr_md.km_disp, 1),
+	KK_FIELD(kr_md.km_template, 0),
+	{ NULL, 0, 0, 0 }
+};
+
+/* How many instructions capstone decoded for the walks: the tests check the table carries them. */
+unsigned long
+kk_amd64_decoded(void)
+{
+
+	return (kk_decoded);
+}
+
+void
+kk_amd64_init(unsigned ss_reason, int prologue_opcode,
+    const char *const *fixed, unsigned nfixed)
+{
+
+	kk_ss_reason = ss_reason;
+	kk_prologue_opcode = prologue_opcode;
+	kk_fixed = fixed;
+	kk_nfixed = nfixed;
+}
+
+int
+kk_isa_open(void)
+{
+
+	if (kk_insn != NULL)
+		return (0);
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, &kk_cs) != CS_ERR_OK ||
+	    cs_option(kk_cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK ||
+	    (kk_insn = cs_malloc(kk_cs)) == NULL)
+		return (-1);
+	return (0);
+}
+
+/*
+ * One instruction in the table: its length, and the attribute of its
+ * encoding (kk_opmap.inc); 0 where the table does not know it (capstone
+ * decides).  p[0, limit) holds it.
+ */
+static size_t
+kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
+{
+	size_t i;
+	unsigned b, map, modrm, mod, pfx, rex, lock, opsize, rep, key, top;
+
+	lock = opsize = rep = rex = 0;
+	for (i = 0;; i++) {
+		if (i >= limit)
+			return (0);
+		b = p[i];
+		if (b == 0xf0)
+			lock = 1;
+		else if (b == 0xf2 || b == 0xf3)
+			rep = b;
+		else if (b == 0x66)
+			opsize = 1;
+		else if (b == 0x67)
+			return (0);
+		else if (b != 0x26 && b != 0x2e && b != 0x36 && b != 0x3e &&
+		    b != 0x64 && b != 0x65)
+			break;
+	}
+	if ((b & 0xf0) == 0x40) {
+		rex = (b & 0x08) != 0 ? 2 : 1;
+		if (++i >= limit)
+			return (0);
+		b = p[i];
+		/* A prefix after REX cancels it: capstone decides. */
+		if ((b & 0xf0) == 0x40 || b == 0xf0 || b == 0xf2 ||
+		    b == 0xf3 || b == 0x66 || b == 0x67 || b == 0x26 ||
+		    b == 0x2e || b == 0x36 || b == 0x3e || b == 0x64 ||
+		    b == 0x65)
+			return (0);
+	}
+	/* The prefix classes of opmap.PFX. */
+	pfx = rep == 0xf3 ? 2 : rep == 0xf2 ? 3 : opsize;
+	if (opsize && rep)
+		pfx += 2;
+	map = 0;
+	if (b == 0x0f) {
+		if (++i >= limit)
+			return (0);
+		b = p[i];
+		map = 1;
+		if (b == 0x38 || b == 0x3a) {
+			map = b == 0x38 ? 2 : 3;
+			if (++i >= limit)
+				return (0);
+			b = p[i];
+		} else if (b == 0x0f)
+			return (0);	/* 3DNow! */
+	} else if (b == 0xc4 || b == 0xc5 || b == 0x62)
+		return (0);		/* VEX, EVEX */
+	i++;
+	key = (((map * 256 + b) * KK_NPFX + pfx) * KK_NREX + rex) * 2 + lock;
+	modrm = i < limit ? p[i] : 0;
+	top = kk_top[key];
+	/* A cell per reg field: memory, %rip-relative, register r/m 0-7. */
+	*attr = (top & KK_ROW) != 0 ? kk_cells[top & ~KK_ROW][((modrm >> 3) &
+	    7) * 10 + (modrm >> 6 == 3 ? 2 + (modrm & 7) :
+	    (modrm & 0xc7) == 0x05)] : top;
+	if ((*attr & KK_KNOWN) == 0)
+		return (0);
+	if ((*attr & KK_HAS_MODRM) != 0) {
+		if (i >= limit)
+			return (0);
+		mod = modrm >> 6;
+		i++;
+		if (mod != 3 && (modrm & 7) == 4) {
+			if (i >= limit)
+				return (0);
+			if (mod == 0 && (p[i] & 7) == 5)
+				i += 4;
+			i++;
+		}
+		if (mod == 1)
+			i += 1;
+		else if (mod == 2 || (mod == 0 && (modrm & 7) == 5))
+			i += 4;
+	}
+	i += kk_imm_size[*attr & KK_IMM];
+	return (i > KINST_MAX_INSN || i > limit ? 0 : i);
+}
+
+/*
+ * The operands' %rip-relative displacement must be the one
+ * kinst_core_dissect() read from the ModR/M operand: 0 when it is not, or
+ * when the text is not one this reads with certainty (Python then says
+ * which).
+ */
+static int
+kk_cross_check(const char *ops, int rip_modrm, long long disp)
+{
+	const char *at, *r, *e, *s;
+	long long v;
+	int neg;
+
+	at = strstr(ops, "(%rip)");
+	r = strstr(ops, "(%eip)");
+	if (at == NULL || (r != NULL && r < at))
+		at = r;
+	if (at == NULL)
+		return (!rip_modrm);
+	if (!rip_modrm)
+		return (0);
+	e = at;
+	for (s = e; s > ops && strchr("0123456789abcdef", s[-1]) != NULL; s--)
+		;
+	if (s - ops >= 2 && s[-1] == 'x' && s[-2] == '0' && s < e) {
+		neg = s - ops >= 3 && s[-3] == '-';
+		for (v = 0; s < e; s++)
+			v = v * 16 + (*s <= '9' ? *s - '0' : *s - 'a' + 10);
+	} else {
+		for (s = e; s > ops && s[-1] >= '0' && s[-1] <= '9'; s--)
+			;
+		if (s < e && strchr("abcdef", e[-1]) != NULL)
+			return (0);
+		neg = s > ops && s[-1] == '-';
+		for (v = 0; s < e; s++)
+			v = v * 10 + (*s - '0');
+	}
+	return ((neg ? -v : v) == disp);
+}
+
+static int
+kk_ends(const char *s, const char *suffix)
+{
+	size_t n, m;
+
+	n = strlen(s);
+	m = strlen(suffix);
+	return (n >= m && strcmp(s + n - m, suffix) == 0);
+}
+
+/* The last word of a mnemonic ("rep stosq", "notrack jmpq"). */
+static const char *
+kk_base(const char *mnemonic)
+{
+	const char *sp;
+
+	sp = strrchr(mnemonic, ' ');
+	return (sp == NULL ? mnemonic : sp + 1);
+}
+
+/*
+ * The row of b[0, len) at 'address' whose reason code by mnemonic is
+ * 'named' (0: none): kinst_core_dissect()'s metadata, the refusal (the
+ * mnemonic's, else the core's), and a direct branch's target.  KK_NEXT, or
+ * KK_ERROR for bytes the core cannot read.
+ */
+static int
+kk_row_of(const uint8_t *b, size_t len, uint64_t address, unsigned named,
+    struct kk_row *row)
+{
+	int rc;
+
+	row->kr_len = (uint8_t)len;
+	row->kr_flags = KK_R_CACHEABLE;
+	row->kr_class = 0;
+	row->kr_cache = 0;
+	row->kr_target = 0;
+	row->kr_text = KK_NO_TEXT;
+	rc = kinst_core_dissect(b, (kc_uint32_t)len, &row->kr_md);
+	if (rc < 0)
+		return (KK_ERROR);
+	row->kr_reason = (uint8_t)(named != 0 ? named : (unsigned)rc);
+	row->kr_target = kinst_core_branch_target(&row->kr_md, address);
+	if (row->kr_md.km_kind == KINST_K_JMP32 ||
+	    row->kr_md.km_kind == KINST_K_JCC32 ||
+	    row->kr_md.km_kind == KINST_K_JMP_WIDEN ||
+	    row->kr_md.km_kind == KINST_K_JCC_WIDEN ||
+	    row->kr_md.km_kind == KINST_K_CALL_DIRECT)
+		row->kr_flags = KK_R_TARGET;
+	return (KK_NEXT);
+}
+
+/*
+ * The reason code of a refusal by capstone's mnemonic, or 0: its last word
+ * among tables.py's REFUSED, or a load of %ss (which shadows the next
+ * instruction: in a trampoline, the jump back).  opmap.py asks this too.
+ */
+unsigned
+kk_amd64_named(const char *mnemonic, const char *operands)
+{
+	const char *base;
+	unsigned named;
+
+	base = kk_base(mnemonic);
+	named = kk_name_reason(base);
+	if (named == 0 && strncmp(base, "mov", 3) == 0 &&
+	    kk_ends(operands, ", %ss"))
+		named = kk_ss_reason;
+	return (named);
+}
+
+/*
+ * For opmap.py: kk_row_of()'s verdict on b[0, len) whose reason by
+ * mnemonic is 'named': its kind and reason, or -1.
+ */
+int
+kk_amd64_verdict(const uint8_t *b, size_t len, unsigned named,
+    unsigned *kind, unsigned *reason)
+{
+	struct kk_row row;
+
+	if (kk_row_of(b, len, 0, named, &row) != KK_NEXT)
+		return (-1);
+	*kind = row.kr_md.km_kind;
+	*reason = row.kr_reason;
+	return (0);
+}
+
+/*
+ * The row of b[0, len) at 'address' with capstone's text for it, which
+ * must agree with the core's %rip-relative operand: KK_NEXT, or KK_ERROR
+ * (Python re-classifies it, and says what disagrees).
+ */
+int
+kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
+    const char *mnemonic, const char *operands, struct kk_row *row)
+{
+	const char *base;
+	unsigned named;
+	int rip;
+
+	base = kk_base(mnemonic);
+	named = kk_amd64_named(mnemonic, operands);
+	if (kk_row_of(b, len, address, named, row) != KK_NEXT)
+		return (KK_ERROR);
+	rip = row->kr_md.km_kind == KINST_K_RIPREL ||
+	    row->kr_md.km_kind == KINST_K_CALL_RIPREL;
+	if ((rip || strstr(operands, "ip)") != NULL) &&
+	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
+		return (KK_ERROR);
+	/* capstone prints a relative operand's address: not cacheable. */
+	if (operands[0] == '0' && operands[1] == 'x')
+		row->kr_flags &= ~KK_R_CACHEABLE;
+	row->kr_text = kk_text_add(mnemonic, operands, base);
+	return (KK_NEXT);
+}
+
+static int
+kk_is_fixed(const char *mnemonic)
+{
+	unsigned i;
+
+	for (i = 0; i < kk_nfixed; i++)
+		if (strcmp(mnemonic, kk_fixed[i]) == 0)
+			return (1);
+	return (0);
+}
+
+/*
+ * The instruction at code[off, len) of a function whose own bytes end at
+ * limit, at address, into *row: KK_NEXT, KK_DEFER or KK_ERROR.
+ */
+static inline int
+kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
+    uint64_t address, int text, struct kk_row *row)
+{
+	const uint8_t *p;
+	uint64_t a;
+	size_t n, tlen;
+	unsigned attr;
+	int rv;
+
+	p = code + off;
+	tlen = kk_table_length(p, limit - off, &attr);
+	if (tlen != 0 && text != KK_TEXT_ALL && (attr & KK_VERDICT) != 0 &&
+	    (text == KK_TEXT_NONE || ((attr >> KK_REASON_SHIFT) == 0 &&
+	    (attr & KK_KIND) >> KK_KIND_SHIFT != KINST_K_RIPREL))) {
+		/*
+		 * The core's verdict on every instruction of the class, as
+		 * opmap.py found it, and no metadata: a summary needs none,
+		 * a table a riprel rel32's place (km_dispoff), which the
+		 * core says.
+		 */
+		row->kr_off = (uint32_t)off;
+		row->kr_len = (uint8_t)tlen;
+		row->kr_reason = (uint8_t)(attr >> KK_REASON_SHIFT);
+		row->kr_md.km_kind = (uint8_t)((attr & KK_KIND) >> KK_KIND_SHIFT);
+		row->kr_md.km_dispoff = 0;
+		row->kr_flags = 0;
+		row->kr_text = KK_NO_TEXT;
+		row->kr_cache = 0;
+		return (KK_NEXT);
+	}
+	if (tlen != 0 && text != KK_TEXT_ALL) {
+		/* The table's length and refusal by name; the core's rule. */
+		if (kk_row_of(p, tlen, address + off, attr >> KK_REASON_SHIFT,
+		    row) == KK_NEXT && (text == KK_TEXT_NONE ||
+		    row->kr_reason == 0)) {
+			row->kr_off = (uint32_t)off;
+			return (KK_NEXT);
+		}
+	} else if (tlen != 0 && kk_cache_get(p, tlen, 1, row)) {
+		row->kr_off = (uint32_t)off;
+		return (KK_NEXT);
+	}
+	/* capstone: text, or what the table does not know. */
+	kk_decoded++;
+	n = len - off;
+	a = address + off;
+	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
+	    kk_is_fixed(kk_insn->mnemonic) ||
+	    kk_ends(kk_insn->op_str, "%gs") ||
+	    strncmp(kk_insn->mnemonic, "lgs", 3) == 0)
+		return (KK_DEFER);
+	rv = kk_isa_classify(code + off, kk_insn->size, address + off,
+	    kk_insn->mnemonic, kk_insn->op_str, row);
+	if (rv != KK_NEXT)
+		return (rv);
+	row->kr_off = (uint32_t)off;
+	if (tlen == kk_insn->size)
+		kk_cache_add(code + off, tlen, row);
+	if (text == KK_TEXT_NONE)
+		row->kr_text = KK_NO_TEXT;
+	return (KK_NEXT);
+}
+
+int
+kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
+    int text, struct kk_row *rows, size_t cap, size_t *n)
+{
+	size_t off;
+	int rv;
+
+	*n = 0;
+	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
+		if (*n == cap)
+			return (KK_FULL);
+		rv = kk_step(code, len, off, limit, address, text, rows);
+		if (rv != KK_NEXT)
+			return (rv);
+		if (off + rows->kr_len > limit)
+			return (KK_DEFER);	/* past the symbol's end */
+	}
+	return (KK_NEXT);
+}
+
+/*
+ * The prologue rules a function passes, from its rows: bit 0 (tables.py's
+ * PROLOGUE_RULES "any"), some instruction starts with push %rbp; bit 1
+ * ("first", kinst 14.0), the first one does.
+ */
+unsigned
+kk_isa_prologue(const uint8_t *code, size_t limit, const struct kk_row *rows,
+    size_t n)
+{
+	size_t i;
+
+	if (limit > 0 && code[0] == kk_prologue_opcode)
+		return (3);
+	for (i = 0; i < n; i++)
+		if (code[rows[i].kr_off] == kk_prologue_opcode)
+			return (1);
+	return (0);
+}
