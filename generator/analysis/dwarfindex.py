@@ -1,22 +1,25 @@
 """The line and inline index of one image: what source-line and inline-function probes are looked up in.
 
-An image's DWARF is large and pyelftools reads it at tens of thousands of
-DIEs a second, so the facts the probe modes need are read once
-(``dwarfread.build``) into this index of flat arrays, cached per build-id
-(``indexcache``), and every later query is a few binary searches:
+An image's DWARF is large, so the facts the probe modes need are read once
+per compilation unit (``dwarfread``), cached (``indexcache``), and joined
+into this index of flat arrays for the units a query can match; every
+question is then a few binary searches:
 
 - line rows, in address order: the address where each row starts, its
   file, line and ``is_stmt``; an END row closes each sequence.  Rows that
-  own no bytes (a later row starts at the same address) are dropped, so the
-  row covering an address is the last one at or below it, as in every
-  DWARF consumer;
+  own no bytes (a later row starts at the same address: the row's "views")
+  are kept, for gdb breaks on them; the row covering an address is the last
+  one at or below it, as in every DWARF consumer;
 - the same rows ordered by (file, line, address), for ``FILE:LINE``;
 - concrete subprograms (functions with code: out-of-line definitions, and
   out-of-line instances of inline functions), each with its ranges as the
   DWARF lists them and its inlined copies;
 - inlined copies (``DW_TAG_inlined_subroutine``): the inline function's
   name, nesting depth, call site, and ranges as listed (the first listed
-  range holds the entry, as kinst's inline tracing takes it).
+  range holds the entry, as kinst's inline tracing takes it);
+- the lexical blocks that declare a name, with their ranges: with the
+  inlined copies and the subprograms, the blocks gdb's ``break`` keeps one
+  location per.
 
 Addresses are the image's link-time addresses; code the linker discarded
 (DWARF left at address 0 or a tombstone) is not indexed.
@@ -38,7 +41,7 @@ NAME_DECLARED = 2  # name flag: some subprogram DIE has this name
 
 # Every array of the index: its name and typecode ('Q' addresses and keys, 'I' indices, 'B' flags).
 ARRAYS: Tuple[Tuple[str, str], ...] = (
-    ("row_addr", "Q"), ("row_file", "I"), ("row_line", "I"), ("row_flags", "B"),
+    ("row_addr", "Q"), ("row_file", "I"), ("row_line", "I"), ("row_flags", "B"), ("row_view", "H"),
     ("line_rows", "I"), ("line_keys", "Q"),
     ("sub_name", "I"), ("sub_file", "I"), ("sub_line", "I"),
     ("sub_rng_first", "I"), ("sub_rng_count", "I"), ("sub_inl_first", "I"), ("sub_inl_count", "I"),
@@ -47,13 +50,15 @@ ARRAYS: Tuple[Tuple[str, str], ...] = (
     ("inl_rng_first", "I"), ("inl_rng_count", "I"), ("inl_sub", "I"),
     ("rng_low", "Q"), ("rng_high", "Q"),
     ("name_flags", "B"),
+    ("sub_die", "Q"), ("sub_blk_first", "I"), ("sub_blk_count", "I"), ("inl_scope", "I"),
+    ("blk_scope", "I"), ("blk_rng_first", "I"), ("blk_rng_count", "I"), ("blk_sub", "I"),
 )
 
 
 @dataclass
 class DwarfIndex:
-    """The index of one image (see the module docstring).  Built by ``dwarfread.build``,
-    loaded by ``indexcache.load``; never changed after that."""
+    """The index of some or all units of one image (see the module docstring).  Joined by ``dwarfread.merge``
+    from parts ``indexcache`` keeps; never changed after that."""
 
     build_id: str
     image: str  # the image it was built for (informational: the cache is keyed by build-id)
@@ -64,6 +69,7 @@ class DwarfIndex:
     row_file: array
     row_line: array
     row_flags: array
+    row_view: array  # the row's view at its address (DWARF 5 location views; 0 where the address advances)
     line_rows: array  # row indices by (file, line, address)
     line_keys: array  # file << 32 | line of each, for bisect
     sub_name: array
@@ -86,6 +92,14 @@ class DwarfIndex:
     rng_low: array
     rng_high: array
     name_flags: array
+    sub_die: array  # .debug_info offset of the subprogram's DIE (its variables are read from there)
+    sub_blk_first: array  # its lexical blocks that declare something: blk_*[first:first + count]
+    sub_blk_count: array
+    inl_scope: array  # nesting among the subprogram's scopes (inlined copies and lexical blocks); 0: directly in it
+    blk_scope: array
+    blk_rng_first: array
+    blk_rng_count: array
+    blk_sub: array
 
     def __post_init__(self) -> None:
         self._by_name: Optional[Dict[str, int]] = None
@@ -93,7 +107,8 @@ class DwarfIndex:
     # -- lines --------------------------------------------------------------
 
     def row_at(self, address: int) -> Optional[int]:
-        """The row covering ``address``, or None when no line-table sequence does."""
+        """The row covering ``address`` (the last of the rows that start there), or None when no line-table
+        sequence does."""
         i = bisect.bisect_right(self.row_addr, address) - 1
         if i < 0 or self.row_flags[i] & FLAG_END:
             return None
@@ -187,6 +202,49 @@ class DwarfIndex:
                     break
         hits.sort(key=lambda i: -self.inl_depth[i])
         return hits
+
+    def block_at(self, address: int) -> Optional[Tuple[str, int]]:
+        """The innermost of gdb's blocks holding ``address``: ("inl", copy), ("blk", lexical block that
+        declares something) or ("sub", subprogram); None outside every subprogram."""
+        sub = self.sub_at(address)
+        if sub is None:
+            return None
+        best: Tuple[str, int] = ("sub", sub)
+        depth = -1
+        first = self.sub_inl_first[sub]
+        for inl in range(first, first + self.sub_inl_count[sub]):
+            if self.inl_scope[inl] > depth and self._holds(self.inl_rng_first[inl], self.inl_rng_count[inl], address):
+                best, depth = ("inl", inl), self.inl_scope[inl]
+        first = self.sub_blk_first[sub]
+        for blk in range(first, first + self.sub_blk_count[sub]):
+            if self.blk_scope[blk] > depth and self._holds(self.blk_rng_first[blk], self.blk_rng_count[blk], address):
+                best, depth = ("blk", blk), self.blk_scope[blk]
+        return best
+
+    def _holds(self, first: int, count: int, address: int) -> bool:
+        for k in range(first, first + count):
+            if self.rng_low[k] <= address < self.rng_high[k]:
+                return True
+        return False
+
+    def owns(self, row: int) -> bool:
+        """True when ``row`` owns bytes: no later row of its sequence starts at its address."""
+        nxt = row + 1
+        return nxt >= len(self.row_addr) or self.row_addr[nxt] != self.row_addr[row] or bool(
+            self.row_flags[row] & FLAG_END)
+
+    def rows_at(self, row: int) -> range:
+        """The rows of ``row``'s sequence at its address (its views), in program order."""
+        addr = self.row_addr[row]
+        lo = row
+        while lo > 0 and self.row_addr[lo - 1] == addr and not self.row_flags[lo - 1] & FLAG_END:
+            lo -= 1
+        hi = row + 1
+        n = len(self.row_addr)
+        while hi < n and self.row_addr[hi] == addr and not self.row_flags[hi - 1] & FLAG_END \
+                and not self.row_flags[hi] & FLAG_END:
+            hi += 1
+        return range(lo, hi)
 
     def name_id(self, name: str) -> Optional[int]:
         if self._by_name is None:

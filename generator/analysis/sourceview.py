@@ -11,10 +11,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .inlines import InlineCopy
 from .lines import LineSite
+from .variables import Reading, Variable
 from .records import STATUS_OK
 from ..image.elf import Function
 
 NOT_STMT = "*"  # marks a site whose row is not is_stmt
+NO_BYTES = "="  # marks a site whose row owns no bytes: the instruction starts the next row's line too
 REFUSED = "!"  # marks a site kinst refuses
 
 
@@ -36,12 +38,16 @@ def line_text(spec: str, sites: Sequence[LineSite]) -> str:
             f"function{'s' if funcs != 1 else ''}, {ok} traceable")
     lines = [head]
     for s in sites:
-        stmt = " " if s.is_stmt else NOT_STMT
+        marks = (" " if s.is_stmt else NOT_STMT) + (" " if s.owns else NO_BYTES)
         inl = f"  [inlined: {' < '.join(s.inlined)}]" if s.inlined else ""
-        lines.append(f"{probe_name(s.function, s.offset):<32} {s.address:#x} {stmt} "
-                     f"{_verdict(s.status, s.kind, s.reason)}{inl}")
+        view = f"  [view {s.view}]" if s.view else ""
+        lines.append(f"{probe_name(s.function, s.offset):<32} {s.address:#x} {marks} "
+                     f"{_verdict(s.status, s.kind, s.reason)}{inl}{view}")
     if any(not s.is_stmt for s in sites):
         lines.append(f"({NOT_STMT}: the line table does not mark the site is_stmt)")
+    if any(not s.owns for s in sites):
+        lines.append(f"({NO_BYTES}: the line begins here with no bytes of its own: the instruction is also the "
+                     "first of the next line in the table, as at a call whose code is all the inlined callee's)")
     return "\n".join(lines)
 
 
@@ -119,4 +125,20 @@ def inline_text(name: str, copies: Sequence[InlineCopy]) -> str:
         for s in c.sites:
             lines.append(f"  {s.role:<7} {probe_name(s.function, s.offset):<32} {s.address:#x} "
                          f"{_verdict(s.status, s.kind, s.reason)}")
+    return "\n".join(lines)
+
+
+def vars_text(site: LineSite, variables: Sequence[Variable], readings: Sequence[Reading]) -> str:
+    """``probes --vars``: the site's line as ``--line`` prints it, then one line per variable in scope: name, C
+    type, what it is, and its value as D, or why it has none here."""
+    where = f"{site.file}:{site.line}" if site.line else "(no line)"
+    inl = f"  [inlined: {' < '.join(site.inlined)}]" if site.inlined else ""
+    lines = [f"{probe_name(site.function, site.offset):<32} {site.address:#x} {where}  "
+             f"{_verdict(site.status, site.kind, site.reason)}{inl}"]
+    if not variables:
+        lines.append("    (no variable is in scope here)")
+    for v, r in zip(variables, readings):
+        owner = f"{v.kind} of {v.function}" + (" (inlined)" if v.inlined else "")
+        value = r.d if r.d else f"not available: {r.reason}"
+        lines.append(f"    {v.name:<16} {v.ctype.name:<28} {owner:<34} {value}")
     return "\n".join(lines)

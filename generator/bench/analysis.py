@@ -102,9 +102,16 @@ def fetch_vmlinux() -> str:
         debs = list(Path(tmp).glob("*.deb"))
         if got.returncode != 0 or not debs:
             raise UserError(f"apt-get download {names[0]} failed: {(got.stderr or got.stdout).strip()[:200]}")
-        cmd = f"dpkg --fsys-tarfile {debs[0]} | tar -x -C {VMLINUX_DIR} --wildcards './usr/lib/debug/boot/vmlinux-*'"
+        # Extracted beside the cache entry and renamed into it: another session's cached_vmlinux() never sees
+        # half a file.
+        cmd = f"dpkg --fsys-tarfile {debs[0]} | tar -x -C {tmp} --wildcards './usr/lib/debug/boot/vmlinux-*'"
         if subprocess.run(cmd, shell=True).returncode != 0:
             raise UserError(f"could not extract the vmlinux from {debs[0].name}")
+        debs[0].unlink()
+        for got_file in Path(tmp).glob("usr/lib/debug/boot/vmlinux-*"):
+            dest = VMLINUX_DIR / got_file.relative_to(tmp)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(got_file, dest)
     have = cached_vmlinux()
     if not have:
         raise UserError(f"{names[0]} holds no usr/lib/debug/boot/vmlinux-*")

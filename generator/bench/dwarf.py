@@ -12,8 +12,14 @@ its Debian source package, ``bench.debsrc``; or ``--dwarf-image``):
   sites' addresses; and the query alone in this process (index load plus
   the answer), the "well under a second" the issue asks for.
 
-Medians of ``repeat`` runs.  Results go to ``bench/results/dwarf.json`` and
-a short ``dwarf.md`` that names the commands.
+Medians of ``repeat`` runs.  Then, on a whole kernel's debug info (the
+vmlinux the analysis bench fetches, Debian's linux-image-amd64-dbg, when it
+is cached): the first ``--line`` query with an empty cache, the same query
+cached, and ``--vars`` at one of its sites, as commands, beside gdb (``info
+line``, ``info scope``), llvm-symbolizer and llvm-dwarfdump doing the same
+lookup in the same run, seconds and peak RSS (``bench_kernel``).  Results go
+to ``bench/results/dwarf.json`` and a short ``dwarf.md`` that names the
+commands.
 """
 
 from __future__ import annotations
@@ -141,8 +147,125 @@ def bench_dwarf(out_dir: Path, image: Optional[str] = None, repeat: int = 3) -> 
         "goal": "queries after the first well under a second",
         "goal_met": in_process < 1.0 and max(cli_line, cli_inline) < 1.0,
     }
+    result["kernel"] = bench_kernel(repeat)
     _write(out_dir, result)
     return result
+
+
+# The kernel query the issue timed gdb on, and the kernel it is a line of (Debian's 6.1 -dbg vmlinux).
+KERNEL_LINE = "mm/filemap.c:2737"
+
+
+def _timed_rss(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+    """Wall seconds and peak RSS (MB) of ``cmd``, by GNU time; a UserError when it fails."""
+    with tempfile.NamedTemporaryFile(prefix="kinstkit-time-") as out:
+        proc = subprocess.run(["/usr/bin/time", "-o", out.name, "-f", "%e %M", *cmd], capture_output=True,
+                              text=True, cwd=REPO, env={**os.environ, "CI": "1", **(env or {})})
+        if proc.returncode != 0:
+            err = (proc.stderr.strip().splitlines() or [""])[-1]
+            raise UserError(f"bench: {' '.join(cmd[:4])} failed ({proc.returncode}): {err}")
+        secs, kb = Path(out.name).read_text().split()[-2:]
+    return {"seconds": float(secs), "rss_mb": round(int(kb) / 1024, 1), "stdout": proc.stdout}
+
+
+def _best(runs: List[Dict[str, float]]) -> Dict[str, float]:
+    return {"seconds": min(r["seconds"] for r in runs), "rss_mb": max(r["rss_mb"] for r in runs)}
+
+
+def bench_kernel(repeat: int = 3) -> Dict[str, object]:
+    """The first ``--line`` query on a whole kernel's debug info (cold: an empty cache), the same query
+    cached, and ``--vars`` at one of its sites, each beside gdb (``info line``, ``info scope``) and
+    llvm-symbolizer doing the same lookup in the same run: seconds (the fastest run) and peak RSS."""
+    from .analysis import cached_vmlinux
+
+    vmlinux = cached_vmlinux()
+    gdb, symbolizer, dwarfdump = shutil.which("gdb"), shutil.which("llvm-symbolizer"), shutil.which("llvm-dwarfdump")
+    if not vmlinux or not gdb or not symbolizer or not dwarfdump or not os.path.exists("/usr/bin/time"):
+        return {"skipped": "needs the bench's vmlinux (invoke bench --with-vmlinux), gdb, llvm-symbolizer, "
+                           "llvm-dwarfdump and GNU time (/usr/bin/time)"}
+    base = [sys.executable, "-m", "generator", "probes", "--kernel", vmlinux, "--line", KERNEL_LINE]
+    with tempfile.TemporaryDirectory(prefix="kinstkit-bench-kernel-") as tmp:
+        cold = []
+        for i in range(repeat):
+            cold.append(_timed_rss(base + ["--json"], {"KINSTKIT_CACHE": str(Path(tmp) / f"c{i}")}))
+        warm_env = {"KINSTKIT_CACHE": str(Path(tmp) / "c0")}
+        warm = _best([_timed_rss(base + ["--json"], warm_env) for _ in range(repeat)])
+        sites = [json.loads(line) for line in cold[0]["stdout"].splitlines()]
+        site = next((s for s in sites if s["is_stmt"] and s["status"] == "ok"), sites[0])
+        address = f"{site['address']:#x}"
+        vars_cmd = [sys.executable, "-m", "generator", "probes", "--kernel", vmlinux, "--function", site["function"],
+                    "--offset", str(site["offset"]), "--vars"]
+        vars_warm = _best([_timed_rss(vars_cmd, warm_env) for _ in range(repeat)])
+        vars_cold = _best([_timed_rss(vars_cmd, {"KINSTKIT_CACHE": str(Path(tmp) / f"v{i}")})
+                           for i in range(repeat)])
+    gdb_line = _best([_timed_rss([gdb, "-nx", "-batch", "-ex", f"info line {KERNEL_LINE}", vmlinux])
+                      for _ in range(repeat)])
+    gdb_scope = _best([_timed_rss([gdb, "-nx", "-batch", "-ex", f"info scope *{address}", vmlinux])
+                       for _ in range(repeat)])
+    sym = _best([_timed_rss([symbolizer, "--inlining", f"--obj={vmlinux}", *(hex(s["address"]) for s in sites)])
+                 for _ in range(repeat)])
+    dump_vars = _best([_timed_rss([dwarfdump, f"--name={site['function']}", "--show-children", vmlinux])
+                       for _ in range(repeat)])
+    first = _best(cold)
+    return {
+        "vmlinux": vmlinux,
+        "vmlinux_mib": round(os.path.getsize(vmlinux) / 2**20),
+        "line": KERNEL_LINE,
+        "sites": len(sites),
+        "vars_site": f"{site['function']}+{site['offset']} ({address})",
+        "first_query": first,
+        "cached_query": warm,
+        "vars_cached": vars_warm,
+        "vars_first": vars_cold,
+        "gdb_info_line": gdb_line,
+        "gdb_info_scope": gdb_scope,
+        "llvm_dwarfdump_vars": dump_vars,
+        "llvm_symbolizer": sym,
+        "goals": {
+            "first query within 2x gdb's time": first["seconds"] <= 2 * gdb_line["seconds"],
+            "first query <= 1 GB peak RSS": first["rss_mb"] <= 1024,
+            "cached query <= 1 s and faster than gdb": warm["seconds"] <= 1.0 and warm["seconds"] < gdb_line["seconds"],
+            "--vars within 2x gdb's info scope (empty cache)": vars_cold["seconds"] <= 2 * gdb_scope["seconds"],
+        },
+    }
+
+
+def _kernel_md(k: Dict[str, object]) -> List[str]:
+    """The kernel section of dwarf.md."""
+    if "skipped" in k:
+        return ["## Kernel-size debug info", "", f"Not measured: {k['skipped']}.", ""]
+
+    def row(what: str, ours: Dict[str, float], cmd: str, ref: Dict[str, float]) -> str:
+        return (f"| {what} | {ours['seconds']:.2f} | {ours['rss_mb']:.0f} | `{cmd}` | {ref['seconds']:.2f} | "
+                f"{ref['rss_mb']:.0f} |")
+
+    from .analysis import VMLINUX_PACKAGE
+
+    name = os.path.basename(str(k["vmlinux"]))
+    goals = k["goals"]
+    assert isinstance(goals, dict)
+    return [
+        "## Kernel-size debug info",
+        "",
+        f"`{k['vmlinux']}` ({k['vmlinux_mib']} MiB, Debian's {VMLINUX_PACKAGE}): `probes --line {k['line']}` "
+        f"({k['sites']} sites) and `--vars` at {k['vars_site']}, each as a whole command (start, read, answer); "
+        "the fastest run, and the largest peak RSS (GNU time), of each.",
+        "",
+        "| step | seconds | peak RSS MB | reference | reference seconds | reference peak RSS MB |",
+        "|---|---|---|---|---|---|",
+        row("first `--line` query (empty cache)", k["first_query"], f"gdb -batch -ex 'info line {k['line']}' {name}",
+            k["gdb_info_line"]),  # type: ignore[arg-type]
+        row("the same query again (cached)", k["cached_query"],
+            f"llvm-symbolizer --inlining --obj={name} <the {k['sites']} site addresses>",
+            k["llvm_symbolizer"]),  # type: ignore[arg-type]
+        row("`--function F --offset N --vars` at one site (empty cache)", k["vars_first"],
+            f"gdb -batch -ex 'info scope *ADDR' {name}", k["gdb_info_scope"]),  # type: ignore[arg-type]
+        row("the same `--vars` (cached)", k["vars_cached"], f"llvm-dwarfdump --name=F --show-children {name}",
+            k["llvm_dwarfdump_vars"]),  # type: ignore[arg-type]
+        "",
+        *[f"- {goal}: **{'met' if ok else 'missed'}**" for goal, ok in goals.items()],
+        "",
+    ]
 
 
 def _busiest(img, index) -> tuple:
@@ -179,5 +302,6 @@ def _write(out_dir: Path, r: dict) -> None:
         "",
         f"Goal: {r['goal']}: **{'met' if r['goal_met'] else 'missed'}**.",
         "",
+        *_kernel_md(r["kernel"]),
     ]
     write_all([(out_dir / "dwarf.json", json.dumps(r, indent=2) + "\n"), (out_dir / "dwarf.md", "\n".join(md))])

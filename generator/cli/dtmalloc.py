@@ -46,6 +46,9 @@ def add_parsers(sub) -> None:
     ds.add_argument("--module", action="append", default=[], help="dtmalloc: a .ko for the --type check (repeatable)")
     ds.add_argument("--debug", metavar="FILE", help="kinst-line, kinst-inline: the kernel's separate debug file "
                     "(default: found by build-id, .gnu_debuglink or /usr/lib/debug/<path>.debug)")
+    ds.add_argument("--print", dest="print_vars", metavar="VAR[,VAR...]",
+                    help="kinst-line: print these variables (VAR, VAR->member, VAR.member) at every site of the line, "
+                         "read from the DWARF location each has there")
     A.add_prologue_rule(ds)
     ds.add_argument("--out", help="write the script here (mode 0755) instead of to stdout")
     ds.set_defaults(run=cmd_dscript)
@@ -74,8 +77,9 @@ def cmd_dscript(args: argparse.Namespace) -> int:
     from ..common.files import write_all
     from ..dscript.scripts import Request, render
 
+    prints = tuple(v.strip() for v in args.print_vars.split(",") if v.strip()) if args.print_vars else ()
     req = Request(args.script, args.type, args.function, args.offset, args.kernel, tuple(args.module), args.target,
-                  args.debug, args.prologue_rule)
+                  args.debug, args.prologue_rule, prints)
     text = render(req)
     if args.out:
         path = Path(args.out)

@@ -26,6 +26,9 @@ def add_parsers(sub) -> None:
                             "call site; and its out-of-line definition (needs DWARF)")
     pr.add_argument("--lines", action="store_true",
                     help="with --function: its source lines with the probe offsets of each, like perf probe -L")
+    pr.add_argument("--vars", action="store_true",
+                    help="with --line, or --function F --offset N: every parameter and local in scope at each site, "
+                         "its C type and where its value is, as a D expression over kinst's regs[] (needs DWARF)")
     pr.add_argument("--debug", metavar="FILE",
                     help="the image's separate debug file (default: the image itself, then its build-id, "
                          ".gnu_debuglink and /usr/lib/debug/<path>.debug)")
@@ -49,10 +52,12 @@ def cmd_probes(args: argparse.Namespace) -> int:
     from ..image import resolve_kernel
 
     img = KernelImage.open(resolve_kernel(args.kernel))
+    if args.vars:
+        return _probes_vars(img, args)
     if args.line or args.inline or args.lines:
         return _probes_source(img, args)
     if args.debug:
-        raise UserError("--debug is for --line, --inline and --lines")
+        raise UserError("--debug is for --line, --inline, --lines and --vars")
     if args.all:
         if args.offset is not None:
             raise UserError("--offset needs --function, not --all")
@@ -113,25 +118,63 @@ def _probes_source(img, args: argparse.Namespace) -> int:
     import json
 
     from ..analysis import inlines, lines, sourceview
-    from ..analysis.indexcache import open_index
+    from ..analysis.indexcache import open_source
 
     if args.offset is not None or args.summary:
         raise UserError("--offset and --summary do not go with --line, --inline or --lines")
     if args.lines and not args.function:
         raise UserError("--lines lists one function's source: give --function F")
-    index, _ = open_index(img, args.debug, progress=progress_wanted(quiet=args.json))
+    source = open_source(img, args.debug, progress=progress_wanted(quiet=args.json))
     if args.inline:
+        index = source.for_all(lines=False)
         copies = inlines.inline_copies(img, index, args.inline, args.prologue_rule)
         out = ([json.dumps(inlines.copy_dict(c), separators=(",", ":")) for c in copies] if args.json
                else [sourceview.inline_text(args.inline, copies)])
     elif args.line:
+        index = source.for_line(*lines.parse_spec(args.line))
         sites = lines.line_sites(img, index, args.line, args.prologue_rule)
         out = ([json.dumps(lines.site_dict(s), separators=(",", ":")) for s in sites] if args.json
                else [sourceview.line_text(args.line, sites)])
     else:
         func = img.lookup(args.function)
+        index = source.for_range(func.address, func.address + func.size)
         sites = lines.function_sites(img, index, func, args.prologue_rule)
         out = ([json.dumps(lines.site_dict(s), separators=(",", ":")) for s in sites] if args.json
                else [sourceview.listing_text(func, *lines.primary_file(index, func, sites), sites)])
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _probes_vars(img, args: argparse.Namespace) -> int:
+    """``--line FILE:LINE --vars``, ``--function F --offset N --vars``: the variables at each site."""
+    import json
+
+    from ..analysis import lines, sourceview
+    from ..analysis.indexcache import open_source
+    from ..analysis.variables import variable_dict
+
+    if args.inline or args.lines or args.all or args.summary:
+        raise UserError("--vars goes with --line FILE:LINE, or with --function F --offset N")
+    if not args.line and (not args.function or args.offset is None):
+        raise UserError("--vars needs the sites: --line FILE:LINE, or --function F --offset N")
+    source = open_source(img, args.debug, progress=progress_wanted(quiet=args.json))
+    if args.line:
+        index = source.for_line(*lines.parse_spec(args.line))
+        sites = lines.line_sites(img, index, args.line, args.prologue_rule)
+    else:
+        func = img.lookup(args.function)
+        index = source.for_range(func.address, func.address + func.size)
+        sites = [lines.site_at(img, index, func, args.offset, args.prologue_rule)]
+    reader = source.variables(index)
+    out = []
+    for site in sites:
+        variables = reader.at(site.address)
+        readings = [reader.read(v) for v in variables]
+        if args.json:
+            obj = lines.site_dict(site)
+            obj["variables"] = [variable_dict(v, r) for v, r in zip(variables, readings)]
+            out.append(json.dumps(obj, separators=(",", ":")))
+        else:
+            out.append(sourceview.vars_text(site, variables, readings))
     sys.stdout.write("\n".join(out) + "\n")
     return 0

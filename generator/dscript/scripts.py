@@ -52,6 +52,7 @@ class Request(NamedTuple):
     target: Optional[str] = None  # kinst-line: FILE:LINE; kinst-inline: the inline function's name
     debug: Optional[str] = None  # kinst-line, kinst-inline: the kernel's separate debug file
     prologue_rule: str = DEFAULT_PROLOGUE_RULE  # kinst scripts: kinst's frame-pointer rule the sites are judged by
+    prints: Tuple[str, ...] = ()  # kinst-line: variables (VAR, VAR->member) to print at every site
 
 
 class Script(NamedTuple):
@@ -146,8 +147,9 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
 
 
 def _source_image(args: Request):
-    """The kernel and its line and inline index, for kinst-line and kinst-inline."""
-    from ..analysis.indexcache import open_index
+    """The kernel, its line and inline index and its DWARF source, for kinst-line and kinst-inline."""
+    from ..analysis.indexcache import open_source
+    from ..analysis.lines import parse_spec
     from ..common.host import progress_wanted
     from ..image.elf import KernelImage
     from ..image import resolve_kernel
@@ -158,9 +160,13 @@ def _source_image(args: Request):
     if not args.target:
         what = "FILE:LINE" if args.script == "kinst-line" else "the NAME of an inline function"
         raise UserError(f"{args.script} needs {what}")
+    if args.prints and args.script != "kinst-line":
+        raise UserError("--print is for kinst-line: the variables to print at every site of the line")
     img = KernelImage.open(resolve_kernel(args.kernel))
-    index, _ = open_index(img, args.debug, progress=progress_wanted())
-    return img, index
+    source = open_source(img, args.debug, progress=progress_wanted())
+    if args.script == "kinst-line":
+        return img, source.for_line(*parse_spec(args.target)), source
+    return img, source.for_all(lines=False), source
 
 
 def _clause(function: Optional[str], offset: Optional[int], status: str) -> Optional[str]:
@@ -187,8 +193,10 @@ def _header_inputs(img) -> List["Input"]:
 def _kinst_line_context(args: Request) -> Dict[str, Any]:
     from ..analysis.lines import line_sites
 
-    img, index = _source_image(args)
+    img, index, source = _source_image(args)
     sites = line_sites(img, index, args.target, args.prologue_rule)
+    reader = source.variables(index) if args.prints else None
+    named: Dict[str, str] = {}  # the --print specs some site names (a dict: insertion order)
     clauses, refused = [], []
     for s in sites:
         probe = _clause(s.function, s.offset, s.status)
@@ -196,10 +204,18 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
         if probe is None:
             refused.append(_refusal(s.function, s.offset, s.status, s.reason))
             continue
-        clauses.append({"probe": probe, "label": d_string(f"{s.function}+{s.offset}"),
-                        "comment": f"{s.file}:{s.line} at {s.function}+{s.offset}{inl}"})
+        clause = {"probe": probe, "label": d_string(f"{s.function}+{s.offset}"),
+                  "comment": f"{s.file}:{s.line} at {s.function}+{s.offset}{inl}", "format": "", "args": [],
+                  "values": []}
+        if reader is not None:
+            clause.update(_printed(reader, s.address, args.prints, named))
+        clauses.append(clause)
     if not clauses:
         raise UserError(f"{args.target}: kinst can trace none of its {len(sites)} sites: {refused[0]}")
+    unknown = [spec for spec in args.prints if spec not in named]
+    if unknown:
+        raise UserError(f"--print {unknown[0]}: no variable of that name is in scope at any traceable site of "
+                        f"{args.target}; `probes --line {args.target} --vars` lists those that are")
     where = f"{sites[0].file}:{sites[0].line}"
     return {
         "_inputs": _header_inputs(img),
@@ -212,10 +228,34 @@ def _kinst_line_context(args: Request) -> Dict[str, Any]:
     }
 
 
+def _printed(reader, address: int, prints: Tuple[str, ...], named: Dict[str, str]) -> Dict[str, Any]:
+    """The printf format, its arguments and a line per value saying where it comes from, for one site.  A spec
+    the site cannot name (not in scope there) prints as unavailable; ``named`` collects those some site names."""
+    from ..analysis.ctypes import FLOAT, POINTER
+
+    variables = reader.at(address)
+    fmt, argv, notes = [], [], []
+    for spec in prints:
+        r = reader.reading(variables, spec)
+        if r.variable is not None:
+            named[spec] = ""
+        if not r.d:
+            fmt.append(f"{spec}=<unavailable>")
+            notes.append(f"{spec}: not available here: {r.reason}")
+            continue
+        kind = r.ctype.kind
+        conv = "%p" if kind == POINTER else "%x" if kind == FLOAT else "%d" if r.ctype.signed else "%u"
+        fmt.append(f"{spec}={conv}")
+        argv.append(r.d)
+        bits = " (the raw bits: D has no floating point)" if kind == FLOAT else ""
+        notes.append(f"{spec} ({r.ctype.name}): {r.where}{bits}")
+    return {"format": " " + " ".join(fmt), "args": argv, "values": notes}
+
+
 def _kinst_inline_context(args: Request) -> Dict[str, Any]:
     from ..analysis.inlines import ENTRY, inline_copies
 
-    img, index = _source_image(args)
+    img, index, _ = _source_image(args)
     copies = inline_copies(img, index, args.target, args.prologue_rule)
     clauses, refused, fbt = [], [], []
     for c in copies:
@@ -271,6 +311,8 @@ def command_line(args: Request) -> str:
         value = getattr(args, flag)
         if value is not None:
             words.append(f"--{flag} {value}")
+    if args.prints:
+        words.append(f"--print {','.join(args.prints)}")
     words += [f"--module {m}" for m in args.module]
     words += [f"--prologue-rule {args.prologue_rule}"] if args.prologue_rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(words)

@@ -42,6 +42,8 @@ AGGREGATIONS: Dict[str, Tuple[int, int]] = {
     "lquantize": (3, 4),
 }
 SPECIAL_PROBES = ("BEGIN", "END", "ERROR")
+# The types the templates cast to (kinst-line --print reads variables through them): D's fixed-width integers.
+CAST_TYPES = frozenset(f"{u}int{n}_t" for u in ("", "u") for n in (8, 16, 32, 64)) | {"uintptr_t", "intptr_t"}
 _CONVERSION = re.compile(r"%%|%[-+ #0]*(?:\d+|\*)?(?:\.\d+)?(?:@|[hlLqjzt]*[diouxXcsSpaAeEfgGkY])")
 
 
@@ -221,8 +223,14 @@ class _Parser:
         return self.toks[start : self.i]
 
     def unary(self) -> None:
-        while self.peek() is not None and self.peek().text in ("!", "-", "~", "*", "&"):
-            self.i += 1
+        while True:
+            tok = self.peek()
+            if tok is not None and tok.text in ("!", "-", "~", "*", "&"):
+                self.i += 1
+            elif self.cast():
+                continue
+            else:
+                break
         self.primary()
         while True:
             if self.at("["):
@@ -234,6 +242,17 @@ class _Parser:
                 self.take(kind="ident")
             else:
                 return
+
+    def cast(self) -> bool:
+        """``(TYPE)`` or ``(TYPE *)`` with one of CAST_TYPES: consume it and return True."""
+        tok, name = self.peek(), self.peek(1)
+        if tok is None or tok.text != "(" or name is None or name.text not in CAST_TYPES:
+            return False
+        self.i += 2
+        while self.at("*"):
+            self.take("*")
+        self.take(")")
+        return True
 
     def primary(self) -> None:
         tok = self.peek()

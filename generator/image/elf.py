@@ -341,6 +341,23 @@ class KernelImage:
                 return bytes(self._data[s.sh_offset : s.sh_offset + s.sh_size])
         return None
 
+    def section_view(self, name: str) -> Optional[Tuple[memoryview, int]]:
+        """The file bytes of the first section called ``name`` without a copy, and its ``sh_flags``; None when
+        there is none or it has no bytes in the file.  For the DWARF reader: a kernel's ``.debug_info`` is
+        hundreds of MB, read a unit at a time from the mapping."""
+        for s in self._shdrs:
+            if s.name == name:
+                if s.sh_type == _SHT_NOBITS or s.sh_offset + s.sh_size > len(self._data):
+                    return None
+                return memoryview(self._data)[s.sh_offset : s.sh_offset + s.sh_size], s.sh_flags
+        return None
+
+    def section_headers_digest(self) -> str:
+        """The SHA-256 of the ELF header and the section headers: names an image without a build-id cheaply."""
+        import hashlib
+
+        return hashlib.sha256(bytes(self._data[:64]) + repr(self._shdrs).encode()).hexdigest()
+
     @_guarded
     def dwarf_info(self):
         """pyelftools' ``DWARFInfo`` of this file (compressed sections inflated); the caller checks

@@ -218,6 +218,15 @@ class Kmod(NamedTuple):
         return "ET_DYN" if self.shared else "ET_REL"
 
 
+class DwarfReg(NamedTuple):
+    """One register as DWARF numbers it, and where a probe reads it."""
+
+    number: int  # the psABI's DWARF register number
+    name: str  # the assembler's name
+    d_name: str  # dtrace(1)'s index into kinst's regs[] (FreeBSD's cddl/lib/libdtrace/regs_<arch>.d)
+    ucontext: str  # the Linux ucontext expression the user-space harness reads it from ("0": hard-wired zero)
+
+
 class Isa(NamedTuple):
     """One ISA behind the contract (see the module docstring)."""
 
@@ -257,6 +266,8 @@ class Isa(NamedTuple):
     # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
     # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
     branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
+    # The registers a variable's DWARF location may name that kinst's regs[] holds (source-level --vars).
+    dwarf_regs: Tuple[DwarfReg, ...] = ()
     # Functions that run only in NMI context, and why a breakpoint there is unsafe: whatever they call
     # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
     nmi_entries: Tuple[str, ...] = ()

@@ -227,13 +227,30 @@ def plain_sources(arch: str) -> List[Path]:
     return core_sources(arch) + glue_sources(arch)
 
 
+def optional_sources(folders: Sequence[str]) -> List[Path]:
+    """The C of optional parts of the glue (``harness_c/<folder>/``), which only some builds compile in."""
+    out: List[Path] = []
+    for d in folders:
+        found = sorted(p for p in (GLUE_DIR / d).glob("*") if p.suffix in (".c", ".h"))
+        if not found:
+            raise UserError(f"{GLUE_DIR / d}: no optional harness glue there")
+        out += found
+    return out
+
+
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
-          table_from: Optional[str] = None, rule: str = DEFAULT_PROLOGUE_RULE) -> Build:
+          table_from: Optional[str] = None, rule: str = DEFAULT_PROLOGUE_RULE,
+          generated: Sequence[Tuple[str, str]] = (), optional: Sequence[str] = ()) -> Build:
     """Render and compile the audit library for ``elf`` (cached by content).
 
     The table is made from ``elf`` itself, or from ``table_from`` (another
     build of the same code, such as a ``.ko``-style ``ld -r`` object) and
-    placed in ``elf`` function by function.
+    placed in ``elf`` function by function.  ``optional`` names folders of
+    ``harness_c/`` whose C is compiled in besides the glue, and ``generated``
+    the (file name, text) headers another stage rendered for them: the
+    variable readings of ``generator.run.varsprobe`` (``vars/kh_vars.c``
+    and its ``kinst_harness_vars.h``), whose ``kh_hit()`` replaces the
+    glue's empty one the trap handler calls.
     """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")
@@ -251,13 +268,16 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     command = command_line(elf, functions, all_functions, table_from, rule)
     command += "" if given is None else " (table supplied by the caller)"
     ctx = glue_context(elf, lay, target_addr)
-    plain = plain_sources(plan.arch)
+    plain = plain_sources(plan.arch) + optional_sources(optional)
     sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c", TARGET_C]
     parts = [repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)]
     parts += kinst.core_key_parts(plain, "harness")
+    parts += [name.encode() + b"\0" + text.encode() for name, text in generated]
 
     def make(out: Path) -> None:
         kinst.stage_core(plan, out, command, plain)
+        for name, text in generated:
+            (out / name).write_text(text)
         render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,
                     only=(TARGET_C + ".j2",))
         argv = [cc, *CFLAGS, "-I.", "-o", LIB_NAME, *sources]

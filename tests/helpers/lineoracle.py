@@ -137,6 +137,33 @@ def dwarfdump(path: str) -> Dump:
     return Dump(out, frozenset(_COMP_DIR.findall(text)))
 
 
+class DecodedRow(NamedTuple):
+    """One row of ``objdump --dwarf=decodedline``: binutils' own reading of the line table."""
+
+    name: str  # the file table's name for the row's file (objdump prints the entry, not the whole path)
+    line: int
+    view: int  # binutils' view number: 0 where the address advances, +1 per row at the same address
+    stmt: bool
+
+
+_DECODED = re.compile(r"^(\S+)\s+(\d+)\s+(0x[0-9a-f]+)\s*(\d*)\s*(x?)\s*$")
+
+
+def decoded_lines(path: str) -> Dict[int, List[DecodedRow]]:
+    """Every row of ``path``'s line tables by address, as binutils' objdump decodes them (a third reader of
+    the same DWARF, independent of pyelftools and of LLVM): the rows a site with no bytes of its own stands
+    on, and their views, are held to it."""
+    tool = require_tool("objdump", "binutils", WHY)
+    proc = subprocess.run([tool, "--wide", "--dwarf=decodedline", path], capture_output=True, text=True, check=True)
+    out: Dict[int, List[DecodedRow]] = {}
+    for line in proc.stdout.splitlines():
+        m = _DECODED.match(line)
+        if m:
+            out.setdefault(int(m.group(3), 16), []).append(
+                DecodedRow(m.group(1), int(m.group(2)), int(m.group(4) or 0), m.group(5) == "x"))
+    return out
+
+
 def same_path(ours: Optional[str], theirs: Optional[str], comp_dirs: FrozenSet[str]) -> bool:
     """``theirs`` (an LLVM tool's) names ``ours``: equal, or with a relative compilation directory prepended
     once more (see the module docstring)."""
@@ -195,12 +222,12 @@ def agreement(image: str, debug_file: Optional[str] = None) -> Agreement:
         addresses += [p.address for p in rep.probes]
     lines = sorted({(k >> 32, k & 0xFFFFFFFF) for k in index.line_keys})
     sites = []
-    padding = 0  # lines whose only rows cover the padding between functions: "no code"
+    padding = 0  # lines whose rows cover only padding, or own no bytes where gdb breaks on none: "no code"
     for fid, line in lines:
         try:
             sites += line_sites(img, index, f"{index.files[fid]}:{line}", verdicts=verdicts)
         except UserError:
-            rows = index.rows_of_line(fid, line)
+            rows = [r for r in index.rows_of_line(fid, line) if index.owns(r)]  # the line's own bytes
             if any(img.function_at(index.row_addr[r]) or index.sub_at(index.row_addr[r]) for r in rows):
                 disagree("--line no code", f"{index.files[fid]}:{line} has code but no site")
             padding += 1
@@ -227,9 +254,20 @@ def agreement(image: str, debug_file: Optional[str] = None) -> Agreement:
                 disagree("call site", f"{a:#x}: ours {call}, llvm-symbolizer {fr[k + 1]}")
                 break
     covered = set()
+    decoded = decoded_lines(info.path)
     for s in sites:
         fr = frames[s.address]
         covered.add((s.file, s.line))
+        rows = [r for r in decoded.get(s.address, []) if r.line == s.line and s.file.endswith("/" + r.name)]
+        if not any(r.view == s.view for r in rows) or any(r.stmt for r in rows) != s.is_stmt:
+            disagree("--line view", f"{s.file}:{s.line} site {s.address:#x} view {s.view} is_stmt {s.is_stmt}: "
+                                    f"objdump's rows there {decoded.get(s.address)}")
+        if not s.owns:  # the line has no bytes here: the last row at the address, another line's, owns them
+            last = decoded[s.address][-1] if decoded.get(s.address) else None
+            if last is None or (last.line == s.line and s.file.endswith("/" + last.name)):
+                disagree("--line owns", f"{s.file}:{s.line} site {s.address:#x} owns the instruction: objdump's "
+                                        f"last row there is {last}")
+            continue
         if s.line != fr[0].line or not same_path(s.file, fr[0].file, dump.comp_dirs):
             disagree("--line", f"{s.file}:{s.line} site {s.address:#x}: llvm-symbolizer says {fr[0]}")
         if list(s.inlined) != inlined_names(fr):

@@ -19,7 +19,7 @@ from generator.dscript.syntax import check
 from helpers.dtmalloc_fixtures import assert_one_line_error, dscript, run_cli
 from helpers.skips import require_tools
 
-LINE_KEYS = ["function", "offset", "address", "file", "line", "is_stmt", "inlined", "status", "reason"]
+LINE_KEYS = ["function", "offset", "address", "file", "line", "is_stmt", "inlined", "status", "reason", "view", "owns"]
 INLINE_KEYS = {"caller", "entry_offset", "return_offsets", "call_file", "call_line", "ranges"}
 
 
@@ -199,20 +199,25 @@ def test_modes_do_not_mix(sample_kernel):
 
 
 def test_later_queries_answer_well_under_a_second(lua_gcc, tmp_path):
-    """The index is read once; loading it and answering a query then takes a fraction of a second."""
-    from generator.analysis.indexcache import cache_path, open_index
+    """The DWARF is read once; loading what a query needs and answering it then takes a fraction of a second."""
+    from generator.analysis.indexcache import cache_path, open_index, open_source
     from generator.analysis.inlines import inline_copies
     from generator.analysis.lines import line_sites
     from generator.image.elf import KernelImage
 
     img = KernelImage.open(str(lua_gcc))
     open_index(img, cache_dir=tmp_path)
-    assert cache_path(img.build_id, tmp_path).is_file()
+    assert (cache_path(img.build_id, tmp_path) / "units.dir").is_file()
     t0 = time.perf_counter()
     img = KernelImage.open(str(lua_gcc))
-    index, _ = open_index(img, cache_dir=tmp_path)
-    assert line_sites(img, index, "lvm.c:1200") and inline_copies(img, index, "luaH_getshortstr")
+    src = open_source(img, cache_dir=tmp_path)
+    assert line_sites(img, src.for_line("lvm.c", 1200), "lvm.c:1200")
+    assert inline_copies(img, src.for_all(lines=False), "luaH_getshortstr")
     assert time.perf_counter() - t0 < 0.5
+
+
+def _entries(folder: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 def test_a_corrupt_cache_file_is_rebuilt(sample_kernel, tmp_path):
@@ -221,9 +226,41 @@ def test_a_corrupt_cache_file_is_rebuilt(sample_kernel, tmp_path):
 
     img = KernelImage.open(str(sample_kernel))
     first, _ = open_index(img, cache_dir=tmp_path)
-    path = cache_path(img.build_id, tmp_path)
-    data = bytearray(path.read_bytes())
-    data[-3] ^= 0xFF
-    path.write_bytes(bytes(data))
+    folder = cache_path(img.build_id, tmp_path)
+    before = _entries(folder)
+    assert "units.dir" in before and any(n.endswith(".lines") for n in before) and any(
+        n.endswith(".dies") for n in before)
+    for name in before:
+        data = bytearray(before[name])
+        data[-3] ^= 0xFF
+        (folder / name).write_bytes(bytes(data))
     again, _ = open_index(img, cache_dir=tmp_path)
-    assert again.counts() == first.counts() and path.read_bytes() != bytes(data)
+    assert again.counts() == first.counts() and _entries(folder) == before
+
+
+def test_a_corrupt_copy_with_the_same_build_id_is_read_again(sample_kernel, tmp_path):
+    """The cache is filed under the build-id, but an entry is used only while the bytes it was read from are
+    the same: a copy damaged inside the DWARF a query reads is read again (and found corrupt), not answered
+    from the clean file's entries."""
+    from generator.analysis.indexcache import cache_path, open_source
+    from generator.analysis.lines import line_sites
+    from generator.common.errors import UserError
+    from generator.image.elf import KernelImage
+
+    img = KernelImage.open(str(sample_kernel))
+    src = open_source(img, cache_dir=tmp_path)
+    sites = line_sites(img, src.for_line("vm_fault.c", 186), "vm_fault.c:186")
+    assert sites
+    copy = tmp_path / "copy"
+    data = bytearray(Path(sample_kernel).read_bytes())
+    offset = data.find(bytes(img.section_view(".debug_line")[0][:64]))
+    assert offset > 0
+    data[offset + 4] = 0x09  # the first line program's version: 9, which no DWARF has
+    copy.write_bytes(bytes(data))
+    bad = KernelImage.open(str(copy))
+    assert bad.build_id == img.build_id and cache_path(bad.build_id, tmp_path).is_dir()
+    with pytest.raises(UserError, match="version 9"):
+        open_source(bad, cache_dir=tmp_path).for_line("vm_fault.c", 186)
+    # and the clean file still answers from its entries
+    again = line_sites(img, open_source(img, cache_dir=tmp_path).for_line("vm_fault.c", 186), "vm_fault.c:186")
+    assert again == sites

@@ -18,7 +18,7 @@ import pytest
 
 from generator.analysis import indexcache
 from generator.analysis.dwarfindex import ARRAYS, FLAG_END, FLAG_STMT, NO_FILE, DwarfIndex
-from generator.analysis.dwarfread import _rows
+from generator.analysis.dwarfread import kept_rows
 from generator.analysis.lines import parse_spec
 from generator.common.errors import UserError
 from generator.image import debuginfo
@@ -28,50 +28,91 @@ BASE = 0x1000
 
 
 def make_index() -> DwarfIndex:
-    """Two files; f at [0x1000, 0x1040) with one copy of g inlined at [0x1010, 0x1020) and one of h inside it."""
+    """Two files; f at [0x1000, 0x1040) with one copy of g inlined at [0x1010, 0x1020) and one of h inside it,
+    and a lexical block at [0x1030, 0x1040) that declares a name.  At 0x1008 line 11 has no bytes of its own
+    (view 0) before line 12's (view 1): a call line whose code is the callee's."""
     a: Dict[str, array] = {name: array(code) for name, code in ARRAYS}
-    rows = [  # (address, file, line, flags)
-        (0x1000, 0, 10, FLAG_STMT), (0x1008, 0, 11, FLAG_STMT), (0x1010, 1, 3, FLAG_STMT),
-        (0x1018, 1, 4, 0), (0x1020, 0, 11, 0), (0x1030, 0, 13, FLAG_STMT), (0x1040, NO_FILE, 0, FLAG_END),
+    rows = [  # (address, file, line, flags, view)
+        (0x1000, 0, 10, FLAG_STMT, 0), (0x1008, 0, 11, FLAG_STMT, 0), (0x1008, 0, 12, 0, 1),
+        (0x1010, 1, 3, FLAG_STMT, 0), (0x1018, 1, 4, 0, 0), (0x1020, 0, 11, 0, 0), (0x1030, 0, 13, FLAG_STMT, 0),
+        (0x1038, 0, 11, FLAG_STMT, 0), (0x1040, NO_FILE, 0, FLAG_END, 0),
     ]
-    for addr, f, line, fl in rows:
+    for addr, f, line, fl, view in rows:
         a["row_addr"].append(addr)
         a["row_file"].append(f)
         a["row_line"].append(line)
         a["row_flags"].append(fl)
+        a["row_view"].append(view)
     order = sorted((i for i, r in enumerate(rows) if not r[3] & FLAG_END), key=lambda i: (rows[i][1], rows[i][2], i))
     a["line_rows"].extend(order)
     a["line_keys"].extend(rows[i][1] << 32 | rows[i][2] for i in order)
     for name, value in (("sub_name", 0), ("sub_file", 0), ("sub_line", 9), ("sub_rng_first", 0), ("sub_rng_count", 1),
-                        ("sub_inl_first", 0), ("sub_inl_count", 2)):
+                        ("sub_inl_first", 0), ("sub_inl_count", 2), ("sub_die", 0x40), ("sub_blk_first", 0),
+                        ("sub_blk_count", 1)):
         a[name].append(value)
-    a["rng_low"].extend([0x1000, 0x1010, 0x1018])
-    a["rng_high"].extend([0x1040, 0x1020, 0x1020])
+    a["rng_low"].extend([0x1000, 0x1010, 0x1018, 0x1030])
+    a["rng_high"].extend([0x1040, 0x1020, 0x1020, 0x1040])
     a["span_low"].append(0x1000)
     a["span_high"].append(0x1040)
     a["span_sub"].append(0)
     for name, values in (("inl_name", [1, 2]), ("inl_depth", [0, 1]), ("inl_call_file", [0, 1]),
                          ("inl_call_line", [11, 4]), ("inl_rng_first", [1, 2]), ("inl_rng_count", [1, 1]),
-                         ("inl_sub", [0, 0])):
+                         ("inl_sub", [0, 0]), ("inl_scope", [0, 1])):
+        a[name].extend(values)
+    for name, values in (("blk_scope", [0]), ("blk_rng_first", [3]), ("blk_rng_count", [1]), ("blk_sub", [0])):
         a[name].extend(values)
     a["name_flags"].extend([2, 3, 3])
     return DwarfIndex("ab" * 20, "img", "img", ["/src/kern/vm_fault.c", "/src/sys/inline.h"], ["f", "g", "h"], **a)
 
 
+class _NoSymbols:
+    """An image whose symbol table holds nothing: the index's subprograms say where code is."""
+
+    path = "img"
+
+    def function_at(self, address):
+        return None
+
+
 def test_the_row_at_an_address():
     ix = make_index()
     assert ix.line_of(0x1000) == ("/src/kern/vm_fault.c", 10, True)
+    assert ix.line_of(0x1008) == ("/src/kern/vm_fault.c", 12, False)  # the last row at an address owns it
     assert ix.line_of(0x1017) == ("/src/sys/inline.h", 3, True)
     assert ix.line_of(0x1018) == ("/src/sys/inline.h", 4, False)
     assert ix.line_of(0x0FFF) is None and ix.line_of(0x1040) is None  # before and at the END row
 
 
+def test_rows_that_share_an_address_are_views():
+    ix = make_index()
+    assert not ix.owns(1) and ix.owns(2) and ix.owns(0)
+    assert list(ix.rows_at(1)) == [1, 2] and list(ix.rows_at(2)) == [1, 2] and list(ix.rows_at(0)) == [0]
+
+
 def test_rows_of_a_line_and_the_lines_of_a_file():
     ix = make_index()
-    assert ix.rows_of_line(0, 11) == [1, 4]
-    assert ix.rows_of_line(0, 12) == []
-    assert ix.lines_of_file(0) == [10, 11, 13] and ix.lines_of_file(1) == [3, 4]
-    assert list(ix.rows_between(0x1008, 0x1020)) == [1, 2, 3]
+    assert ix.rows_of_line(0, 11) == [1, 5, 7]
+    assert ix.rows_of_line(0, 14) == []
+    assert ix.lines_of_file(0) == [10, 11, 12, 13] and ix.lines_of_file(1) == [3, 4]
+    assert list(ix.rows_between(0x1008, 0x1020)) == [1, 2, 3, 4]
+
+
+def test_gdbs_blocks():
+    ix = make_index()
+    assert ix.block_at(0x1000) == ("sub", 0) and ix.block_at(0x101C) == ("inl", 1)
+    assert ix.block_at(0x1012) == ("inl", 0) and ix.block_at(0x1034) == ("blk", 0) and ix.block_at(0x2000) is None
+
+
+def test_sites_are_run_starts_and_gdbs_first_statement_per_block():
+    """Line 11: a statement row with no bytes at 0x1008 (gdb's breakpoint; the instruction is line 12's), a
+    run of its own bytes at 0x1020 (no statement row, so no gdb location), and a statement row at 0x1038 in
+    the lexical block -- gdb's first for that block."""
+    from generator.analysis.lines import site_rows
+
+    ix = make_index()
+    assert site_rows(_NoSymbols(), ix, ix.rows_of_line(0, 11)) == [1, 5, 7]
+    assert site_rows(_NoSymbols(), ix, ix.rows_of_line(0, 12)) == [2]  # owns 0x1008, begins a run there
+    assert site_rows(_NoSymbols(), ix, ix.rows_of_line(1, 4)) == [4]
 
 
 @pytest.mark.parametrize("suffix, found", [
@@ -90,15 +131,15 @@ def test_inlined_copies_innermost_first():
     assert ix.inlines_named("g") == [0] and ix.subs_named("f") == [0] and ix.inlines_named("f") == []
 
 
-def test_rows_that_own_no_bytes_are_dropped_and_give_their_statement_flag():
+def test_every_row_of_sequences_in_code_is_kept():
     code = lambda lo, hi: 0x1000 <= lo and hi <= 0x2000  # noqa: E731
-    seq = [(0x1000, 0, 5, FLAG_STMT), (0x1000, 0, 6, FLAG_STMT), (0x1000, 0, 6, 0), (0x1004, 0, 7, 0),
-           (0x1008, NO_FILE, 0, FLAG_END)]
-    assert _rows([seq], code) == [(0x1000, 0, 6, FLAG_STMT), (0x1004, 0, 7, 0), (0x1008, NO_FILE, 0, FLAG_END)]
-    discarded = [(0x0, 0, 1, 0), (0x10, NO_FILE, 0, FLAG_END)]  # the linker dropped it: DWARF left at 0
-    overlapping = [(0x1004, 0, 9, 0), (0x1010, NO_FILE, 0, FLAG_END)]
-    backwards = [(0x1800, 0, 1, 0), (0x1700, 0, 2, 0), (0x1900, NO_FILE, 0, FLAG_END)]
-    assert _rows([overlapping, discarded, seq, backwards], code) == _rows([seq], code)
+    seq = [(0x1000, 0, 5, FLAG_STMT, 0), (0x1000, 0, 6, FLAG_STMT, 1), (0x1000, 0, 6, 0, 2), (0x1004, 0, 7, 0, 0),
+           (0x1008, NO_FILE, 0, FLAG_END, 0)]
+    assert kept_rows([seq], code) == seq
+    discarded = [(0x0, 0, 1, 0, 0), (0x10, NO_FILE, 0, FLAG_END, 0)]  # the linker dropped it: DWARF left at 0
+    overlapping = [(0x1004, 0, 9, 0, 0), (0x1010, NO_FILE, 0, FLAG_END, 0)]
+    backwards = [(0x1800, 0, 1, 0, 0), (0x1700, 0, 2, 0, 0), (0x1900, NO_FILE, 0, FLAG_END, 0)]
+    assert kept_rows([overlapping, discarded, seq, backwards], code) == seq
 
 
 def test_the_cache_round_trips():
@@ -143,9 +184,10 @@ def test_the_cache_is_written_whole(tmp_path: Path):
     assert indexcache.load(path) is not None and [p.name for p in path.parent.iterdir()] == ["x.idx"]
 
 
-def test_cache_keys():
-    assert indexcache.cache_key("abc", "") == "abc"
-    assert indexcache.cache_key(None, "ff") == "sha256-ff"
+def test_the_cache_keeps_the_ranges_an_entry_was_read_from():
+    reads = [(".debug_info", 0, 100), (".debug_str", 0, -1)]
+    back, got, digest = indexcache.loads_with_reads(indexcache.dumps(make_index(), reads, "ab" * 32))
+    assert got == reads and digest == "ab" * 32 and back.files == make_index().files
 
 
 @pytest.mark.parametrize("spec, ok", [("vm_fault.c:186", ("vm_fault.c", 186)), ("a:b:3", ("a:b", 3)),

@@ -28,6 +28,7 @@ from .oracle import QUIRKS
 from .relocs import branch_field, reloc_type
 from .walk import ACCELERATOR
 from ..contract import Isa, Kmod, package_parts
+from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="amd64",
@@ -57,4 +58,5 @@ ISA = Isa(
     byte_sets=_tables.CORE_BYTE_SETS,
     refusals=_tables.CORE_REFUSALS,
     branch_reloc=branch_field,
+    dwarf_regs=DWARF_REGS,
 )

@@ -19,6 +19,7 @@ from . import relocs as _relocs
 from . import table as _table
 from .oracle import QUIRKS
 from ..contract import Isa, Kmod, package_parts
+from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="arm64",
@@ -39,4 +40,5 @@ ISA = Isa(
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     mapping_symbols=True,
+    dwarf_regs=DWARF_REGS,
 )

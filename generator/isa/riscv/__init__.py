@@ -20,6 +20,7 @@ from . import probe_md as _md
 from . import relocs as _relocs
 from . import table as _table
 from .oracle import QUIRKS
+from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
     name="riscv",
@@ -45,4 +46,5 @@ ISA = Isa(
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     mapping_symbols=True,
+    dwarf_regs=DWARF_REGS,
 )

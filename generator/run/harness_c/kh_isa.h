@@ -67,6 +67,17 @@ long	kh_probe_at(uintptr_t, struct kh_inst **);
 void	kh_pass_on(int, siginfo_t *, void *);
 
 /*
+ * kh_hit(): the ISA's handler calls it at each hit of a probe, after
+ * counting the hit and before the probe's instruction runs, with the
+ * probe's link address and the trap's ucontext_t.  kinst_harness.c defines
+ * it weak and empty; an optional part of the library defines it when built
+ * in (vars/kh_vars.c: the variable readings).  A direct call, so that probe
+ * context stays free of indirect calls.  It may read, never change, the
+ * context.
+ */
+void	kh_hit(uintptr_t, void *);
+
+/*
  * <arch>/kh_isa_<arch>.c, or dbp/kh_dbp.c.  kh_isa_trap_code: the si_code
  * a real breakpoint instruction raises SIGTRAP with (the kernel never lets
  * a process ignore that one).  kh_isa_tramp_alloc(): 'len' bytes of

@@ -167,6 +167,15 @@ kh_site_find(const struct kh_inst *ki, uintptr_t pc)
 	return (-1);
 }
 
+/* kh_isa.h: nothing, unless an optional part of the library replaces it. */
+__attribute__((weak)) void
+kh_hit(uintptr_t pc, void *uc)
+{
+
+	(void)pc;
+	(void)uc;
+}
+
 long
 kh_probe_at(uintptr_t pc, struct kh_inst **kip)
 {

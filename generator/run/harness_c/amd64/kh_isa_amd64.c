@@ -72,6 +72,7 @@ kh_isa_trap(int sig, siginfo_t *si, void *arg)
 		return;
 	}
 	__atomic_fetch_add(&kh_hits[idx], 1, __ATOMIC_RELAXED);
+	kh_hit((uintptr_t)pc - ki->ki_bias, uc);
 	md = &ki->ki_md[idx];
 	if (!kinst_core_is_call(md)) {
 		gr[REG_RIP] = (greg_t)(uintptr_t)(ki->ki_tramp +

@@ -97,6 +97,7 @@ kh_isa_trap(int sig, siginfo_t *si, void *arg)
 		return;
 	}
 	__atomic_fetch_add(&kh_hits[idx], 1, __ATOMIC_RELAXED);
+	kh_hit((uintptr_t)kr.kr_pc - ki->ki_bias, uc);
 	md = &ki->ki_md[idx];
 	if (!kinst_core_is_emulated(md))
 		kr.kr_pc = (uintptr_t)(ki->ki_tramp +
