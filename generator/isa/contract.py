@@ -284,30 +284,21 @@ class Isa(NamedTuple):
         raise KeyError(f"{self.name}: no table kind {kind!r}")
 
 
-def package_parts(decode: Any, classify: Any, probe_md: Any, table: Any, /, **own: Any) -> Dict[str, Any]:
+def package_parts(decode: Any, classify: Any, probe_md: Any, table: Any) -> Dict[str, Any]:
     """The ``Isa`` fields an ISA package fills from its modules of the conventional names -- ``decode``,
-    ``classify``, ``probe_md`` and ``table`` (see the module docstring) -- with ``own`` in place of any of
-    them: the convention is written once, and an ISA's record lists only what is its own."""
-    modules = {"decode": decode, "classify": classify, "probe_md": probe_md, "table": table}
-    parts = {field: getattr(modules[module], name) for field, (module, name) in _PACKAGE_PARTS.items()
-             if field not in own}
-    parts.update(own)
-    return parts
-
-
-# Isa field -> (the ISA package's module, the name in it).
-_PACKAGE_PARTS: Dict[str, Tuple[str, str]] = {
-    "decode": ("decode", "decode"),
-    "classify": ("classify", "classify"),
-    "context_refusals": ("classify", "context_refusals"),
-    "frame_verdict": ("classify", "frame_verdict"),
-    "prologue_reasons": ("classify", "PROLOGUE_REASONS"),
-    "md_excluded": ("classify", "MD_EXCLUDED"),
-    "skip_md": ("probe_md", "skip_md"),
-    "table_row": ("probe_md", "table_row"),
-    "table_kinds": ("probe_md", "TABLE_KINDS"),
-    "stream_record": ("table", "record"),
-    "stream_decode": ("table", "decode"),
-    "stream_masks": ("table", "with_masks"),
-    "record_codes": ("table", "RECORD_CODES"),
-}
+    ``classify``, ``probe_md`` and ``table`` (see the module docstring): the convention is written once, and
+    an ISA's record lists only what is its own (``classify`` and ``frame_verdict`` among it: amd64's are the
+    portable core's, run on the host)."""
+    return dict(
+        decode=decode.decode,
+        context_refusals=classify.context_refusals,
+        prologue_reasons=classify.PROLOGUE_REASONS,
+        md_excluded=classify.MD_EXCLUDED,
+        skip_md=probe_md.skip_md,
+        table_row=probe_md.table_row,
+        table_kinds=probe_md.TABLE_KINDS,
+        stream_record=table.record,
+        stream_decode=table.decode,
+        stream_masks=table.with_masks,
+        record_codes=table.RECORD_CODES,
+    )

@@ -146,7 +146,7 @@ class Host:
         ctypes.CDLL(str(capstone_lib / "libcapstone.so"), mode=ctypes.RTLD_GLOBAL)  # the wheel has no .so.5 name
         self.isa = isa
         self.acc = isa.accelerator
-        self.lib = lib = ctypes.CDLL(str(path))
+        self.lib = ctypes.CDLL(str(path))
         self._bind()
         self.rowsize, self.fields = self._layout()
         self._keep: List[Any] = []

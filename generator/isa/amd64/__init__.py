@@ -51,8 +51,9 @@ ISA = Isa(
         ldscript="ldscript.kmod.amd64", kinst_dirs=("amd64",),
     ),
     # kinst's verdict and the prologue rule are the portable core's, run on the host (isa/hostcore.py).
-    **package_parts(_decode, _classify, _md, _table, classify=functools.partial(hostcore.classify, "amd64"),
-                    frame_verdict=functools.partial(hostcore.frame_verdict, "amd64")),
+    **package_parts(_decode, _classify, _md, _table),
+    classify=functools.partial(hostcore.classify, "amd64"),
+    frame_verdict=functools.partial(hostcore.frame_verdict, "amd64"),
     stream_records=_table.records,
     accelerator=ACCELERATOR,
     byte_sets=_tables.CORE_BYTE_SETS,

@@ -37,6 +37,8 @@ ISA = Isa(
         include_links=(("machine", "arm64"),), kinst_dirs=("arm64", "dbp"),
     ),
     **package_parts(_decode, _classify, _md, _table),
+    classify=_classify.classify,
+    frame_verdict=_classify.frame_verdict,
     reloc_insert=_relocs.insert,
     branch_reloc=_relocs.branch_field,
     mapping_symbols=True,
