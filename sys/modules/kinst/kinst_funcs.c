@@ -5,8 +5,9 @@
  * check of the whole table's structure, and the digest that shows a live
  * function is the one the table was made from.  Freestanding C99, no
  * library calls (see kinst_funcs.h).  The structure check walks each
- * function's instruction records with the ISA's walker, kinst_core_walk()
- * and kinst_core_next(), which every ISA's kinst_core.h declares.
+ * function's instruction records: kinst_core_walk() here starts a walk,
+ * and the ISA's kinst_core_next() (every ISA's kinst_core.h declares it)
+ * reads one record at a time.
  */
 
 #include "kinst_core.h"
@@ -37,6 +38,22 @@ kinst_bytecopy(volatile kc_uint8_t *dst, const volatile kc_uint8_t *src,
 
 	while (len-- > 0)
 		*dst++ = *src++;
+}
+
+/*
+ * Start a walk over the records of 'kf'; the ISA's kinst_core_next() steps
+ * it.
+ */
+void
+kinst_core_walk(const struct kinst_table *kt, const struct kinst_func *kf,
+    struct kinst_walk *kw)
+{
+
+	kw->kw_p = kt->kt_records + kf->kf_records;
+	kw->kw_end = kt->kt_records + kf->kf_end;
+	kw->kw_off = 0;
+	kw->kw_size = kf->kf_size;
+	kw->kw_probe = kf->kf_first;
 }
 
 /* Function 'f' of the table, read out of its record. */

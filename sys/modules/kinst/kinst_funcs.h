@@ -85,6 +85,18 @@ struct kinst_func {
 	kc_uint32_t	kf_nprobes;
 };
 
+/*
+ * A walk over a function's records, the ISA's kinst_core_next() reading one
+ * instruction's record at a time.
+ */
+struct kinst_walk {
+	const kc_uint8_t	*kw_p;
+	const kc_uint8_t	*kw_end;
+	kc_uint32_t		kw_off;
+	kc_uint32_t		kw_size;
+	kc_uint32_t		kw_probe;
+};
+
 extern const struct kinst_table kinst_table;
 
 #define	KINST_TABLE_OK	((const char *)0)	/* kinst_table_check(): sound */
@@ -100,5 +112,7 @@ int	kinst_func_digest_ok(const struct kinst_table *,
 const char *kinst_table_check(const struct kinst_table *);
 void	kinst_bytecopy(volatile kc_uint8_t *, const volatile kc_uint8_t *,
 	    kc_uint32_t);
+void	kinst_core_walk(const struct kinst_table *, const struct kinst_func *,
+	    struct kinst_walk *);
 
 #endif /* !_KINST_FUNCS_H_ */

@@ -24,18 +24,6 @@
 #define	KINST_INT32_MIN	(-(kc_int64_t)0x80000000)
 #define	KINST_INT32_MAX	((kc_int64_t)0x7fffffff)
 
-void
-kinst_core_walk(const struct kinst_table *kt, const struct kinst_func *kf,
-    struct kinst_walk *kw)
-{
-
-	kw->kw_p = kt->kt_records + kf->kf_records;
-	kw->kw_end = kt->kt_records + kf->kf_end;
-	kw->kw_off = 0;
-	kw->kw_size = kf->kf_size;
-	kw->kw_probe = kf->kf_first;
-}
-
 /*
  * The next instruction of the walk: 1, or 0 at the function's end, or
  * -KINST_E_TABLE for a record this core cannot read.

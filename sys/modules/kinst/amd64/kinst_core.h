@@ -58,15 +58,6 @@ struct kinst_insn {
 	kc_uint8_t	ki_mask[KINST_MAX_INSN]; /* offset | width code << 4 */
 };
 
-/* A walk over a function's records. */
-struct kinst_walk {
-	const kc_uint8_t	*kw_p;
-	const kc_uint8_t	*kw_end;
-	kc_uint32_t		kw_off;
-	kc_uint32_t		kw_size;
-	kc_uint32_t		kw_probe;
-};
-
 /* kinst's struct kinst_probe_md for one live instruction. */
 struct kinst_md {
 	kc_uint8_t	km_kind;	/* enum kinst_kind */
@@ -81,8 +72,6 @@ struct kinst_md {
 	kc_uint8_t	km_template[KINST_TEMPLATE_SIZE]; /* trampoline's */
 };
 
-void	kinst_core_walk(const struct kinst_table *, const struct kinst_func *,
-	    struct kinst_walk *);
 int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
 int	kinst_core_digest_ok(const struct kinst_table *,
 	    const struct kinst_func *, kc_uint8_t *);

@@ -40,18 +40,7 @@ struct kinst_insn {
 	kc_uint8_t	ki_masked;	/* a relocation fills part */
 };
 
-/* A walk over a function's records. */
-struct kinst_walk {
-	const kc_uint8_t	*kw_p;
-	const kc_uint8_t	*kw_end;
-	kc_uint32_t		kw_off;
-	kc_uint32_t		kw_size;
-	kc_uint32_t		kw_probe;
-};
-
 /* dbp/kinst_core_dbp.c */
-void	kinst_core_walk(const struct kinst_table *, const struct kinst_func *,
-	    struct kinst_walk *);
 int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
 int	kinst_core_digest_ok(const struct kinst_table *,
 	    const struct kinst_func *, kc_uint8_t *);
