@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ..common import apt
+from ..common.files import locked
 from ..common.ccache import compile_cached, content_key
 from ..common.errors import UserError
 from ..common.paths import CACHE
@@ -93,7 +94,7 @@ DEFAULT_PROJECT = "lua5.4"
 def source_tree(package: str) -> Path:
     """The unpacked upstream tree of Debian source package ``package``, fetched on first use."""
     dest = CACHE_DIR / package
-    with apt.locked(CACHE_DIR, package):
+    with locked(CACHE_DIR, package):
         if (dest / ".complete").is_file():
             return dest
         apt_dir = CACHE_DIR / "apt"
@@ -158,7 +159,7 @@ def debian_image(package: str = DEFAULT_PROJECT, variant: str = "gcc") -> Path:
         for o in objects:
             o.unlink()
 
-    with apt.locked(CACHE_DIR, f"build-{package}-{variant}"):  # one compile at a time: a build takes both cores
+    with locked(CACHE_DIR, f"build-{package}-{variant}"):  # one compile at a time: a build takes both cores
         built = compile_cached(CACHE_DIR / "build", f"{package}-{variant}-{key}", make, marker=image_name)
     return built / image_name
 

@@ -14,14 +14,12 @@ and the ring-0 guest's pinned kernel packages and QEMU's source
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List
+from typing import List
 
 from .errors import UserError
 from .tools import first_error
@@ -43,18 +41,6 @@ def run(argv: List[str], cwd: Path, what: str) -> str:
     if proc.returncode != 0:
         raise UserError(f"{what}: {Path(argv[0]).name} failed: {first_error(proc.stderr or proc.stdout)}")
     return proc.stdout
-
-
-@contextmanager
-def locked(directory: Path, name: str) -> Iterator[None]:
-    """One process fills a cache entry at a time (an flock on ``directory/.name.lock``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def source_list() -> str:

@@ -8,12 +8,14 @@ never a mix, and a set of files is written all or none.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence, Tuple
+from typing import Iterator, Sequence, Tuple
 
 
 def _temporary(path: Path) -> Path:
@@ -68,3 +70,16 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+@contextmanager
+def locked(directory: Path, name: str) -> Iterator[None]:
+    """One process fills a cache entry at a time (an flock on ``directory/.name.lock``): concurrent
+    commands, test processes and branches share the cache."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

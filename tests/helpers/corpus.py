@@ -13,17 +13,16 @@ skipped test says exactly what it did not check; a missing system library is
 
 from __future__ import annotations
 
-import fcntl
 import lzma
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
+from generator.common.files import locked
 from helpers.paths import CORPUS_CACHE
 from helpers.skips import missing
 
@@ -70,18 +69,6 @@ def _apt_update() -> bool:
     return _run(["apt-get", "update", "-qq"]).returncode == 0
 
 
-@contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """Serialise cache fills between concurrent test processes."""
-    CORPUS_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CORPUS_CACHE / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _download(package: str, into: Path) -> Path:
     """``apt-get download`` one package into ``into``; skip on failure."""
     if shutil.which("apt-get") is None:
@@ -124,7 +111,7 @@ def kernel_tree() -> Path:
     """The extracted linux-image package (downloaded on first use)."""
     package = kernel_package()
     dest = CORPUS_CACHE / package
-    with _locked(package):
+    with locked(CORPUS_CACHE, package):
         if not (dest / ".complete").exists():
             with tempfile.TemporaryDirectory(dir=CORPUS_CACHE, prefix=".download-") as tmp:
                 deb = _download(package, Path(tmp))
@@ -141,7 +128,7 @@ def debian_vmlinux() -> Path:
     """
     package = kernel_package() + "-dbg"
     dest = CORPUS_CACHE / package
-    with _locked(package):
+    with locked(CORPUS_CACHE, package):
         found = sorted(dest.glob("vmlinux-*"))
         if not (dest / ".complete").exists() or not found:
             if shutil.which("dpkg") is None or shutil.which("tar") is None:

@@ -20,17 +20,16 @@ reason naming it.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, NamedTuple
+from typing import Dict, List, NamedTuple
 
+from generator.common.files import locked
 from generator.common.paths import BUILD
 from helpers.paths import CORPUS_CACHE, HARNESS_FIXTURES
 from helpers.skips import missing
@@ -91,20 +90,9 @@ def _key(*parts: object) -> str:
     return h.hexdigest()[:12]
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _build(out: Path, commands: List[List[str]], what: str) -> Path:
     """Run ``commands`` in a fresh directory renamed to ``out`` when all pass (cached: never half a tree)."""
-    with _locked(out):
+    with locked(out.parent, out.name):
         if (out / ".complete").exists():
             return out
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
@@ -150,7 +138,7 @@ LUA_LIB = ("lapi lcode lctype ldebug ldo ldump lfunc lgc llex lmem lobject lopco
 def lua_source() -> Path:
     """Debian's lua5.4 source, downloaded once and unpacked: the directory holding src/."""
     dest = CORPUS_CACHE / "lua5.4-source"
-    with _locked(dest):
+    with locked(dest.parent, dest.name):
         if not (dest / ".complete").exists():
             with tempfile.TemporaryDirectory(dir=CORPUS_CACHE, prefix=".lua-") as tmp:
                 tarball = _apt_source(LUA_PACKAGE, Path(tmp))

@@ -43,7 +43,6 @@ and what it is for (``helpers.skips.missing``).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -52,11 +51,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, List
 
+from generator.common.files import locked
 from helpers.paths import HEADER_CACHE, KO_STANDIN
 from helpers.skips import missing
 
@@ -117,22 +116,10 @@ RELEASES: Dict[str, HeaderRelease] = {
 }
 
 
-@contextmanager
-def _locked(name: str) -> Iterator[None]:
-    """Serialise cache fills between concurrent test processes."""
-    HEADER_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(HEADER_CACHE / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def wheel(rel: HeaderRelease) -> Path:
     """The ziglang wheel carrying ``rel``'s headers, downloaded once into the cache; else skip naming it."""
     where = HEADER_CACHE / "wheels"
-    with _locked(f"ziglang-{rel.ziglang}"):
+    with locked(HEADER_CACHE, f"ziglang-{rel.ziglang}"):
         found = sorted(where.glob(f"ziglang-{rel.ziglang}-*.whl"))
         if found:
             return found[0]
@@ -220,7 +207,7 @@ def sys_tree(name: str) -> Path:
     whl = wheel(rel)
     root = HEADER_CACHE / f"{name}-{_key()}"
     sysdir = root / "sys"
-    with _locked(f"tree-{name}"):
+    with locked(HEADER_CACHE, f"tree-{name}"):
         if (root / ".complete").is_file():
             return sysdir
         tmp = Path(tempfile.mkdtemp(dir=HEADER_CACHE, prefix=f".{name}-"))

@@ -30,6 +30,7 @@ from typing import NamedTuple, Tuple
 
 from ... import isa as isa_registry
 from ...common import apt
+from ...common.files import locked
 from ...common.errors import UserError
 from ...common.paths import CACHE
 
@@ -99,7 +100,7 @@ def fetch(pin: Pin, *companions: Pin) -> Path:
     final = entry(pin)
     if (final / ".complete").is_file():
         return final
-    with apt.locked(CACHE_DIR, pin.name):
+    with locked(CACHE_DIR, pin.name):
         if (final / ".complete").is_file():
             return final
         work = Path(tempfile.mkdtemp(dir=CACHE_DIR, prefix=f".{pin.name}."))
@@ -139,7 +140,7 @@ def fetch_source_member(pin: SourcePin) -> Path:
     final = CACHE_DIR / f"{pin.package}_{pin.version.replace(':', '_')}" / Path(pin.member).name
     if final.is_file():
         return final
-    with apt.locked(CACHE_DIR, f"src-{pin.package}"):
+    with locked(CACHE_DIR, f"src-{pin.package}"):
         if final.is_file():
             return final
         apt_dir = CACHE_DIR / "apt"
