@@ -89,9 +89,19 @@ class PeakSampler:
                     continue
                 procs[pid] = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
             for pid, fields in procs.items():
-                if fields.get("Name", "").startswith("qemu-system") and _descends(procs, pid, me):
+                if _is_qemu(pid) and _descends(procs, pid, me):
                     hwm = int(fields.get("VmHWM", "0 kB").split()[0])
                     self.peak_kib = max(self.peak_kib, hwm)
+
+
+def _is_qemu(pid: str) -> bool:
+    """Whether the process runs a qemu-system binary: by its argv[0], since ``-name ...,process=`` renames
+    the process (its status Name is the run's name)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.path.basename(argv0).startswith(b"qemu-system")
 
 
 def _descends(procs: Dict[str, Dict[str, str]], pid: str, ancestor: str) -> bool:
