@@ -249,27 +249,11 @@ def _run(code: bytes, h: LineHeader, addr_size: int) -> List[Row]:
     while pos < n:
         op = code[pos]
         pos += 1
-        if op >= opcode_base:
-            adj = op - opcode_base
-            adv = adj // line_range
-            if max_ops == 1:
-                delta = min_len * adv
-            else:
-                delta = min_len * ((op_index + adv) // max_ops)
-                op_index = (op_index + adv) % max_ops
-            if delta:
-                address += delta
-                view = 0
-            line += line_base + adj % line_range
-            if not 0 <= line <= MAX_LINE:
-                raise DwarfError(f"{where}: line {line} at {address:#x} is out of range")
-            append((address, file, line, ROW_STMT if stmt else 0, view if view < MAX_VIEW else MAX_VIEW))
-            view += 1
-        elif op == S.DW_LNS_copy:
-            append((address, file, line, ROW_STMT if stmt else 0, view if view < MAX_VIEW else MAX_VIEW))
-            view += 1
-        elif op == S.DW_LNS_advance_pc or op == S.DW_LNS_const_add_pc:
-            if op == S.DW_LNS_advance_pc:
+        if op >= opcode_base or op == S.DW_LNS_advance_pc or op == S.DW_LNS_const_add_pc:
+            # One address-advance rule for a special opcode and both advance_pc forms.
+            if op >= opcode_base:
+                adv = (op - opcode_base) // line_range
+            elif op == S.DW_LNS_advance_pc:
                 adv, pos = uleb(code, pos)
             else:
                 adv = const_add
@@ -281,6 +265,15 @@ def _run(code: bytes, h: LineHeader, addr_size: int) -> List[Row]:
             if delta:
                 address += delta
                 view = 0
+            if op >= opcode_base:  # a special opcode also advances the line and appends a row
+                line += line_base + (op - opcode_base) % line_range
+                if not 0 <= line <= MAX_LINE:
+                    raise DwarfError(f"{where}: line {line} at {address:#x} is out of range")
+                append((address, file, line, ROW_STMT if stmt else 0, view if view < MAX_VIEW else MAX_VIEW))
+                view += 1
+        elif op == S.DW_LNS_copy:
+            append((address, file, line, ROW_STMT if stmt else 0, view if view < MAX_VIEW else MAX_VIEW))
+            view += 1
         elif op == S.DW_LNS_advance_line:
             d, pos = sleb(code, pos)
             line += d
