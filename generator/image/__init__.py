@@ -1,5 +1,8 @@
 """Stage 1: the kernel image.
 
+- ``open_image(path)``: how every stage gets an image from a path; the one
+  caller of ``KernelImage.open``, it hands out one object per file while
+  anyone holds it.  ``open_kernel`` adds the embedded sample's default.
 - ``elf``: ``KernelImage``, kinstkit's one ELF reader: sections, symbols and
   functions, relocations (applied for ET_REL), segments, build-id; every
   malformed file is one ``UserError`` line.  It reads through one module per
