@@ -173,36 +173,41 @@ dtmalloc_provide(void *arg __unused, dtrace_probedesc_t *desc)
 	malloc_type_list(dtmalloc_type_cb, NULL);
 }
 
-/* The type's probe-ID slot, which kern_malloc.c reads, gets the probe's id. */
+/*
+ * Switch one probe: the type's probe-ID slot, which kern_malloc.c reads, gets
+ * the probe's id (0 when off), and the global gate follows the count of
+ * enabled probes.
+ */
 static void
-dtmalloc_enable(void *arg __unused, dtrace_id_t id, void *parg)
+dtmalloc_switch(struct dtmalloc_probe *dp, dtrace_id_t id, bool on)
 {
-	struct dtmalloc_probe *dp;
+	int edge;
 
-	dp = parg;
 	mtx_lock(&dtmalloc_mtx);
-	dp->dp_id = id;
-	dp->dp_enabled = true;
+	if (on)
+		dp->dp_id = id;
+	dp->dp_enabled = on;
 	if (dtmalloc_writable(dp))
-		*dp->dp_slot = id;
+		*dp->dp_slot = on ? id : 0;
 	mtx_unlock(&dtmalloc_mtx);
-	if (dtmalloc_counter_enable(&dtmalloc_nenabled))
-		dtrace_malloc_enabled = true;
+	edge = on ? dtmalloc_counter_enable(&dtmalloc_nenabled) :
+	    dtmalloc_counter_disable(&dtmalloc_nenabled);
+	if (edge)
+		dtrace_malloc_enabled = on;
 }
 
 static void
-dtmalloc_disable(void *arg __unused, dtrace_id_t id __unused, void *parg)
+dtmalloc_enable(void *arg __unused, dtrace_id_t id, void *parg)
 {
-	struct dtmalloc_probe *dp;
 
-	dp = parg;
-	mtx_lock(&dtmalloc_mtx);
-	dp->dp_enabled = false;
-	if (dtmalloc_writable(dp))
-		*dp->dp_slot = 0;
-	mtx_unlock(&dtmalloc_mtx);
-	if (dtmalloc_counter_disable(&dtmalloc_nenabled))
-		dtrace_malloc_enabled = false;
+	dtmalloc_switch(parg, id, true);
+}
+
+static void
+dtmalloc_disable(void *arg __unused, dtrace_id_t id, void *parg)
+{
+
+	dtmalloc_switch(parg, id, false);
 }
 
 static void
