@@ -21,14 +21,13 @@ from ..common.errors import UserError
 
 
 def add_parsers(subparsers) -> None:
-    t = subparsers.add_parser(
-        "vm-test",
-        help="boot a VM, load the built modules, run the dtrace checks, collect results, always tear down",
-        description="Boot a guest (the stand-in Linux guest, or FreeBSD from --image/--release), hand it the "
+    t = _vm_parser(
+        subparsers, "vm-test",
+        "boot a VM, load the built modules, run the dtrace checks, collect results, always tear down",
+        "Boot a guest (the stand-in Linux guest, or FreeBSD from --image/--release), hand it the "
         "modules and a guest script on a meta disk, collect the results, and tear everything down.",
+        "run this guest script instead of the default checks (as /meta/run.sh)",
     )
-    _guest_options(t)
-    t.add_argument("--script", help="run this guest script instead of the default checks (as /meta/run.sh)")
     t.add_argument("--expect", help="expected-output specs for --script (format: vm/guest/lib/checks.sh)")
     t.add_argument("--timeout", type=float, help="whole-run limit in seconds (default: the guest's, longer under TCG)")
     t.add_argument("--boot-timeout", type=float, help="seconds until the guest hook must have started")
@@ -48,14 +47,13 @@ def add_parsers(subparsers) -> None:
     A.add_prologue_rule(g, default=PROLOGUE_NONE, extra=(PROLOGUE_NONE,))
     t.set_defaults(run=cmd_vm_test)
 
-    s = subparsers.add_parser(
-        "vm-shell",
-        help="boot the same VM with its serial console on this terminal (Ctrl-A X quits)",
-        description="Boot the vm-test VM interactively.  The meta disk is unpacked in /meta; "
+    s = _vm_parser(
+        subparsers, "vm-shell",
+        "boot the same VM with its serial console on this terminal (Ctrl-A X quits)",
+        "Boot the vm-test VM interactively.  The meta disk is unpacked in /meta; "
         "'sh /meta/run.sh' runs the checks.  The VM is torn down when QEMU exits.",
+        "guest script to put on the meta disk as /meta/run.sh",
     )
-    _guest_options(s)
-    s.add_argument("--script", help="guest script to put on the meta disk as /meta/run.sh")
     s.add_argument("--timeout", type=float, help="end the session after this many seconds (default: none)")
     s.set_defaults(run=cmd_vm_shell)
 
@@ -64,6 +62,14 @@ def add_parsers(subparsers) -> None:
     i.add_argument("--flavor", default="BASIC-CLOUDINIT", help="BASIC-CLOUDINIT (default) or BASIC-CI")
     i.add_argument("--mirror", help="mirror base URL (default: https://download.freebsd.org, or $KINSTKIT_FREEBSD_MIRROR)")
     i.set_defaults(run=cmd_vm_image)
+
+
+def _vm_parser(subparsers, name: str, summary: str, description: str, script: str) -> argparse.ArgumentParser:
+    """vm-test and vm-shell boot the same guest: one set of guest options and a --script for both."""
+    p = subparsers.add_parser(name, help=summary, description=description)
+    _guest_options(p)
+    p.add_argument("--script", help=script)
+    return p
 
 
 def _guest_options(p: argparse.ArgumentParser) -> None:
