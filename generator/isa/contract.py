@@ -227,6 +227,36 @@ class DwarfReg(NamedTuple):
     ucontext: str  # the Linux ucontext expression the user-space harness reads it from ("0": hard-wired zero)
 
 
+class CodeTable(NamedTuple):
+    """A section of a kernel image whose entries name code addresses (Linux ``__ex_table``, ``__jump_table``).
+
+    Each field named here holds a signed 32-bit offset from the field's own
+    address; the jump-probe proof (``analysis/jumprefs.py``) reads them.
+    """
+
+    section: str  # the section's name
+    entry: int  # bytes per entry
+    sites: int  # offset of the field naming an instruction the table's user finds by address (-1: none)
+    site_len: int  # bytes from a site that must stay in place (the faulting instruction: 1; a patched jump: 5)
+    resume: int  # offset of the field naming where control resumes (a fixup, a jump label's target; -1: none)
+    doc: str  # what the kernel does with it, and why a displaced site or a resume point inside a jump breaks
+
+
+class JumpFacts(NamedTuple):
+    """What the trap-free jump probe needs to know of an ISA: the jump's size, and how its code names
+    addresses, for the proof that no one enters the bytes the jump overwrites (docs/jump-probes.md)."""
+
+    size: int  # bytes the jump overwrites (amd64: jmp rel32, 5)
+    call_kinds: FrozenSet[str]  # table kinds that push a return address
+    rel32_opcodes: Tuple[bytes, ...]  # opcodes followed by a rel32 that ends the instruction (direct branches)
+    riprel_modrm: Tuple[int, int]  # (mask, value) of a ModR/M byte followed by a %rip-relative disp32
+    riprel_imm_max: int  # bytes of immediate that may follow a %rip-relative disp32
+    abs_code_width: int  # bytes of a sign-extended absolute address in an instruction (0: none)
+    indirect_jump: Callable[[bytes], str]  # an instruction's bytes -> "reg" or "mem" for an indirect jump, else ""
+    code_tables: Tuple[CodeTable, ...]  # tables of code addresses a kernel may have, read by the proof
+    unread_tables: Mapping[str, str]  # sections naming code that the proof does not read -> what they are
+
+
 class Isa(NamedTuple):
     """One ISA behind the contract (see the module docstring)."""
 
@@ -272,6 +302,8 @@ class Isa(NamedTuple):
     # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
     nmi_entries: Tuple[str, ...] = ()
     nmi_reason: str = ""
+    # The trap-free jump probe's facts (docs/jump-probes.md); None: the ISA has no jump probes.
+    jump: Optional[JumpFacts] = None
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

@@ -1,0 +1,208 @@
+"""Who names a code address: the image-wide half of the jump-probe proof (docs/jump-probes.md).
+
+A 5-byte jump may replace an instruction only if nothing enters the bytes
+it overwrites other than at its first.  What may enter code, or name a code
+address that something may later jump to, is found here for the whole image
+at once, over-approximated (a false reference only refuses a jump probe;
+a missed one would break the program):
+
+- every rel32 after a direct-branch opcode, in every executable section,
+  whatever function (or no function: code without a symbol, a ``.cold``
+  part) it lies in;
+- every %rip-relative disp32 after a ModR/M byte that could say so, with
+  every immediate length that may follow it (an ``lea`` of a label: a
+  computed goto, FreeBSD's ``onfault`` handler in position-independent
+  code);
+- every absolute code address: a sign-extended imm32 in code (the kernel
+  code model: ``movq $handler, PCB_ONFAULT(%reg)``) unless the image is
+  position-independent, every aligned 8-byte value in data (jump tables,
+  function pointers), and every dynamic relocation's value (a shared
+  object's pointers are relocations, not bytes);
+- the kernel tables the ISA names (``JumpFacts.code_tables``: Linux's
+  ``__ex_table``, ``__jump_table``): their sites stay in place, their
+  resume points are targets.
+
+Data inside executable sections (``STT_OBJECT`` symbols there, mapping
+symbols' ``$d`` ranges) is a region no jump may cover.  Relative jump
+tables (entries that are offsets from the table) are the function's own
+business: ``analysis/jumpsafe.py`` reads them from the ``lea`` that names
+the table.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from typing import Dict, List, NamedTuple, Sequence, Tuple
+
+import numpy as np
+
+from ..image.elf import KernelImage, Section
+from ..isa.contract import JumpFacts
+
+_STT_OBJECT = 1
+_CHUNK = 1 << 23  # bytes of a section scanned at once: bounds the scan's temporary arrays
+_MASK64 = (1 << 64) - 1
+
+
+class Held(NamedTuple):
+    """Bytes no jump may cover: a site a kernel finds by address or rewrites, or data in code."""
+
+    start: int  # first address
+    end: int  # one past the last
+    why: str  # what it is, for the refusal
+
+
+class CodeRefs(NamedTuple):
+    """Every code address the image names, and the bytes that must stay in place."""
+
+    targets: np.ndarray  # sorted unique uint64 addresses in executable sections that something may enter
+    held: Tuple[Held, ...]  # sorted by start
+    unread: Tuple[str, ...]  # sections naming code that the proof does not read: no jump probe in this image
+    starts: Tuple[int, ...]  # held[i].start, for bisection
+    reach: Tuple[int, ...]  # the largest end among held[:i + 1]
+
+    def overlapping(self, lo: int, hi: int) -> List[Held]:
+        """The held ranges that overlap ``[lo, hi)``."""
+        out = []
+        i = bisect.bisect_left(self.starts, hi) - 1
+        while i >= 0 and self.reach[i] > lo:
+            if self.held[i].end > lo:
+                out.append(self.held[i])
+            i -= 1
+        return out
+
+
+def _code_sections(img: KernelImage) -> List[Section]:
+    return [s for s in img.sections if s.executable and not s.nobits and s.size]
+
+
+def _in_code(addrs: np.ndarray, code: Sequence[Section]) -> np.ndarray:
+    keep = np.zeros(len(addrs), dtype=bool)
+    for s in code:
+        keep |= (addrs >= np.uint64(s.addr)) & (addrs < np.uint64(s.addr + s.size))
+    return addrs[keep]
+
+
+def _int32_at(b: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """The little-endian signed 32-bit values at positions ``p`` of ``b``, as int64."""
+    v = (b[p].astype(np.uint32) | b[p + 1].astype(np.uint32) << 8 | b[p + 2].astype(np.uint32) << 16
+         | b[p + 3].astype(np.uint32) << 24)
+    return v.view(np.int32).astype(np.int64)
+
+
+def _plus(base: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """``base + delta`` modulo 2**64 (kernel addresses are above 2**63)."""
+    return base.astype(np.uint64) + delta.astype(np.int64).view(np.uint64)
+
+
+def _scan_code(img: KernelImage, facts: JumpFacts, s: Section, abs_code: bool) -> List[np.ndarray]:
+    out: List[np.ndarray] = []
+    data = img.read_in(s, s.addr, s.size)
+    overlap = 8
+    for lo in range(0, s.size, _CHUNK):
+        hi = min(s.size, lo + _CHUNK + overlap)
+        b = np.frombuffer(bytes(data[lo:hi]), dtype=np.uint8)
+        n = len(b)
+        if n < 5:
+            break
+        last = n - 4  # a disp32 at p needs p + 4 <= n
+        for op in facts.rel32_opcodes:
+            k = len(op)
+            m = np.ones(max(0, last - k + 1), dtype=bool)
+            for j, byte in enumerate(op):
+                m &= b[j : j + len(m)] == byte
+            p = np.nonzero(m)[0] + k
+            out.append(_plus(np.uint64(s.addr + lo) + p.astype(np.uint64) + np.uint64(4), _int32_at(b, p)))
+        mask, val = facts.riprel_modrm
+        p = np.nonzero((b[: last - 1] & mask) == val)[0] + 1
+        ends = _plus(np.uint64(s.addr + lo) + p.astype(np.uint64) + np.uint64(4), _int32_at(b, p))
+        for imm in range(facts.riprel_imm_max + 1):
+            out.append(ends + np.uint64(imm))
+        if abs_code and facts.abs_code_width == 4:
+            p = np.arange(0, last, dtype=np.int64)
+            out.append(_int32_at(b, p).view(np.uint64))
+    return out
+
+
+def _scan_data(img: KernelImage, s: Section) -> np.ndarray:
+    data = img.read_in(s, s.addr, s.size)
+    start = (-s.addr) % 8
+    body = bytes(data[start : start + (s.size - start) // 8 * 8])
+    return np.frombuffer(body, dtype="<u8").astype(np.uint64)
+
+
+def _dynamic(img: KernelImage) -> np.ndarray:
+    """The values a loader writes: a relocation's addend, plus its symbol's value where it names one."""
+    relocs = img.dynamic_relocations()
+    if not relocs:
+        return np.zeros(0, dtype=np.uint64)
+    syms, _ = img.dynamic_symbols()
+    value: Dict[str, int] = {s.name: s.value for s in syms if s.name}
+    return np.array([(value.get(r.symbol, 0) + r.addend) & _MASK64 for r in relocs.values()], dtype=np.uint64)
+
+
+def _tables(img: KernelImage, facts: JumpFacts) -> Tuple[List[np.ndarray], List[Held]]:
+    targets: List[np.ndarray] = []
+    held: List[Held] = []
+    for t in facts.code_tables:
+        sec = next((s for s in img.sections if s.name == t.section and not s.nobits), None)
+        if sec is None or sec.size < t.entry:
+            continue
+        b = np.frombuffer(img.read_in(sec, sec.addr, sec.size // t.entry * t.entry), dtype=np.uint8)
+        first = np.arange(0, len(b), t.entry, dtype=np.int64)
+        base = np.uint64(sec.addr) + first.astype(np.uint64)
+        if t.sites >= 0:
+            for a in _plus(base + np.uint64(t.sites), _int32_at(b, first + t.sites)).tolist():
+                held.append(Held(a, a + t.site_len, f"{t.section} names {a:#x}: {t.doc}"))
+        if t.resume >= 0:
+            targets.append(_plus(base + np.uint64(t.resume), _int32_at(b, first + t.resume)))
+    return targets, held
+
+
+def _data_held(img: KernelImage, code: Sequence[Section]) -> List[Held]:
+    out = [Held(lo, hi, f"data at {lo:#x}-{hi:#x} (a $d mapping symbol)") for lo, hi in img.data_in_code()]
+    for sym in img.symbols():
+        if sym.type != _STT_OBJECT or sym.size <= 0:
+            continue
+        addr = sym.value if img.e_type != "ET_REL" else None
+        if addr is None:
+            sec = img.section_by_index(sym.shndx)
+            if sec is None:
+                continue
+            addr = sec.addr + sym.value
+        if any(s.addr <= addr < s.addr + s.size for s in code):
+            out.append(Held(addr, addr + sym.size, f"data object {sym.name} at {addr:#x}-{addr + sym.size:#x}"))
+    return out
+
+
+def code_refs(img: KernelImage, facts: JumpFacts) -> CodeRefs:
+    """Every code address ``img`` names, and the bytes that must stay in place (see the module docstring)."""
+    code = _code_sections(img)
+    abs_code = img.e_type != "ET_DYN"  # position-independent code holds no absolute addresses
+    found: List[np.ndarray] = []
+    for s in code:
+        found.extend(_scan_code(img, facts, s, abs_code))
+    for s in img.sections:
+        if not s.executable and not s.nobits and s.size >= 8:
+            found.append(_scan_data(img, s))
+    found.append(_dynamic(img))
+    table_targets, held = _tables(img, facts)
+    found.extend(table_targets)
+    held.extend(_data_held(img, code))
+    every = np.unique(np.concatenate([_in_code(a, code) for a in found if len(a)] or [np.zeros(0, np.uint64)]))
+    unread = tuple(sorted(n for n in facts.unread_tables if any(s.name == n for s in img.sections)))
+    held.sort()
+    reach = list(itertools.accumulate((h.end for h in held), max))
+    return CodeRefs(every, tuple(held), unread, tuple(h.start for h in held), tuple(reach))
+
+
+_CACHE: Dict[int, Tuple[KernelImage, CodeRefs]] = {}
+
+
+def for_image(img: KernelImage) -> CodeRefs:
+    """``code_refs`` of ``img``, made once per open image (whole-image work makes it before its workers fork)."""
+    hit = _CACHE.get(id(img))
+    if hit is None or hit[0] is not img:
+        hit = _CACHE[id(img)] = (img, code_refs(img, img.isa.jump))
+    return hit[1]
