@@ -163,12 +163,12 @@ def _site(func: Function, insns: Sequence[JumpInsn], k: int, facts: JumpFacts, e
         ret = x.offset + x.length
         if x.kind in facts.call_kinds and ret < jend:
             return _refuse(start, "call-inside", off=x.offset, ret=ret)
-    i = bisect.bisect_right(inside, start)
-    if i < len(inside) and inside[i] < jend:
-        return _refuse(start, "branch-into", tgt=inside[i], src=entered[inside[i]])
     wlo, whi = func.address + start, func.address + insns[m].offset + insns[m].length
     for held in refs.overlapping(wlo, whi):
         return _refuse(start, "held", why=held.why)
+    i = bisect.bisect_right(inside, start)
+    if i < len(inside) and inside[i] < jend:
+        return _refuse(start, "branch-into", tgt=inside[i], src=entered[inside[i]])
     return JumpVerdict(start, "", "")
 
 
