@@ -42,7 +42,7 @@ from ..isa.contract import JumpFacts
 
 _STT_OBJECT = 1
 _CHUNK = 1 << 23  # bytes of a section scanned at once: bounds the scan's temporary arrays
-_MASK64 = (1 << 64) - 1
+_DYN_RELA = (".rela.dyn", ".rela.plt")  # the loader's relocation sections (ELF64 RELA)
 
 
 class Held(NamedTuple):
@@ -61,6 +61,7 @@ class CodeRefs(NamedTuple):
     unread: Tuple[str, ...]  # sections naming code that the proof does not read: no jump probe in this image
     starts: Tuple[int, ...]  # held[i].start, for bisection
     reach: Tuple[int, ...]  # the largest end among held[:i + 1]
+    named: Dict[int, str]  # targets a kernel table names -> what they are (the others come from scans)
 
     def overlapping(self, lo: int, hi: int) -> List[Held]:
         """The held ranges that overlap ``[lo, hi)``."""
@@ -96,7 +97,10 @@ def _plus(base: np.ndarray, delta: np.ndarray) -> np.ndarray:
     return base.astype(np.uint64) + delta.astype(np.int64).view(np.uint64)
 
 
-def _scan_code(img: KernelImage, facts: JumpFacts, s: Section, abs_code: bool) -> List[np.ndarray]:
+def _scan_code(img: KernelImage, facts: JumpFacts, s: Section, abs_code: bool,
+               code: Sequence[Section]) -> List[np.ndarray]:
+    """The code addresses section ``s``'s bytes may name (each scan's candidates kept only where they land in
+    ``code``, chunk by chunk, so that a large image's scan stays small)."""
     out: List[np.ndarray] = []
     data = img.read_in(s, s.addr, s.size)
     overlap = 8
@@ -113,15 +117,16 @@ def _scan_code(img: KernelImage, facts: JumpFacts, s: Section, abs_code: bool) -
             for j, byte in enumerate(op):
                 m &= b[j : j + len(m)] == byte
             p = np.nonzero(m)[0] + k
-            out.append(_plus(np.uint64(s.addr + lo) + p.astype(np.uint64) + np.uint64(4), _int32_at(b, p)))
+            out.append(_in_code(_plus(np.uint64(s.addr + lo) + p.astype(np.uint64) + np.uint64(4), _int32_at(b, p)),
+                                code))
         mask, val = facts.riprel_modrm
         p = np.nonzero((b[: last - 1] & mask) == val)[0] + 1
         ends = _plus(np.uint64(s.addr + lo) + p.astype(np.uint64) + np.uint64(4), _int32_at(b, p))
         for imm in range(facts.riprel_imm_max + 1):
-            out.append(ends + np.uint64(imm))
+            out.append(_in_code(ends + np.uint64(imm), code))
         if abs_code and facts.abs_code_width == 4:
             p = np.arange(0, last, dtype=np.int64)
-            out.append(_int32_at(b, p).view(np.uint64))
+            out.append(_in_code(_int32_at(b, p).view(np.uint64), code))
     return out
 
 
@@ -132,17 +137,35 @@ def _scan_data(img: KernelImage, s: Section) -> np.ndarray:
     return np.frombuffer(body, dtype="<u8").astype(np.uint64)
 
 
+_RELA = np.dtype([("offset", "<u8"), ("info", "<u8"), ("addend", "<i8")])  # Elf64_Rela
+_SYM = np.dtype([("name", "<u4"), ("info", "u1"), ("other", "u1"), ("shndx", "<u2"), ("value", "<u8"),
+                 ("size", "<u8")])  # Elf64_Sym
+
+
 def _dynamic(img: KernelImage) -> np.ndarray:
-    """The values a loader writes: a relocation's addend, plus its symbol's value where it names one."""
-    relocs = img.dynamic_relocations()
-    if not relocs:
+    """The values a loader writes (a shared object's pointers are relocations, not bytes): each dynamic
+    relocation's addend plus its symbol's value, read in bulk (a large library has hundreds of thousands)."""
+    if img.e_type != "ET_DYN":
         return np.zeros(0, dtype=np.uint64)
-    syms, _ = img.dynamic_symbols()
-    value: Dict[str, int] = {s.name: s.value for s in syms if s.name}
-    return np.array([(value.get(r.symbol, 0) + r.addend) & _MASK64 for r in relocs.values()], dtype=np.uint64)
+    view = img.section_view(".dynsym")
+    sym = np.frombuffer(view[0], dtype=_SYM, count=len(view[0]) // _SYM.itemsize) if view else None
+    out = []
+    for name in _DYN_RELA:
+        view = img.section_view(name)
+        if view is None:
+            continue
+        r = np.frombuffer(view[0], dtype=_RELA, count=len(view[0]) // _RELA.itemsize)
+        value = r["addend"].view(np.uint64).copy()
+        if sym is not None:
+            idx = (r["info"] >> np.uint64(32)).astype(np.int64)
+            ok = (idx > 0) & (idx < len(sym))
+            value[ok] += sym["value"][idx[ok]]
+        out.append(value)
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)
 
 
-def _tables(img: KernelImage, facts: JumpFacts) -> Tuple[List[np.ndarray], List[Held]]:
+def _tables(img: KernelImage, facts: JumpFacts, named: Dict[int, str]) -> Tuple[List[np.ndarray], List[Held]]:
+    """The kernel tables' resume points (each also into ``named``, with what it is) and their sites."""
     targets: List[np.ndarray] = []
     held: List[Held] = []
     for t in facts.code_tables:
@@ -154,9 +177,11 @@ def _tables(img: KernelImage, facts: JumpFacts) -> Tuple[List[np.ndarray], List[
         base = np.uint64(sec.addr) + first.astype(np.uint64)
         if t.sites >= 0:
             for a in _plus(base + np.uint64(t.sites), _int32_at(b, first + t.sites)).tolist():
-                held.append(Held(a, a + t.site_len, f"{t.section} names {a:#x}: {t.doc}"))
+                held.append(Held(a, a + t.site_len, f"{a:#x}, {t.site_doc} ({t.section})"))
         if t.resume >= 0:
-            targets.append(_plus(base + np.uint64(t.resume), _int32_at(b, first + t.resume)))
+            resume = _plus(base + np.uint64(t.resume), _int32_at(b, first + t.resume))
+            targets.append(resume)
+            named.update((a, f"{t.resume_doc} ({t.section})") for a in resume.tolist())
     return targets, held
 
 
@@ -182,19 +207,20 @@ def code_refs(img: KernelImage, facts: JumpFacts) -> CodeRefs:
     abs_code = img.e_type != "ET_DYN"  # position-independent code holds no absolute addresses
     found: List[np.ndarray] = []
     for s in code:
-        found.extend(_scan_code(img, facts, s, abs_code))
+        found.extend(_scan_code(img, facts, s, abs_code, code))
     for s in img.sections:
         if not s.executable and not s.nobits and s.size >= 8:
-            found.append(_scan_data(img, s))
-    found.append(_dynamic(img))
-    table_targets, held = _tables(img, facts)
-    found.extend(table_targets)
+            found.append(_in_code(_scan_data(img, s), code))
+    found.append(_in_code(_dynamic(img), code))
+    named: Dict[int, str] = {}
+    table_targets, held = _tables(img, facts, named)
+    found.extend(_in_code(t, code) for t in table_targets)
     held.extend(_data_held(img, code))
-    every = np.unique(np.concatenate([_in_code(a, code) for a in found if len(a)] or [np.zeros(0, np.uint64)]))
+    every = np.unique(np.concatenate([a for a in found if len(a)] or [np.zeros(0, np.uint64)]))
     unread = tuple(sorted(n for n in facts.unread_tables if any(s.name == n for s in img.sections)))
     held.sort()
     reach = list(itertools.accumulate((h.end for h in held), max))
-    return CodeRefs(every, tuple(held), unread, tuple(h.start for h in held), tuple(reach))
+    return CodeRefs(every, tuple(held), unread, tuple(h.start for h in held), tuple(reach), named)
 
 
 _CACHE: Dict[int, Tuple[KernelImage, CodeRefs]] = {}

@@ -35,7 +35,7 @@ class FunctionJumps(NamedTuple):
 def require(img: KernelImage) -> None:
     """A UserError unless the image's ISA has jump probes."""
     if img.isa.jump is None:
-        raise UserError(f"--jump: {img.isa.name} has no jump probes yet (amd64 only); drop --jump")
+        raise UserError(f"--jump: {img.isa.name} has no jump probes yet (its ISA record has no jump facts); drop --jump")
 
 
 def of_function(img: KernelImage, func: Function, rule: str, lib: Optional[hostcore.Host] = None) -> FunctionJumps:

@@ -16,13 +16,15 @@ is proven safe at a site when:
   (Linux ``__ex_table``, ``__jump_table``) and no data.
 
 Every refusal's text comes from ``REASONS``, keyed by a short code that the
-summaries count.  The proof reads only typed records (``JumpInsn``), which
-``from_report`` and ``from_rows`` make from the two walks of the analysis.
+summaries count.  The proof reads one typed record per function
+(``FuncCode``: its instructions as arrays), which ``from_report`` and
+``from_rows`` make from the two walks of the analysis; it decides every
+site of a function at once with numpy (a whole kernel has millions) and
+words only the refusals.
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -43,23 +45,25 @@ REASONS: Dict[str, str] = {
     "branch-into": "+{tgt} lies inside the jump's bytes and is entered from elsewhere: {src}",
     "indirect-jump": "the function has an indirect jump at +{off} whose targets cannot be bounded "
                      "(no jump table found for it)",
-    "held": "the jump would displace {why}",
+    "held": "the jump would displace {why}",  # a Held's why: what the bytes are
     "unread-table": "the image has {names}, naming code the proof does not read",
 }
 
 _TABLE_MAX = 1 << 16  # entries read from one relative jump table at most
+_TABLE_STEP = 64  # entries read at a time: a table ends at its first entry outside code
 
 
-class JumpInsn(NamedTuple):
-    """One instruction of a function, as the proof needs it."""
+class FuncCode(NamedTuple):
+    """One function's instructions, as the proof needs them."""
 
-    offset: int  # from the function's start
-    length: int  # bytes
-    kind: Optional[str]  # its table kind (how a breakpoint hit resumes); None: not a probe
-    refused: str  # why it is not a probe ("" when it is)
-    target: Optional[int]  # a direct branch's or call's target address
-    ref: Optional[int]  # the address a %rip-relative operand names
-    indirect: str  # "reg" / "mem" for an indirect jump (JumpFacts.indirect_jump), else ""
+    offsets: np.ndarray  # int64: each instruction's offset from the function's start, ascending
+    lengths: np.ndarray  # int64: its bytes
+    probe: np.ndarray  # bool: it is a probe (kinst's rule gives it a table kind)
+    call: np.ndarray  # bool: a probe whose kind pushes a return address (JumpFacts.call_kinds)
+    refused: Dict[int, str]  # instruction index -> why it is not a probe
+    branches: Dict[int, int]  # a direct branch's or call's target address -> the offset of one that names it
+    refs: Tuple[int, ...]  # the addresses its %rip-relative operands name (where a jump table may be)
+    indirect_reg: int  # offset of its first indirect jump through a register; -1: none
 
 
 class JumpVerdict(NamedTuple):
@@ -74,20 +78,48 @@ def _refuse(offset: int, code: str, **kw: object) -> JumpVerdict:
     return JumpVerdict(offset, code, REASONS[code].format(**kw))
 
 
-def from_report(rep: FunctionReport, code: bytes, facts: JumpFacts) -> List[JumpInsn]:
-    """The proof's records from ``analysis.probes.analyse``'s report."""
-    out = []
-    for p in rep.probes:
-        ok = p.status == STATUS_OK
-        disp = getattr(p.md, "disp", 0)
-        ref = p.address + p.length + disp if ok and p.kind in _RIPREL_KINDS else None
-        raw = code[p.offset : p.offset + p.length]
-        out.append(JumpInsn(p.offset, p.length, p.kind if ok else None, "" if ok else p.reason, p.target, ref,
-                            facts.indirect_jump(raw) if 0xFF in raw else ""))
-    return out
+def _func_code(offsets: List[int], lengths: List[int], kinds: List[Optional[str]], refused: Dict[int, str],
+               targets: List[Optional[int]], disps: List[int], raws: List[bytes], address: int,
+               facts: JumpFacts) -> FuncCode:
+    branches: Dict[int, int] = {}
+    refs, reg = [], -1
+    for off, ln, kind, target, disp, raw in zip(offsets, lengths, kinds, targets, disps, raws):
+        if target is not None:
+            branches.setdefault(target, off)
+        if kind in facts.riprel_kinds:
+            refs.append(address + off + ln + disp)
+        if reg < 0 and 0xFF in raw and facts.indirect_jump(raw) == "reg":
+            reg = off
+    return FuncCode(np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64),
+                    np.array([k is not None for k in kinds], dtype=bool),
+                    np.array([k in facts.call_kinds for k in kinds], dtype=bool), refused, branches, tuple(refs),
+                    reg)
 
 
-_RIPREL_KINDS = frozenset(("riprel", "call-riprel"))
+def from_report(rep: FunctionReport, code: bytes, facts: JumpFacts) -> FuncCode:
+    """The proof's record from ``analysis.probes.analyse``'s report."""
+    ps = rep.probes
+    kinds = [p.kind if p.status == STATUS_OK else None for p in ps]
+    return _func_code([p.offset for p in ps], [p.length for p in ps], kinds,
+                      {i: p.reason for i, p in enumerate(ps) if p.status != STATUS_OK}, [p.target for p in ps],
+                      [getattr(p.md, "disp", 0) for p in ps], [code[p.offset : p.offset + p.length] for p in ps],
+                      rep.address, facts)
+
+
+def from_rows(rows: Rows, code: bytes, address: int, isa: Isa) -> FuncCode:
+    """The proof's record from the host library's rows of one function (``isa/hostcore.py``)."""
+    f = rows.host.fields
+    names = ("kr_off", "kr_len", "kr_reason", "kr_flags", "kr_target", "km_kind", "km_disp")
+    dt = np.dtype({"names": list(names),
+                   "formats": [f"<{'i' if f[n].signed else 'u'}{f[n].size}" for n in names],
+                   "offsets": [f[n].offset for n in names], "itemsize": rows.host.rowsize})
+    r = np.frombuffer(rows.data, dtype=dt, count=rows.n)
+    table = [k.kind for k in isa.table_kinds]
+    off, ln, why, flags, target = (r[n].tolist() for n in names[:5])
+    kinds = [table[k] if not w else None for k, w in zip(r["km_kind"].tolist(), why)]
+    targets = [t if fl & _ROW_TARGET else None for t, fl in zip(target, flags)]
+    raws = [code[o : o + n] for o, n in zip(off, ln)]
+    return _func_code(off, ln, kinds, dict(rows.reasons), targets, r["km_disp"].tolist(), raws, address, isa.jump)
 
 
 def _relative_table(img: KernelImage, base: int, func: Function) -> List[int]:
@@ -97,79 +129,113 @@ def _relative_table(img: KernelImage, base: int, func: Function) -> List[int]:
     sec = img.section_at(base)
     if sec is None or sec.executable or sec.nobits:
         return []
-    n = min(_TABLE_MAX, (sec.addr + sec.size - base) // 4)
-    vals = np.frombuffer(img.read_in(sec, base, n * 4), dtype="<i4").astype(np.int64) + base
-    out = []
-    for t in vals.tolist():
-        s = img.section_at(t)
-        if s is None or not s.executable:
-            break
-        if func.address <= t < func.address + func.size:
-            out.append(t)
+    out: List[int] = []
+    end = min(sec.addr + sec.size, base + 4 * _TABLE_MAX)
+    at = base
+    while at + 4 <= end:
+        n = min(_TABLE_STEP, (end - at) // 4)
+        for t in (np.frombuffer(img.read_in(sec, at, n * 4), dtype="<i4").astype(np.int64) + base).tolist():
+            s = img.section_at(t)
+            if s is None or not s.executable:
+                return out
+            if func.address <= t < func.address + func.size:
+                out.append(t)
+        at += n * 4
     return out
 
 
-def _entries(img: KernelImage, func: Function, insns: Sequence[JumpInsn], refs: CodeRefs
-             ) -> Tuple[Dict[int, str], Optional[JumpVerdict]]:
-    """Every offset of ``func`` entered other than by falling through, with where from; and the function's
-    refusal when an indirect jump's targets cannot be bounded."""
+def _entered(img: KernelImage, func: Function, fc: FuncCode, refs: CodeRefs) -> Tuple[np.ndarray, Dict[int, str]]:
+    """Every offset of ``func`` entered other than by falling through (sorted), and where a jump table
+    names one; the function's direct branches say where they come from in ``fc.branches``."""
     lo, hi = func.address, func.address + func.size
-    entered: Dict[int, str] = {}
     a = refs.targets
-    i, j = np.searchsorted(a, np.uint64(lo)), np.searchsorted(a, np.uint64(hi))
-    for t in a[i:j].tolist():
-        entered[t - lo] = "a branch, pointer or %rip-relative reference in the image names it"
-    for x in insns:
-        if x.target is not None and lo <= x.target < hi:
-            entered[x.target - lo] = f"the branch at +{x.offset} targets it"
-    tables = [t for x in insns if x.ref is not None for t in _relative_table(img, x.ref, func)]
-    for t in tables:
-        entered.setdefault(t - lo, "a jump table entry names it")
-    reg = next((x for x in insns if x.indirect == "reg"), None)
-    if reg is not None and not tables:
-        return entered, _refuse(-1, "indirect-jump", off=reg.offset)
-    return entered, None
+    found = [a[np.searchsorted(a, np.uint64(lo)) : np.searchsorted(a, np.uint64(hi))].astype(np.int64) - lo]
+    found.append(np.array([t - lo for t in fc.branches if lo <= t < hi], dtype=np.int64))
+    tables: Dict[int, str] = {}
+    if fc.indirect_reg >= 0:
+        for base in fc.refs:
+            for t in _relative_table(img, base, func):
+                tables.setdefault(t - lo, f"the jump table at {base:#x} names it")
+        found.append(np.array(sorted(tables), dtype=np.int64))
+    return np.unique(np.concatenate(found)), tables
 
 
-def prove(img: KernelImage, func: Function, insns: Sequence[JumpInsn], refs: Optional[CodeRefs] = None,
+def prove(img: KernelImage, func: Function, fc: FuncCode, refs: Optional[CodeRefs] = None,
           facts: Optional[JumpFacts] = None) -> List[JumpVerdict]:
-    """One verdict per probe of ``func`` (its instructions ``insns``, in order)."""
+    """One verdict per probe of ``func``, in offset order."""
     facts = facts or img.isa.jump
     refs = refs if refs is not None else for_image(img)
-    probes = [k for k, x in enumerate(insns) if x.kind is not None]
+    pk = np.nonzero(fc.probe)[0]
+    starts = fc.offsets[pk].tolist()
     if refs.unread:
-        return [_refuse(insns[k].offset, "unread-table", names=", ".join(refs.unread)) for k in probes]
-    entered, whole = _entries(img, func, insns, refs)
-    if whole is not None:
-        return [whole._replace(offset=insns[k].offset) for k in probes]
-    inside = sorted(entered)
-    return [_site(func, insns, k, facts, entered, inside, refs) for k in probes]
+        return [_refuse(o, "unread-table", names=", ".join(refs.unread)) for o in starts]
+    entered, tables = _entered(img, func, fc, refs)
+    if fc.indirect_reg >= 0 and not tables:
+        return [_refuse(o, "indirect-jump", off=fc.indirect_reg) for o in starts]
+    codes = _codes(func, fc, pk, entered, refs, facts.size)
+    if not any(codes):
+        return [JumpVerdict(o, "", "") for o in starts]
+    sized = (fc.offsets.tolist(), fc.lengths.tolist(), facts.size)
+    return [JumpVerdict(o, "", "") if not c else _why(func, fc, sized, k, c, entered, tables, refs)
+            for o, k, c in zip(starts, pk.tolist(), codes)]
 
 
-def _site(func: Function, insns: Sequence[JumpInsn], k: int, facts: JumpFacts, entered: Dict[int, str],
-          inside: List[int], refs: CodeRefs) -> JumpVerdict:
-    start = insns[k].offset
-    jend = start + facts.size  # one past the jump's last byte
-    if jend > func.size:
-        return _refuse(start, "past-end", size=facts.size, end=func.size)
+def _codes(func: Function, fc: FuncCode, pk: np.ndarray, entered: np.ndarray, refs: CodeRefs,
+           size: int) -> List[str]:
+    """Each probe's refusal code ("" when proven), the conditions in the order ``REASONS`` gives them."""
+    n = len(fc.offsets)
+    ends = fc.offsets + fc.lengths
+    start = fc.offsets[pk]
+    jend = start + size
+    m = np.searchsorted(ends, jend, side="left")  # the last displaced instruction
+    past = (jend > func.size) | (m >= n)
+    mm = np.minimum(m, n - 1)
+    notprobe = np.concatenate(([0], np.cumsum(~fc.probe)))
+    calls = np.concatenate(([0], np.cumsum(fc.call)))
+    displaced_refused = notprobe[mm + 1] - notprobe[pk] > 0
+    call_inside = calls[mm] - calls[pk] > 0  # a call before the last displaced one returns inside the jump
+    held = np.zeros(len(pk), dtype=bool)
+    if refs.held and refs.overlapping(func.address, func.address + func.size + size):
+        wend = func.address + ends[mm]
+        held = np.array([bool(refs.overlapping(func.address + s, e)) for s, e in zip(start.tolist(), wend.tolist())],
+                        dtype=bool)
+    i = np.searchsorted(entered, start, side="right")
+    into = (i < len(entered)) & (entered[np.minimum(i, max(len(entered) - 1, 0))] < jend) if len(entered) \
+        else np.zeros(len(pk), dtype=bool)
+    out = np.full(len(pk), "", dtype=object)
+    for code, hit in reversed((("past-end", past), ("displaced-refused", displaced_refused & ~past),
+                               ("call-inside", call_inside & ~past), ("held", held & ~past),
+                               ("branch-into", into))):
+        out[hit] = code
+    return out.tolist()
+
+
+def _why(func: Function, fc: FuncCode, sized: Tuple[List[int], List[int], int], k: int, code: str,
+         entered: np.ndarray, tables: Dict[int, str], refs: CodeRefs) -> JumpVerdict:
+    """The refusal of probe ``k`` (an instruction index), worded with where it comes from; ``sized``: the
+    instructions' offsets and lengths as lists, and the jump's size."""
+    offs, lens, size = sized
+    start, jend = offs[k], offs[k] + size
     m = k
-    while insns[m].offset + insns[m].length < jend:
-        if m + 1 == len(insns):
-            return _refuse(start, "past-end", size=facts.size, end=insns[m].offset + insns[m].length)
+    while m + 1 < len(offs) and offs[m] + lens[m] < jend:
         m += 1
-    for x in insns[k : m + 1]:
-        if x.kind is None:
-            return _refuse(start, "displaced-refused", off=x.offset, why=x.refused)
-        ret = x.offset + x.length
-        if x.kind in facts.call_kinds and ret < jend:
-            return _refuse(start, "call-inside", off=x.offset, ret=ret)
-    wlo, whi = func.address + start, func.address + insns[m].offset + insns[m].length
-    for held in refs.overlapping(wlo, whi):
-        return _refuse(start, "held", why=held.why)
-    i = bisect.bisect_right(inside, start)
-    if i < len(inside) and inside[i] < jend:
-        return _refuse(start, "branch-into", tgt=inside[i], src=entered[inside[i]])
-    return JumpVerdict(start, "", "")
+    if code == "past-end":
+        return _refuse(start, code, size=size, end=min(func.size, offs[-1] + lens[-1]))
+    if code == "displaced-refused":
+        x = next(x for x in range(k, m + 1) if not fc.probe[x])
+        return _refuse(start, code, off=offs[x], why=fc.refused.get(x, ""))
+    if code == "call-inside":
+        x = next(x for x in range(k, m) if fc.call[x])
+        return _refuse(start, code, off=offs[x], ret=offs[x] + lens[x])
+    if code == "held":
+        wlo = func.address + start
+        return _refuse(start, code, why=refs.overlapping(wlo, func.address + offs[m] + lens[m])[0].why)
+    tgt = int(entered[np.searchsorted(entered, start, side="right")])
+    src = fc.branches.get(func.address + tgt)
+    where = (f"the branch at +{src} targets it" if src is not None else tables.get(tgt)
+             or refs.named.get(func.address + tgt)
+             or "a branch, pointer or %rip-relative reference in the image names it")
+    return _refuse(start, code, tgt=tgt, src=where)
 
 
 def counts(verdicts: Iterable[JumpVerdict]) -> Tuple[int, Dict[str, int]]:
@@ -182,24 +248,3 @@ def counts(verdicts: Iterable[JumpVerdict]) -> Tuple[int, Dict[str, int]]:
         else:
             n += 1
     return n, why
-
-
-def from_rows(rows: Rows, code: bytes, address: int, isa: Isa) -> List[JumpInsn]:
-    """The proof's records from the host library's rows of one function (``isa/hostcore.py``)."""
-    f = rows.host.fields
-    names = ("kr_off", "kr_len", "kr_reason", "kr_flags", "kr_target", "km_kind", "km_disp")
-    dt = np.dtype({"names": list(names),
-                   "formats": [f"<{'i' if f[n].signed else 'u'}{f[n].size}" for n in names],
-                   "offsets": [f[n].offset for n in names], "itemsize": rows.host.rowsize})
-    r = np.frombuffer(rows.data, dtype=dt, count=rows.n)
-    kinds = [k.kind for k in isa.table_kinds]
-    facts = isa.jump
-    out = []
-    for i, (off, ln, why, flags, target, kind, disp) in enumerate(zip(*(r[n].tolist() for n in names))):
-        k = kinds[kind] if not why else None
-        raw = code[off : off + ln]
-        out.append(JumpInsn(off, ln, k, rows.reasons.get(i, "") if why else "",
-                            target if flags & _ROW_TARGET else None,
-                            address + off + ln + disp if k in _RIPREL_KINDS else None,
-                            facts.indirect_jump(raw) if 0xFF in raw else ""))
-    return out

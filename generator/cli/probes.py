@@ -41,8 +41,9 @@ def add_parsers(sub) -> None:
         help="per function: verdict and probe counts by kind, not every instruction (fast path for whole images)",
     )
     pr.add_argument("--jump", action="store_true",
-                    help="amd64: the trap-free jump probe's safety proof: per probe 'jump' or why it stays a "
-                         "breakpoint; with --summary, counts by reason (--all --summary ends with a TOTAL line)")
+                    help="the trap-free jump probe's safety proof (where the ISA has jump facts): per probe "
+                         "'jump' or why it stays a breakpoint; with --summary, counts by reason "
+                         "(--all --summary ends with a TOTAL line)")
     A.add_prologue_rule(pr)
     pr.add_argument("--jobs", type=int, default=0, help="worker processes for --all (default: one per core)")
     pr.set_defaults(run=cmd_probes)

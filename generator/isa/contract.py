@@ -239,7 +239,8 @@ class CodeTable(NamedTuple):
     sites: int  # offset of the field naming an instruction the table's user finds by address (-1: none)
     site_len: int  # bytes from a site that must stay in place (the faulting instruction: 1; a patched jump: 5)
     resume: int  # offset of the field naming where control resumes (a fixup, a jump label's target; -1: none)
-    doc: str  # what the kernel does with it, and why a displaced site or a resume point inside a jump breaks
+    site_doc: str  # what a site is to the kernel: why a jump may not displace it
+    resume_doc: str  # what a resume point is: why no jump may cover it
 
 
 class JumpFacts(NamedTuple):
@@ -248,6 +249,7 @@ class JumpFacts(NamedTuple):
 
     size: int  # bytes the jump overwrites (amd64: jmp rel32, 5)
     call_kinds: FrozenSet[str]  # table kinds that push a return address
+    riprel_kinds: FrozenSet[str]  # table kinds whose disp32 names an address relative to the next instruction
     rel32_opcodes: Tuple[bytes, ...]  # opcodes followed by a rel32 that ends the instruction (direct branches)
     riprel_modrm: Tuple[int, int]  # (mask, value) of a ModR/M byte followed by a %rip-relative disp32
     riprel_imm_max: int  # bytes of immediate that may follow a %rip-relative disp32

@@ -20,10 +20,13 @@ Needs gcc (the fixture).
 
 from __future__ import annotations
 
+import json
+import re
 import struct
 import subprocess
+import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import pytest
 
@@ -32,7 +35,7 @@ from generator.analysis.probes import analyse, function_code
 from generator.common.paths import BUILD
 from generator.image.elf import KernelImage
 from helpers.paths import REPO
-from helpers.skips import require_tool
+from helpers.skips import require_system_library, require_tool
 
 FIXTURES = REPO / "tests" / "fixtures" / "jump"
 # site label -> (its function, the reason code the proof must give; "" for the safe site)
@@ -64,33 +67,32 @@ def _verdicts(img: KernelImage, name: str):
     func = img.lookup(name)
     rep = analyse(img, func)
     assert rep.eligible, rep.reason
-    insns = J.from_report(rep, function_code(img, func), img.isa.jump)
-    return func, insns, {v.offset: v for v in J.prove(img, func, insns)}
+    fc = J.from_report(rep, function_code(img, func), img.isa.jump)
+    return func, fc, {v.offset: v for v in J.prove(img, func, fc)}
 
 
 def _run(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(path)], capture_output=True, text=True, timeout=30)
 
 
-def _detour(img: KernelImage, insns: List[J.JumpInsn], func_addr: int, start: int, at: int) -> bytes:
+def _detour(img: KernelImage, fc: J.FuncCode, func_addr: int, start: int, at: int) -> bytes:
     """The displaced instructions from ``start`` (at least 5 bytes of them), relocated to ``at``, then a
     jump back.  The fixtures' displaced instructions are position-independent, but for a call through a
     register, which is emulated: its original return address pushed, then a jump through the register."""
     code = bytearray()
     end = start
-    for x in insns:
-        if x.offset < start or end >= start + 5:
+    for off, length, call in zip(fc.offsets.tolist(), fc.lengths.tolist(), fc.call.tolist()):
+        if off < start or end >= start + 5:
             continue
-        b = img.read(func_addr + x.offset, x.length)
-        if x.kind == "call-reg":
-            assert b[0] == 0xFF and b[1] >> 6 == 3, b.hex()
-            code += b"\x68" + struct.pack("<i", func_addr + x.offset + x.length)  # push $return (non-PIE)
+        b = img.read(func_addr + off, length)
+        if call:
+            assert b[0] == 0xFF and b[1] >> 6 == 3, b.hex()  # ff /2, a register: the only call planted
+            code += b"\x68" + struct.pack("<i", func_addr + off + length)  # push $return (non-PIE)
             code += bytes((0xFF, (b[1] & ~0x38) | 0x20))  # jmp *%reg: ff /4
         else:
             code += b
-        end = x.offset + x.length
-    back = func_addr + end
-    code += b"\xe9" + struct.pack("<i", back - (at + len(code) + 5))
+        end = off + length
+    code += b"\xe9" + struct.pack("<i", func_addr + end - (at + len(code) + 5))
     assert len(code) <= _DETOUR_SLOT
     return bytes(code)
 
@@ -100,10 +102,10 @@ def _patched(program: Path, site: str, slot: int) -> Path:
     img = KernelImage.open(str(program))
     syms = _symbols(img)
     fname, _ = SITES[site]
-    func, insns, _ = _verdicts(img, fname)
+    func, fc, _ = _verdicts(img, fname)
     start = syms[site] - func.address
     at = syms["jf_detour"] + slot * _DETOUR_SLOT
-    detour = _detour(img, insns, func.address, start, at)
+    detour = _detour(img, fc, func.address, start, at)
     jump = b"\xe9" + struct.pack("<i", at - (syms[site] + 5))
     data = bytearray(program.read_bytes())
     for addr, blob in ((at, detour), (syms[site], jump)):
@@ -139,3 +141,77 @@ def test_a_jump_placed_anyway_breaks_the_program(program):
             assert (got.returncode, got.stdout) != (0, want.stdout), f"{site}: the jump broke nothing"
         else:
             assert (got.returncode, got.stdout) == (0, want.stdout), f"{site}: the safe jump broke the program"
+
+
+def test_linux_exception_table_sites_and_fixups_are_held(tmp_path):
+    """A module's ``__ex_table`` (an object file, its entries relocations against .text): a jump may not
+    displace the instruction that may fault, nor cover its fixup."""
+    gcc = require_tool("gcc", "gcc", "assembles the exception-table fixture")
+    obj = tmp_path / "jfx.o"
+    subprocess.run([gcc, "-c", "-o", str(obj), str(FIXTURES / "jf_extable.S")], check=True)
+    img = KernelImage.open(str(obj))
+    func, _, verdicts = _verdicts(img, "jf_copy")
+    syms = {s.name: s.value for s in img.symbols() if s.name.startswith("jf_site")}  # offsets in .text
+    fault, fixup = syms["jf_site_fault"], syms["jf_site_fixup"]
+    assert verdicts[fault].code == "held" and "__ex_table" in verdicts[fault].reason
+    assert verdicts[fixup].code == "branch-into" and "fixup" in verdicts[fixup].reason
+    # The instruction after the faulting one is not displaced by a jump there, and passes.
+    assert verdicts[fault + 2].code == ""
+
+
+def test_proven_sites_against_objdump(tmp_path):
+    """Independent oracle: over every function of the machine's libstdc++, no direct branch or
+    %rip-relative reference objdump decodes lands strictly inside a jump the proof passed, and no call
+    objdump decodes returns inside one."""
+    objdump = require_tool("objdump", "binutils", "decodes libstdc++ independently of capstone")
+    lib = require_system_library("libstdc++.so.6")
+    from generator.analysis import jumpreport
+
+    img = KernelImage.open(str(lib))
+    inside = {}  # address strictly inside a proven jump -> its site
+    total = proven = 0
+    for chunk in jumpreport.of_image(img, "any", 1):
+        for fj in chunk:
+            for v in fj.verdicts:
+                total += 1
+                if not v.code:
+                    proven += 1
+                    for b in range(1, img.isa.jump.size):
+                        inside[fj.address + v.offset + b] = f"{fj.function}:{v.offset}"
+    assert total > 100_000 and proven / total > 0.7, (proven, total)
+    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", "-w", str(lib)], capture_output=True, text=True,
+                         check=True).stdout
+    lines = re.compile(r"^ *([0-9a-f]+):\t(\S+)(?:\s+(.*))?$", re.M)
+    bad = []
+    prev_call_end = None
+    for m in lines.finditer(out):
+        addr, mnem, ops = int(m.group(1), 16), m.group(2), m.group(3) or ""
+        if prev_call_end is not None and addr in inside:
+            bad.append(f"call returning to {addr:#x} inside the jump at {inside[addr]}")
+        prev_call_end = None
+        if mnem.startswith("call"):
+            prev_call_end = True
+        ref = re.search(r"(?:^|\s|#\s*)([0-9a-f]+) <", ops)
+        if ref and int(ref.group(1), 16) in inside:
+            bad.append(f"{addr:#x} {mnem} {ops}: names {int(ref.group(1), 16):#x} inside the jump at "
+                       f"{inside[int(ref.group(1), 16)]}")
+    assert not bad, "\n".join(bad[:20])
+
+
+def test_cli_jump(program):
+    """``probes --jump``: text, JSON and summary views, and the combinations it refuses (exit 2, one line)."""
+    run = [sys.executable, "-m", "generator", "probes", "--kernel", str(program)]
+    text = subprocess.run(run + ["--function", "jf_call_inside", "--jump"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "trap: the jump would displace the call at +9" in text and text.count("  jump\n") >= 3
+    obj = json.loads(subprocess.run(run + ["--function", "jf_safe", "--jump", "--json"], capture_output=True,
+                                    text=True, check=True).stdout)
+    assert [p["jump"] for p in obj["probes"]][:3] == [True, True, True]
+    summ = subprocess.run(run + ["--all", "--summary", "--jump", "--json"], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+    recs = {r["function"]: r for r in map(json.loads, summ)}
+    assert recs["jf_indirect"]["jump"] == 0 and recs["jf_indirect"]["trap_reasons"] == {"indirect-jump": recs["jf_indirect"]["probes"]} == {"indirect-jump": 12}
+    assert recs["jf_call_inside"]["trap_reasons"] == {"call-inside": 2, "past-end": 2}
+    for bad in (["--all", "--jump"], ["--function", "jf_safe", "--jump", "--lines"]):
+        r = subprocess.run(run + bad, capture_output=True, text=True)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r

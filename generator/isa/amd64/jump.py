@@ -42,14 +42,17 @@ _INDIRECT_JMP_OPCODE = 0xFF  # ff /4 (near), ff /5 (far: refused by the per-inst
 _JMP_REGS = (4, 5)
 
 CODE_TABLES = (
+    # struct exception_table_entry { int insn, fixup, data; } (Linux >= 4.6 on x86-64)
     CodeTable(
         "__ex_table", 12, 0, 1, 4,
-        "Linux: the instructions that may fault (insn) and where the fault handler resumes (fixup), "
-        "as offsets from each field",
+        "an instruction that may fault, which the fault handler looks up by its address",
+        "a fault's fixup, where the fault handler resumes",
     ),
+    # struct jump_entry { s32 code, target; long key; } (CONFIG_HAVE_ARCH_JUMP_LABEL_RELATIVE)
     CodeTable(
         "__jump_table", 16, 0, JMP_REL32_SIZE, 4,
-        "Linux static keys: a 5-byte nop or jmp the kernel rewrites at run time (code), and its target",
+        "a static key's 5-byte nop or jmp, which the kernel rewrites at run time",
+        "a static key's branch target",
     ),
 )
 
@@ -82,6 +85,7 @@ def indirect_jump(raw: bytes) -> str:
 FACTS = JumpFacts(
     size=JMP_REL32_SIZE,
     call_kinds=frozenset((M.KIND_CALL_DIRECT, M.KIND_CALL_REG, M.KIND_CALL_MEM, M.KIND_CALL_RIPREL)),
+    riprel_kinds=frozenset((M.KIND_RIPREL, M.KIND_CALL_RIPREL)),
     rel32_opcodes=REL32_OPCODES,
     riprel_modrm=RIPREL_MODRM,
     riprel_imm_max=4,
