@@ -50,6 +50,7 @@ REASONS: Dict[str, str] = {
 }
 
 _TABLE_MAX = 1 << 16  # entries read from one relative jump table at most
+_MASK64 = (1 << 64) - 1
 _TABLE_STEP = 64  # entries read at a time: a table ends at its first entry outside code
 
 
@@ -134,7 +135,8 @@ def _relative_table(img: KernelImage, base: int, func: Function) -> List[int]:
     at = base
     while at + 4 <= end:
         n = min(_TABLE_STEP, (end - at) // 4)
-        for t in (np.frombuffer(img.read_in(sec, at, n * 4), dtype="<i4").astype(np.int64) + base).tolist():
+        entries = np.frombuffer(img.read_in(sec, at, n * 4), dtype="<i4").astype(np.int64).tolist()
+        for t in ((base + e) & _MASK64 for e in entries):
             s = img.section_at(t)
             if s is None or not s.executable:
                 return out
@@ -149,7 +151,9 @@ def _entered(img: KernelImage, func: Function, fc: FuncCode, refs: CodeRefs) -> 
     names one; the function's direct branches say where they come from in ``fc.branches``."""
     lo, hi = func.address, func.address + func.size
     a = refs.targets
-    found = [a[np.searchsorted(a, np.uint64(lo)) : np.searchsorted(a, np.uint64(hi))].astype(np.int64) - lo]
+    # Offsets from the function, subtracted as unsigned: a kernel's addresses are above 2**63.
+    found = [(a[np.searchsorted(a, np.uint64(lo)) : np.searchsorted(a, np.uint64(hi))] - np.uint64(lo))
+             .astype(np.int64)]
     found.append(np.array([t - lo for t in fc.branches if lo <= t < hi], dtype=np.int64))
     tables: Dict[int, str] = {}
     if fc.indirect_reg >= 0:
@@ -196,8 +200,8 @@ def _codes(func: Function, fc: FuncCode, pk: np.ndarray, entered: np.ndarray, re
     call_inside = calls[mm] - calls[pk] > 0  # a call before the last displaced one returns inside the jump
     held = np.zeros(len(pk), dtype=bool)
     if refs.held and refs.overlapping(func.address, func.address + func.size + size):
-        wend = func.address + ends[mm]
-        held = np.array([bool(refs.overlapping(func.address + s, e)) for s, e in zip(start.tolist(), wend.tolist())],
+        a = func.address  # a Python int: a kernel's addresses overflow int64
+        held = np.array([bool(refs.overlapping(a + s, a + e)) for s, e in zip(start.tolist(), ends[mm].tolist())],
                         dtype=bool)
     i = np.searchsorted(entered, start, side="right")
     into = (i < len(entered)) & (entered[np.minimum(i, max(len(entered) - 1, 0))] < jend) if len(entered) \
