@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import weakref
 from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
@@ -223,12 +224,13 @@ def code_refs(img: KernelImage, facts: JumpFacts) -> CodeRefs:
     return CodeRefs(every, tuple(held), unread, tuple(h.start for h in held), tuple(reach), named)
 
 
-_CACHE: Dict[int, Tuple[KernelImage, CodeRefs]] = {}
+# Per open image, for as long as someone holds the image (a long process -- the tests, a bench -- keeps none).
+_CACHE: "weakref.WeakKeyDictionary[KernelImage, CodeRefs]" = weakref.WeakKeyDictionary()
 
 
 def for_image(img: KernelImage) -> CodeRefs:
     """``code_refs`` of ``img``, made once per open image (whole-image work makes it before its workers fork)."""
-    hit = _CACHE.get(id(img))
-    if hit is None or hit[0] is not img:
-        hit = _CACHE[id(img)] = (img, code_refs(img, img.isa.jump))
-    return hit[1]
+    refs = _CACHE.get(img)
+    if refs is None:
+        refs = _CACHE[img] = code_refs(img, img.isa.jump)
+    return refs
