@@ -34,15 +34,16 @@ from __future__ import annotations
 import bisect
 import itertools
 import weakref
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..image.elf import KernelImage, Section
-from ..isa.contract import JumpFacts
+from ..isa.contract import CodeTable, JumpFacts
 
 _STT_OBJECT = 1
 _CHUNK = 1 << 23  # bytes of a section scanned at once: bounds the scan's temporary arrays
+_ALL_ONES = (1 << 64) - 1
 _DYN_RELA = (".rela.dyn", ".rela.plt")  # the loader's relocation sections (ELF64 RELA)
 
 
@@ -165,25 +166,77 @@ def _dynamic(img: KernelImage) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.uint64)
 
 
-def _tables(img: KernelImage, facts: JumpFacts, named: Dict[int, str]) -> Tuple[List[np.ndarray], List[Held]]:
-    """The kernel tables' resume points (each also into ``named``, with what it is) and their sites."""
+def _addresses(b: np.ndarray, first: np.ndarray, base: np.ndarray, field: int, absolute: bool) -> np.ndarray:
+    """The addresses a field of every entry names (entries at ``first`` of ``b``, at ``base`` in memory)."""
+    if absolute:
+        p = first + field
+        lo, hi = (_int32_at(b, q).view(np.uint64) & np.uint64(0xFFFFFFFF) for q in (p, p + 4))
+        return lo | hi << np.uint64(32)
+    return _plus(base + np.uint64(field), _int32_at(b, first + field))
+
+
+def _table_span(img: KernelImage, t: CodeTable, bounds: Dict[str, int]) -> Optional[Tuple[Section, int, int]]:
+    """(section, address, size) of table ``t``: its own section, or the span between its bounds' symbols."""
+    sec = next((s for s in img.sections if s.name == t.section and not s.nobits), None)
+    if sec is not None:
+        return sec, sec.addr, sec.size
+    lo, hi = bounds.get(t.bounds[0]), bounds.get(t.bounds[1])
+    sec = img.section_at(lo) if lo is not None and hi is not None and hi > lo else None
+    if sec is None or sec.nobits or hi > sec.addr + sec.size:
+        return None
+    return sec, lo, hi - lo
+
+
+def _read_table(img: KernelImage, t: CodeTable, code: Sequence[Section], bounds: Dict[str, int]
+                ) -> Optional[Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]]:
+    """(sites, their lengths, resume points or None) of table ``t`` in ``img``, or None when the image has no
+    such table or it does not read as ``t`` (its size is no multiple of an entry, or a site is not code)."""
+    span = _table_span(img, t, bounds)
+    if span is None or span[2] < t.entry or span[2] % t.entry:
+        return None
+    sec, addr, size = span
+    b = np.frombuffer(img.read_in(sec, addr, size), dtype=np.uint8)
+    first = np.arange(0, len(b), t.entry, dtype=np.int64)
+    if t.sites >= 0:
+        # Padding (a page-aligned table's tail: zeros) and discarded sites (the linker's -1) name no code.
+        if t.absolute:
+            raw = _addresses(b, first, np.zeros(len(first), np.uint64), t.sites, True)
+            first = first[(raw != 0) & (raw != np.uint64(_ALL_ONES))]
+        else:
+            first = first[_int32_at(b, first + t.sites) != 0]
+    base = np.uint64(addr) + first.astype(np.uint64)
+    sites = _addresses(b, first, base, t.sites, t.absolute) if t.sites >= 0 else np.zeros(0, np.uint64)
+    if len(_in_code(sites, code)) != len(sites):
+        return None
+    lens = b[first + t.len_field].astype(np.int64) if t.len_field >= 0 else np.full(len(sites), t.site_len)
+    resume = _addresses(b, first, base, t.resume, t.absolute) if t.resume >= 0 else None
+    return sites, lens, resume
+
+
+def _tables(img: KernelImage, facts: JumpFacts, code: Sequence[Section],
+            named: Dict[int, str]) -> Tuple[List[np.ndarray], List[Held], List[str]]:
+    """The kernel tables' resume points (each also into ``named``, with what it is), their sites, and the
+    tables the image has that read as none of their layouts."""
     targets: List[np.ndarray] = []
     held: List[Held] = []
+    wanted = {n for t in facts.code_tables for n in t.bounds if n}
+    bounds = {s.name: s.value for s in img.symbols() if s.name in wanted} if img.e_type != "ET_REL" else {}
+    present = {t.section for t in facts.code_tables
+               if any(s.name == t.section for s in img.sections) or t.bounds[0] in bounds}
     for t in facts.code_tables:
-        sec = next((s for s in img.sections if s.name == t.section and not s.nobits), None)
-        if sec is None or sec.size < t.entry:
+        if t.section not in present:
             continue
-        b = np.frombuffer(img.read_in(sec, sec.addr, sec.size // t.entry * t.entry), dtype=np.uint8)
-        first = np.arange(0, len(b), t.entry, dtype=np.int64)
-        base = np.uint64(sec.addr) + first.astype(np.uint64)
-        if t.sites >= 0:
-            for a in _plus(base + np.uint64(t.sites), _int32_at(b, first + t.sites)).tolist():
-                held.append(Held(a, a + t.site_len, f"{a:#x}, {t.site_doc} ({t.section})"))
-        if t.resume >= 0:
-            resume = _plus(base + np.uint64(t.resume), _int32_at(b, first + t.resume))
+        got = _read_table(img, t, code, bounds)
+        if got is None:
+            continue
+        present.discard(t.section)
+        sites, lens, resume = got
+        held.extend(Held(a, a + n, f"{a:#x}, {t.site_doc} ({t.section})")
+                    for a, n in zip(sites.tolist(), lens.tolist()))
+        if resume is not None:
             targets.append(resume)
             named.update((a, f"{t.resume_doc} ({t.section})") for a in resume.tolist())
-    return targets, held
+    return targets, held, sorted(present)
 
 
 def _data_held(img: KernelImage, code: Sequence[Section]) -> List[Held]:
@@ -214,11 +267,11 @@ def code_refs(img: KernelImage, facts: JumpFacts) -> CodeRefs:
             found.append(_in_code(_scan_data(img, s), code))
     found.append(_in_code(_dynamic(img), code))
     named: Dict[int, str] = {}
-    table_targets, held = _tables(img, facts, named)
+    table_targets, held, misread = _tables(img, facts, code, named)
     found.extend(_in_code(t, code) for t in table_targets)
     held.extend(_data_held(img, code))
     every = np.unique(np.concatenate([a for a in found if len(a)] or [np.zeros(0, np.uint64)]))
-    unread = tuple(sorted(n for n in facts.unread_tables if any(s.name == n for s in img.sections)))
+    unread = tuple(sorted({n for n in facts.unread_tables if any(s.name == n for s in img.sections)} | set(misread)))
     held.sort()
     reach = list(itertools.accumulate((h.end for h in held), max))
     return CodeRefs(every, tuple(held), unread, tuple(h.start for h in held), tuple(reach), named)

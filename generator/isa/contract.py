@@ -228,19 +228,27 @@ class DwarfReg(NamedTuple):
 
 
 class CodeTable(NamedTuple):
-    """A section of a kernel image whose entries name code addresses (Linux ``__ex_table``, ``__jump_table``).
+    """A section of a kernel image whose entries name code addresses (Linux ``__ex_table``, ``.smp_locks``).
 
-    Each field named here holds a signed 32-bit offset from the field's own
-    address; the jump-probe proof (``analysis/jumprefs.py``) reads them.
+    A field naming an address holds a signed 32-bit offset from the field's
+    own address, or with ``absolute`` the 8-byte address itself.  A section
+    whose layout changed between kernel versions has one record per layout;
+    the proof (``analysis/jumprefs.py``) reads it with the first whose every
+    site lands in code.
     """
 
     section: str  # the section's name
     entry: int  # bytes per entry
     sites: int  # offset of the field naming an instruction the table's user finds by address (-1: none)
-    site_len: int  # bytes from a site that must stay in place (the faulting instruction: 1; a patched jump: 5)
+    site_len: int  # bytes from a site that must stay in place (a faulting instruction: 1; a patched jump: 5)
     resume: int  # offset of the field naming where control resumes (a fixup, a jump label's target; -1: none)
     site_doc: str  # what a site is to the kernel: why a jump may not displace it
-    resume_doc: str  # what a resume point is: why no jump may cover it
+    resume_doc: str = ""  # what a resume point is: why no jump may cover it
+    absolute: bool = False  # the fields hold 8-byte addresses, not 32-bit offsets from themselves
+    len_field: int = -1  # offset of a byte giving each site's length (then site_len is ignored; -1: none)
+    # Where a linked kernel keeps the table when its linker script merged the section into another: the
+    # symbols at its start and end (Linux's vmlinux: __start___jump_table, __stop___jump_table).
+    bounds: Tuple[str, str] = ("", "")
 
 
 class JumpFacts(NamedTuple):

@@ -145,7 +145,7 @@ def test_a_jump_placed_anyway_breaks_the_program(program):
 
 def test_linux_exception_table_sites_and_fixups_are_held(tmp_path):
     """A module's ``__ex_table`` (an object file, its entries relocations against .text): a jump may not
-    displace the instruction that may fault, nor cover its fixup."""
+    displace the instruction that may fault, nor cover its fixup; nor displace a site the kernel rewrites."""
     gcc = require_tool("gcc", "gcc", "assembles the exception-table fixture")
     obj = tmp_path / "jfx.o"
     subprocess.run([gcc, "-c", "-o", str(obj), str(FIXTURES / "jf_extable.S")], check=True)
@@ -157,6 +157,15 @@ def test_linux_exception_table_sites_and_fixups_are_held(tmp_path):
     assert verdicts[fixup].code == "branch-into" and "fixup" in verdicts[fixup].reason
     # The instruction after the faulting one is not displaced by a jump there, and passes.
     assert verdicts[fault + 2].code == ""
+    # Sites the kernel rewrites, from tables of three layouts: each refuses the jumps that would displace it.
+    func, _, verdicts = _verdicts(img, "jf_patched")
+    values = {s.name: s.value for s in img.symbols()}  # offsets in .text (an object file)
+    syms = {n: v - values["jf_patched"] for n, v in values.items() if n.startswith("jf_site")}
+    for site, table in (("jf_site_lock", ".smp_locks"), ("jf_site_mcount", "__mcount_loc"),
+                        ("jf_site_alt", ".altinstructions")):
+        v = verdicts[syms[site]]
+        assert v.code == "held" and f"({table})" in v.reason, (site, v)
+    assert verdicts[syms["jf_site_alt"] + 5].code == ""  # after the alternative's 5 bytes
 
 
 def test_proven_sites_against_objdump(tmp_path):

@@ -41,31 +41,48 @@ RIPREL_MODRM = (0xC7, 0x05)
 _INDIRECT_JMP_OPCODE = 0xFF  # ff /4 (near), ff /5 (far: refused by the per-instruction rule)
 _JMP_REGS = (4, 5)
 
+_ALT = "an instruction the kernel replaces at boot (alternatives)"
+
 CODE_TABLES = (
     # struct exception_table_entry { int insn, fixup, data; } (Linux >= 4.6 on x86-64)
     CodeTable(
         "__ex_table", 12, 0, 1, 4,
         "an instruction that may fault, which the fault handler looks up by its address",
-        "a fault's fixup, where the fault handler resumes",
+        "a fault's fixup, where the fault handler resumes", bounds=("__start___ex_table", "__stop___ex_table"),
     ),
     # struct jump_entry { s32 code, target; long key; } (CONFIG_HAVE_ARCH_JUMP_LABEL_RELATIVE)
     CodeTable(
         "__jump_table", 16, 0, JMP_REL32_SIZE, 4,
         "a static key's 5-byte nop or jmp, which the kernel rewrites at run time",
-        "a static key's branch target",
+        "a static key's branch target", bounds=("__start___jump_table", "__stop___jump_table"),
     ),
+    # struct alt_instr: { s32 instr_offset, repl_offset; u16 cpuid; u8 instrlen, replacementlen; } (4.x-6.2),
+    # with a u8 padlen after them (4.x-5.x), or with u32 ft_flags in place of cpuid (6.3 on).  The
+    # replacement's own branches are in .altinstr_replacement, an executable section the scan reads.
+    *(CodeTable(".altinstructions", entry, 0, 0, -1, _ALT, len_field=lenf)
+      for entry, lenf in ((12, 10), (13, 10), (14, 12))),
+    # struct paravirt_patch_site { u8 *instr; u8 type; u8 len; } (to 6.7)
+    CodeTable(".parainstructions", 16, 0, 0, -1, "a paravirt call site the kernel rewrites at boot",
+              absolute=True, len_field=9),
+    # struct static_call_site { s32 addr, key; }: a 5-byte call or jmp
+    CodeTable(".static_call_sites", 8, 0, JMP_REL32_SIZE, -1, "a static call the kernel rewrites",
+              bounds=("__start_static_call_sites", "__stop_static_call_sites")),
+    # ftrace: the address of every function's 5-byte call to __fentry__
+    CodeTable("__mcount_loc", 8, 0, JMP_REL32_SIZE, -1, "an ftrace call site the kernel rewrites", absolute=True,
+              bounds=("__start_mcount_loc", "__stop_mcount_loc")),
+    # arrays of s32 offsets: a call or jmp (jcc: 6 bytes) to a retpoline thunk, a jmp to the return thunk,
+    # a call the call-depth tracking rewrites, an endbr64 sealed with a nop, a lock prefix
+    CodeTable(".retpoline_sites", 4, 0, 6, -1, "an indirect branch through a retpoline thunk the kernel rewrites"),
+    CodeTable(".return_sites", 4, 0, JMP_REL32_SIZE, -1, "a jump to the return thunk the kernel rewrites"),
+    CodeTable(".call_sites", 4, 0, JMP_REL32_SIZE, -1, "a call the kernel rewrites for call-depth tracking"),
+    CodeTable(".ibt_endbr_seal", 4, 0, 4, -1, "an endbr64 the kernel seals with a nop"),
+    CodeTable(".smp_locks", 4, 0, 1, -1, "a lock prefix the kernel rewrites on a single CPU"),
 )
 
+# Tables of code addresses whose layout the proof does not know: an image with one gets no jump probe.
 UNREAD_TABLES = {
-    ".altinstructions": "Linux alternatives: instructions the kernel replaces at boot",
-    ".parainstructions": "Linux paravirt patch sites",
-    ".static_call_sites": "Linux static calls: call sites the kernel rewrites",
-    "__mcount_loc": "ftrace: the call sites the kernel patches",
-    "__patchable_function_entries": "patchable function entries: nops the kernel rewrites",
-    ".retpoline_sites": "Linux retpoline sites the kernel rewrites",
-    ".return_sites": "Linux return thunk sites the kernel rewrites",
-    ".call_sites": "Linux call depth tracking sites the kernel rewrites",
-    ".smp_locks": "Linux lock prefixes the kernel rewrites on a single CPU",
+    "__patchable_function_entries": "patchable function entries: nops the kernel rewrites, of a length the "
+                                    "table does not say",
 }
 
 
