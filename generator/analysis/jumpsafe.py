@@ -233,7 +233,7 @@ def _why(func: Function, fc: FuncCode, sized: Tuple[List[int], List[int], int], 
         return _refuse(start, code, off=offs[x], ret=offs[x] + lens[x])
     if code == "held":
         wlo = func.address + start
-        return _refuse(start, code, why=refs.overlapping(wlo, func.address + offs[m] + lens[m])[0].why)
+        return _refuse(start, code, why=min(refs.overlapping(wlo, func.address + offs[m] + lens[m])).why)
     tgt = int(entered[np.searchsorted(entered, start, side="right")])
     src = fc.branches.get(func.address + tgt)
     where = (f"the branch at +{src} targets it" if src is not None else tables.get(tgt)
