@@ -10,8 +10,8 @@ is proven safe at a site when:
 - no displaced call but the last pushes a return address inside the jump;
 - nothing enters the jump's bytes other than at its first: no direct branch
   of the function, no jump-table entry, no code address the image names
-  (``analysis/jumprefs.py``); a function with an indirect jump through a
-  register whose table cannot be found is refused whole;
+  (``analysis/jumprefs.py``); a function with more indirect jumps through
+  a register than relative jump tables found is refused whole;
 - the displaced bytes hold no site a kernel finds or rewrites by address
   (Linux ``__ex_table``, ``__jump_table``) and no data.
 
@@ -35,8 +35,6 @@ from ..image.elf import Function, KernelImage
 from ..isa.contract import Isa, JumpFacts
 from ..isa.hostcore import ROW_TARGET as _ROW_TARGET, Rows
 
-JUMP = "jump"  # what ``probes --jump`` shows for a proven site
-
 # Why a probe falls back to the breakpoint: code -> text, formatted with the refusal's details.
 REASONS: Dict[str, str] = {
     "past-end": "the {size}-byte jump would run past the function's end (+{end})",
@@ -44,7 +42,7 @@ REASONS: Dict[str, str] = {
     "call-inside": "the jump would displace the call at +{off}, whose return address +{ret} lies inside the jump",
     "branch-into": "+{tgt} lies inside the jump's bytes and is entered from elsewhere: {src}",
     "indirect-jump": "the function has an indirect jump at +{off} whose targets cannot be bounded "
-                     "(no jump table found for it)",
+                     "({jumps} indirect jumps through a register, {tables} jump tables found)",
     "held": "the jump would displace {why}",  # a Held's why: what the bytes are
     "unread-table": "the image has {names}, naming code the proof does not read",
 }
@@ -65,6 +63,7 @@ class FuncCode(NamedTuple):
     branches: Dict[int, int]  # a direct branch's or call's target address -> the offset of one that names it
     refs: Tuple[int, ...]  # the addresses its %rip-relative operands name (where a jump table may be)
     indirect_reg: int  # offset of its first indirect jump through a register; -1: none
+    indirect_regs: int  # how many indirect jumps through a register it has
 
 
 class JumpVerdict(NamedTuple):
@@ -83,18 +82,18 @@ def _func_code(offsets: List[int], lengths: List[int], kinds: List[Optional[str]
                targets: List[Optional[int]], disps: List[int], raws: List[bytes], address: int,
                facts: JumpFacts) -> FuncCode:
     branches: Dict[int, int] = {}
-    refs, reg = [], -1
+    refs, regs = [], []
     for off, ln, kind, target, disp, raw in zip(offsets, lengths, kinds, targets, disps, raws):
         if target is not None:
             branches.setdefault(target, off)
         if kind in facts.riprel_kinds:
             refs.append(address + off + ln + disp)
-        if reg < 0 and 0xFF in raw and facts.indirect_jump(raw) == "reg":
-            reg = off
+        if 0xFF in raw and facts.indirect_jump(raw) == "reg":
+            regs.append(off)
     return FuncCode(np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64),
                     np.array([k is not None for k in kinds], dtype=bool),
                     np.array([k in facts.call_kinds for k in kinds], dtype=bool), refused, branches, tuple(refs),
-                    reg)
+                    regs[0] if regs else -1, len(regs))
 
 
 def from_report(rep: FunctionReport, code: bytes, facts: JumpFacts) -> FuncCode:
@@ -146,9 +145,11 @@ def _relative_table(img: KernelImage, base: int, func: Function) -> List[int]:
     return out
 
 
-def _entered(img: KernelImage, func: Function, fc: FuncCode, refs: CodeRefs) -> Tuple[np.ndarray, Dict[int, str]]:
-    """Every offset of ``func`` entered other than by falling through (sorted), and where a jump table
-    names one; the function's direct branches say where they come from in ``fc.branches``."""
+def _entered(img: KernelImage, func: Function, fc: FuncCode,
+             refs: CodeRefs) -> Tuple[np.ndarray, Dict[int, str], int]:
+    """Every offset of ``func`` entered other than by falling through (sorted), where a jump table names
+    one, and how many jump tables name some; the function's direct branches say where they come from in
+    ``fc.branches``."""
     lo, hi = func.address, func.address + func.size
     a = refs.targets
     # Offsets from the function, subtracted as unsigned: a kernel's addresses are above 2**63.
@@ -156,12 +157,15 @@ def _entered(img: KernelImage, func: Function, fc: FuncCode, refs: CodeRefs) -> 
              .astype(np.int64)]
     found.append(np.array([t - lo for t in fc.branches if lo <= t < hi], dtype=np.int64))
     tables: Dict[int, str] = {}
+    ntables = 0
     if fc.indirect_reg >= 0:
         for base in fc.refs:
-            for t in _relative_table(img, base, func):
+            entries = _relative_table(img, base, func)
+            ntables += bool(entries)
+            for t in entries:
                 tables.setdefault(t - lo, f"the jump table at {base:#x} names it")
         found.append(np.array(sorted(tables), dtype=np.int64))
-    return np.unique(np.concatenate(found)), tables
+    return np.unique(np.concatenate(found)), tables, ntables
 
 
 def prove(img: KernelImage, func: Function, fc: FuncCode, refs: Optional[CodeRefs] = None,
@@ -173,9 +177,10 @@ def prove(img: KernelImage, func: Function, fc: FuncCode, refs: Optional[CodeRef
     starts = fc.offsets[pk].tolist()
     if refs.unread:
         return [_refuse(o, "unread-table", names=", ".join(refs.unread)) for o in starts]
-    entered, tables = _entered(img, func, fc, refs)
-    if fc.indirect_reg >= 0 and not tables:
-        return [_refuse(o, "indirect-jump", off=fc.indirect_reg) for o in starts]
+    entered, tables, ntables = _entered(img, func, fc, refs)
+    if ntables < fc.indirect_regs:  # a jump through a register for which no table was found
+        return [_refuse(o, "indirect-jump", off=fc.indirect_reg, jumps=fc.indirect_regs, tables=ntables)
+                for o in starts]
     codes = _codes(func, fc, pk, entered, refs, facts.size)
     if not any(codes):
         return [JumpVerdict(o, "", "") for o in starts]

@@ -33,7 +33,7 @@ def _case(insns: List[Tuple[int, Optional[str]]], branches: Optional[Dict[int, i
     fc = J.FuncCode(offs, np.array([n for n, _ in insns], dtype=np.int64),
                     np.array([k is not None for _, k in insns]), np.array([k == CALL for _, k in insns]),
                     {i: "refused here" for i, (_, k) in enumerate(insns) if k is None},
-                    {func.address + t: o for t, o in (branches or {}).items()}, (), indirect)
+                    {func.address + t: o for t, o in (branches or {}).items()}, (), indirect, int(indirect >= 0))
     return img, func, fc
 
 
@@ -82,4 +82,4 @@ def test_an_unbounded_indirect_jump_refuses_the_function():
     assert set(got.values()) == {"indirect-jump"}
     img, func, fc = _case([(2, PLAIN)] * 6, indirect=8)
     reasons = {v.reason for v in J.prove(img, func, fc, _refs(), ISA.jump)}
-    assert reasons == {J.REASONS["indirect-jump"].format(off=8)}
+    assert reasons == {J.REASONS["indirect-jump"].format(off=8, jumps=1, tables=0)}
