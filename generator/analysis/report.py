@@ -9,7 +9,7 @@ fields between its verdict and its branch target.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Mapping, Optional
 
 from .records import STATUS_OK, FunctionReport, Probe
 
@@ -31,10 +31,19 @@ def probe_dict(p: Probe) -> Dict[str, Any]:
     }
 
 
-def function_dict(r: FunctionReport, offset: Optional[int] = None) -> Dict[str, Any]:
+def function_dict(r: FunctionReport, offset: Optional[int] = None,
+                  jumps: Optional[Mapping[int, str]] = None) -> Dict[str, Any]:
+    """One function's JSON object; with ``jumps`` (offset -> "" for a proven jump probe, else why it falls
+    back to the breakpoint: ``probes --jump``), each probe's ``jump`` and ``jump_reason``."""
     probes: Iterable[Probe] = r.probes
     if offset is not None:
         probes = [p for p in r.probes if p.offset == offset]
+    out = []
+    for p in probes:
+        d = probe_dict(p)
+        if jumps is not None and p.offset in jumps:
+            d["jump"], d["jump_reason"] = not jumps[p.offset], jumps[p.offset]
+        out.append(d)
     return {
         "function": r.qualified,
         "address": r.address,
@@ -42,12 +51,12 @@ def function_dict(r: FunctionReport, offset: Optional[int] = None) -> Dict[str, 
         "eligible": r.eligible,
         "reason": r.reason,
         "walk_error": r.walk_error,
-        "probes": [probe_dict(p) for p in probes],
+        "probes": out,
     }
 
 
-def function_json(r: FunctionReport, offset: Optional[int] = None) -> str:
-    return json.dumps(function_dict(r, offset), separators=(",", ":"))
+def function_json(r: FunctionReport, offset: Optional[int] = None, jumps: Optional[Mapping[int, str]] = None) -> str:
+    return json.dumps(function_dict(r, offset, jumps), separators=(",", ":"))
 
 
 def _verdict(p: Probe) -> str:
@@ -65,7 +74,9 @@ def probe_line(r: FunctionReport, p: Probe) -> str:
     return f"{name:<28} {p.bytes.hex(' '):<24} {asm:<40} {_verdict(p)}{extra}"
 
 
-def function_text(r: FunctionReport, offset: Optional[int] = None) -> str:
+def function_text(r: FunctionReport, offset: Optional[int] = None, jumps: Optional[Mapping[int, str]] = None) -> str:
+    """One line per instruction; with ``jumps`` (as ``function_dict``), each probe's ``jump`` or the reason
+    it stays a breakpoint (``trap: ...``)."""
     ok = sum(1 for p in r.probes if p.status == STATUS_OK)
     head = f"{r.qualified} @ {r.address:#x}, {r.size} bytes, {len(r.probes)} instructions, {ok} probes"
     if not r.eligible:
@@ -75,7 +86,10 @@ def function_text(r: FunctionReport, offset: Optional[int] = None) -> str:
     lines = [head]
     for p in r.probes:
         if offset is None or p.offset == offset:
-            lines.append(probe_line(r, p))
+            line = probe_line(r, p)
+            if jumps is not None and p.offset in jumps:
+                line += "  jump" if not jumps[p.offset] else f"  trap: {jumps[p.offset]}"
+            lines.append(line)
     return "\n".join(lines)
 
 

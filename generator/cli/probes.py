@@ -41,6 +41,10 @@ def add_parsers(sub) -> None:
         action="store_true",
         help="per function: verdict and probe counts by kind, not every instruction (fast path for whole images)",
     )
+    pr.add_argument("--jump", action="store_true",
+                    help="the trap-free jump probe's safety proof (where the ISA has jump facts): per probe "
+                         "'jump' or why it stays a breakpoint; with --summary, counts by reason "
+                         "(--all --summary ends with a TOTAL line)")
     A.add_prologue_rule(pr)
     pr.add_argument("--jobs", type=int, default=0, help="worker processes for --all (default: one per core)")
     pr.set_defaults(run=cmd_probes)
@@ -50,6 +54,8 @@ def cmd_probes(args: argparse.Namespace) -> int:
     from ..analysis import report, summary
     from ..analysis.probes import analyse, find_offset
 
+    if args.jump and (args.vars or args.line or args.inline or args.lines):
+        raise UserError("--jump goes with --function or --all, not with --line, --inline, --lines or --vars")
     img = open_kernel(args.kernel)
     if args.vars:
         return _probes_vars(img, args)
@@ -57,6 +63,8 @@ def cmd_probes(args: argparse.Namespace) -> int:
         return _probes_source(img, args)
     if args.debug:
         raise UserError("--debug is for --line, --inline, --lines and --vars")
+    if args.jump:
+        return _probes_jump(img, args)
     if args.all:
         if args.offset is not None:
             raise UserError("--offset needs --function, not --all")
@@ -86,6 +94,43 @@ def _probes_all(img, args: argparse.Namespace) -> int:
             sys.stderr.flush()
     if show:
         sys.stderr.write("\n")
+    return 0
+
+
+def _probes_jump(img, args: argparse.Namespace) -> int:
+    """``--jump``: which probes the proof lets be jumps (analysis/jumpreport.py)."""
+    from ..analysis import jumpreport, report
+    from ..analysis.probes import analyse, find_offset, function_code
+    from ..analysis.jumpsafe import from_report, prove
+
+    jumpreport.require(img)
+    if args.all:
+        if not args.summary or args.offset is not None:
+            raise UserError("--jump with --all needs --summary (and no --offset)")
+        totals = jumpreport.Totals()
+        fmt = jumpreport.summary_json if args.json else jumpreport.summary_text
+        for chunk in jumpreport.of_image(img, args.prologue_rule, args.jobs):
+            for fj in chunk:
+                totals.add(fj)
+            _write_lines([fmt(fj) for fj in chunk])
+        if not args.json:
+            _write_lines([totals.text()])
+        return 0
+    func = img.lookup(args.function or DEFAULT_FUNCTION)
+    if args.summary:
+        fj = jumpreport.of_function(img, func, args.prologue_rule)
+        _write_lines([jumpreport.summary_json(fj) if args.json else jumpreport.summary_text(fj)])
+        return 0
+    rep = analyse(img, func, args.prologue_rule)
+    if args.offset is not None:
+        find_offset(rep, args.offset)
+    jumps = {}
+    if rep.eligible:
+        verdicts = prove(img, func, from_report(rep, function_code(img, func), img.isa.jump))
+        jumps = {v.offset: v.reason for v in verdicts}
+    out = (report.function_json(rep, args.offset, jumps) if args.json
+           else report.function_text(rep, args.offset, jumps))
+    _write_lines([out])
     return 0
 
 

@@ -227,6 +227,46 @@ class DwarfReg(NamedTuple):
     ucontext: str  # the Linux ucontext expression the user-space harness reads it from ("0": hard-wired zero)
 
 
+class CodeTable(NamedTuple):
+    """A section of a kernel image whose entries name code addresses (Linux ``__ex_table``, ``.smp_locks``).
+
+    A field naming an address holds a signed 32-bit offset from the field's
+    own address, or with ``absolute`` the 8-byte address itself.  A section
+    whose layout changed between kernel versions has one record per layout;
+    the proof (``analysis/jumprefs.py``) reads it with the first whose every
+    site lands in code.
+    """
+
+    section: str  # the section's name
+    entry: int  # bytes per entry
+    sites: int  # offset of the field naming an instruction the table's user finds by address (-1: none)
+    site_len: int  # bytes from a site that must stay in place (a faulting instruction: 1; a patched jump: 5)
+    resume: int  # offset of the field naming where control resumes (a fixup, a jump label's target; -1: none)
+    site_doc: str  # what a site is to the kernel: why a jump may not displace it
+    resume_doc: str = ""  # what a resume point is: why no jump may cover it
+    absolute: bool = False  # the fields hold 8-byte addresses, not 32-bit offsets from themselves
+    len_field: int = -1  # offset of a byte giving each site's length (then site_len is ignored; -1: none)
+    # Where a linked kernel keeps the table when its linker script merged the section into another: the
+    # symbols at its start and end (Linux's vmlinux: __start___jump_table, __stop___jump_table).
+    bounds: Tuple[str, str] = ("", "")
+
+
+class JumpFacts(NamedTuple):
+    """What the trap-free jump probe needs to know of an ISA: the jump's size, and how its code names
+    addresses, for the proof that no one enters the bytes the jump overwrites (docs/jump-probes.md)."""
+
+    size: int  # bytes the jump overwrites (amd64: jmp rel32, 5)
+    call_kinds: FrozenSet[str]  # table kinds that push a return address
+    riprel_kinds: FrozenSet[str]  # table kinds whose disp32 names an address relative to the next instruction
+    rel32_opcodes: Tuple[bytes, ...]  # opcodes followed by a rel32 that ends the instruction (direct branches)
+    riprel_modrm: Tuple[int, int]  # (mask, value) of a ModR/M byte followed by a %rip-relative disp32
+    riprel_imm_max: int  # bytes of immediate that may follow a %rip-relative disp32
+    abs_code_width: int  # bytes of a sign-extended absolute address in an instruction (0: none)
+    indirect_jump: Callable[[bytes], str]  # an instruction's bytes -> "reg" or "mem" for an indirect jump, else ""
+    code_tables: Tuple[CodeTable, ...]  # tables of code addresses a kernel may have, read by the proof
+    unread_tables: Mapping[str, str]  # sections naming code that the proof does not read -> what they are
+
+
 class Isa(NamedTuple):
     """One ISA behind the contract (see the module docstring)."""
 
@@ -272,6 +312,8 @@ class Isa(NamedTuple):
     # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
     nmi_entries: Tuple[str, ...] = ()
     nmi_reason: str = ""
+    # The trap-free jump probe's facts (docs/jump-probes.md); None: the ISA has no jump probes.
+    jump: Optional[JumpFacts] = None
 
     def __repr__(self) -> str:
         return f"Isa({self.name})"

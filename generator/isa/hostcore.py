@@ -44,6 +44,7 @@ LIB_NAME = "kk.so"
 # What a walk or one classification says (kk_host.h).
 NEXT, DEFER, ERROR = 0, 1, 2
 TEXT_NONE, TEXT_REFUSED, TEXT_ALL = 0, 1, 2
+ROW_TARGET = 0x01  # KK_R_TARGET (kk_host.h): a row's kr_target holds a direct branch's target
 
 
 def render_encoding(isa: Isa, out_dir: Path) -> Path:

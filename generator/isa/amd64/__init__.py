@@ -11,7 +11,8 @@
 - ``tables``: opcode facts and refusals as data;
 - ``relocs``: x86-64 relocation types;
 - ``oracle``: how objdump and valgrind see amd64 code;
-- ``opmap``: the host walk's opcode table, derived from capstone.
+- ``opmap``: the host walk's opcode table, derived from capstone;
+- ``jump``: the trap-free jump probe's facts (docs/jump-probes.md).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from . import tables as _tables
 from .oracle import QUIRKS
 from .relocs import branch_field, reloc_type
 from .walk import ACCELERATOR
+from .jump import FACTS as JUMP_FACTS
 from ..contract import Isa, Kmod, package_parts
 from .dwarfregs import DWARF_REGS
 
@@ -60,4 +62,5 @@ ISA = Isa(
     refusals=_tables.CORE_REFUSALS,
     branch_reloc=branch_field,
     dwarf_regs=DWARF_REGS,
+    jump=JUMP_FACTS,
 )
