@@ -117,20 +117,15 @@ def _header(sections: Sections, data, offset: int, where: str, reads: Optional[R
     else:
         dirs_l: List[str] = []
         while True:
-            end_s = hdr.index(0, p)
-            if end_s == p:
-                p += 1
+            name, p = _cstring(hdr, p)
+            if name is None:
                 break
-            dirs_l.append(hdr[p:end_s].decode("utf-8", "surrogateescape"))
-            p = end_s + 1
+            dirs_l.append(name)
         files_l: List[FileEntry] = []
         while True:
-            end_s = hdr.index(0, p)
-            if end_s == p:
-                p += 1
+            name, p = _cstring(hdr, p)
+            if name is None:
                 break
-            name = hdr[p:end_s].decode("utf-8", "surrogateescape")
-            p = end_s + 1
             d, p = uleb(hdr, p)
             _, p = uleb(hdr, p)  # mtime
             _, p = uleb(hdr, p)  # length
@@ -138,6 +133,15 @@ def _header(sections: Sections, data, offset: int, where: str, reads: Optional[R
         dirs, files = tuple(dirs_l), tuple(files_l)
     return LineHeader(offset, end, program, version, offset_size, min_len, max_ops, default_is_stmt, line_base,
                       line_range, opcode_base, lengths, dirs, files)
+
+
+def _cstring(hdr: bytes, p: int) -> Tuple[Optional[str], int]:
+    """The NUL-terminated string at ``p`` and the offset past it; None for the empty one that ends a
+    DWARF 2-4 directory or file table."""
+    end = hdr.index(0, p)
+    if end == p:
+        return None, p + 1
+    return hdr[p:end].decode("utf-8", "surrogateescape"), end + 1
 
 
 def _entries5(sections: Sections, hdr: bytes, p: int, offset_size: int, where: str,
