@@ -414,6 +414,7 @@ kinst_tramp_resume_at(uintptr_t addr, uintptr_t off)
 	struct kinst_tpool *tl;
 	struct kinst_tpagev *tv;
 	const struct kinst_tpent *te;
+	struct kinst_tslot *ts;
 	uintptr_t in;
 	u_int lo, hi, mid;
 
@@ -434,8 +435,9 @@ kinst_tramp_resume_at(uintptr_t addr, uintptr_t off)
 		if (in < PAGE_SIZE) {
 			if (in % KINST_TRAMP_SIZE != off)
 				return (0);
-			return (atomic_load_acq_ptr((volatile uintptr_t *)
-			    &te->te_tp->tp_slot[in / KINST_TRAMP_SIZE].ts_resume));
+			ts = &te->te_tp->tp_slot[in / KINST_TRAMP_SIZE];
+			return (atomic_load_acq_ptr(
+			    (volatile uintptr_t *)&ts->ts_resume));
 		}
 		if (addr < te->te_page)
 			hi = mid;

@@ -2,8 +2,9 @@
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * kinst_core_dbp.c: the part of the portable core that arm64 and riscv, the
- * "double breakpoint" ISAs, share: the walk over a function's one-byte
- * records, the breakpoint a probe writes, and the little-endian byte helpers the ISA cores use.
+ * "double breakpoint" ISAs, share: reading a function's one-byte records,
+ * the breakpoint a probe writes, and the little-endian byte helpers the
+ * ISA cores use.
  * Freestanding C99, no headers, no library calls: the kernel glue runs it
  * in probe context and the user-space harness in a SIGTRAP handler, and
  * neither may call into code that could itself be probed (kinst's

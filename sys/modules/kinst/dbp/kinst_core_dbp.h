@@ -50,8 +50,8 @@ void	kinst_core_put(volatile kc_uint8_t *, kc_uint32_t, int);
 
 /*
  * <arch>/kinst_core.c.  kinst_core_record_byte(): the kind or
- * KINST_R_REFUSED a record byte holds, and in *len the length of its instruction; -1 for a
- * byte with bits the ISA's records never set.
+ * KINST_R_REFUSED a record byte holds, and in *len the length of its
+ * instruction; -1 for a byte with bits the ISA's records never set.
  */
 int	kinst_core_record_byte(kc_uint8_t, kc_uint8_t *);
 int	kinst_core_derive(const struct kinst_insn *,
