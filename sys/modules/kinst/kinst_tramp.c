@@ -28,9 +28,10 @@
  * proof exists (KINST_TRAMP_KEEP: amd64, see amd64/kinst_isa.c), outlives
  * it and serves the next load of this module, which finds it through a
  * read-only sysctl the kernel keeps (kinst_tpool_attach()).  Then a load
- * cycle that probes what the last one did maps no page, and the pages never
- * exceed what the most trampolines ever enabled at once since boot need
- * (plus retired slots): kldload/kldunload leaks no page per cycle.
+ * cycle that probes what the last one did maps no page: the pages hold one
+ * slot per (patch point, contents) pair enabled since boot, plus the
+ * reservations of probes that exist at once, and kldload/kldunload leaks
+ * no page per cycle.
  */
 
 #include <sys/param.h>
