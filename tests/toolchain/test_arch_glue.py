@@ -57,13 +57,15 @@ MI_DEFINES = {"kinst_probe_at", "kinst_sx", "M_KINST", "kinst_tramp_prepare", "k
 ISA_DEFINES = {"kinst_invop", "kinst_isa_peek", "kinst_isa_unpatch", "kinst_isa_arm", "kinst_isa_disarm",
                "kinst_tramp_quiesce", "kinst_isa_tramp_needed", "kinst_isa_tpage_alloc", "kinst_isa_tpage_free",
                "kinst_isa_tramp_fill", "kinst_isa_tramp_sync"}
-# What the linked module may still need, and nothing else: the kernel's functions and data (malloc(9),
-# mutex(9), sx(9) and their SYSINITs, the kernel linker, make_dev(9), EVENTHANDLER(9), pause(9), the
-# stack protector kern.mk turns on, the pcpu linker set), DTrace's and the OpenSolaris module's, and the
-# ISA's own kernel functions.  Weak references (the module's own linker sets) are not counted.
+# What the linked module may still need, and nothing else: the kernel's functions and data (malloc(9) and
+# its M_DEVBUF type, which the trampoline pool uses, mutex(9), sx(9) and their SYSINITs, the kernel linker,
+# make_dev(9), EVENTHANDLER(9), pause(9), the stack protector kern.mk turns on, the pcpu linker set),
+# DTrace's and the OpenSolaris module's, and the ISA's own kernel functions.  Weak references (the module's
+# own linker sets) are not counted.
 KERNEL = {
-    "malloc", "mallocarray", "free", "malloc_init", "malloc_uninit", "M_DEVBUF", "memset", "memcmp", "printf", "snprintf", "strcmp",
-    "strncmp", "strlen", "strlcpy", "__mtx_lock_flags", "__mtx_unlock_flags", "_mtx_destroy", "mtx_sysinit",
+    "malloc", "mallocarray", "free", "malloc_init", "malloc_uninit", "M_DEVBUF", "memset", "memcmp", "printf",
+    "snprintf", "strcmp", "strncmp", "strlen", "strlcpy", "__mtx_lock_flags", "__mtx_unlock_flags", "_mtx_destroy",
+    "mtx_sysinit",
     "_sx_xlock", "_sx_xunlock", "_sx_slock", "_sx_sunlock", "sx_sysinit", "sx_destroy", "module_register_init",
     "linker_file_function_listall", "linker_file_foreach", "linker_kernel_file", "kernel_sysctlbyname",
     "make_dev", "destroy_dev", "eventhandler_register", "eventhandler_deregister", "eventhandler_find_list",
@@ -245,11 +247,12 @@ def test_a_trampoline_is_synced_on_every_cpu_after_it_is_filled(arch, linked):
 
 # --- the trampolines over stand-in kernel services (issue 20 item 11, arm64 and riscv) ----------------------
 #
-# dbp/kinst_tramp.c filled a trampoline when its probe was made, so listing probes (dtrace -l) filled slots
+# The trampolines once were filled when their probe was made, so listing probes (dtrace -l) filled slots
 # that then belonged to their addresses for good, page after page; and kinst_tramp_leave(), which every
 # breakpoint reaching kinst runs, walked every trampoline page.  tests/fixtures/kinst/dbp_world.c runs the
-# module's kinst_tramp.c, the ISA's core compiled for this machine, over stand-in kernel services and checks
-# both (see its top comment); the pages are the stand-in kmem_malloc()'s, so the world sees every byte.
+# module's kinst_tramp.c and dbp/kinst_dbp_tramp.c, the ISA's core compiled for this machine, over stand-in
+# kernel services and checks both (see its top comment); the pages are the stand-in kmem_malloc()'s, so the
+# world sees every byte.
 
 WORLD_PAGES = 6  # pages of trampolines the world fills
 
