@@ -37,8 +37,8 @@ from helpers.paths import KINST_FIXTURES
 from helpers.skips import require_tools
 
 # The module's SRCS (its Makefile), as staged; <arch>/ for the ISA's two, dbp/ for what arm64 and riscv share.
-C_FILES = ("kinst.c", "kinst_funcs.c", "{arch}/kinst_isa.c", "{arch}/kinst_core.c", "dbp/kinst_dbp.c",
-           "dbp/kinst_tramp.c", "dbp/kinst_core_dbp.c", "kinst_target.c", "kinst_table.c")
+C_FILES = ("kinst.c", "kinst_funcs.c", "kinst_tramp.c", "{arch}/kinst_isa.c", "{arch}/kinst_core.c", "dbp/kinst_dbp.c",
+           "dbp/kinst_dbp_tramp.c", "dbp/kinst_core_dbp.c", "kinst_target.c", "kinst_table.c")
 # kern.mk for the ISA: its code-generation flags (cross.FREEBSD_KFLAGS, with kmod.mk's -fPIC for a module
 # of these ISAs), then kern.mk's common ones and CWARNFLAGS as KERN_MK has them for amd64, CSTD last; and
 # -Wextra and the older releases' -Wredundant-decls -Wnested-externs on top.
@@ -51,18 +51,21 @@ def kern_mk(arch: str) -> list:
             *EXTRA_WARN, "-std=gnu99"]
 
 
-# What kinst.h declares: kinst.c defines the first, the ISA part the rest.
-MI_DEFINES = {"kinst_probe_at", "kinst_sx", "M_KINST"}
+# What kinst.h declares: kinst.c and kinst_tramp.c define the first, the ISA part the rest.
+MI_DEFINES = {"kinst_probe_at", "kinst_sx", "M_KINST", "kinst_tramp_prepare", "kinst_tramp_take",
+              "kinst_tramp_release", "kinst_tramp_resume_at", "kinst_tramp_fini"}
 ISA_DEFINES = {"kinst_invop", "kinst_isa_peek", "kinst_isa_unpatch", "kinst_isa_arm", "kinst_isa_disarm",
-               "kinst_tramp_prepare", "kinst_tramp_take", "kinst_tramp_release", "kinst_tramp_quiesce",
-               "kinst_tramp_fini"}
-# What the linked module may still need, and nothing else: the kernel's functions and data (malloc(9),
-# mutex(9), sx(9) and their SYSINITs, the kernel linker, make_dev(9), EVENTHANDLER(9), pause(9), the
-# stack protector kern.mk turns on, the pcpu linker set), DTrace's and the OpenSolaris module's, and the
-# ISA's own kernel functions.  Weak references (the module's own linker sets) are not counted.
+               "kinst_tramp_quiesce", "kinst_isa_tramp_needed", "kinst_isa_tpage_alloc", "kinst_isa_tpage_free",
+               "kinst_isa_tramp_fill", "kinst_isa_tramp_sync"}
+# What the linked module may still need, and nothing else: the kernel's functions and data (malloc(9) and
+# its M_DEVBUF type, which the trampoline pool uses, mutex(9), sx(9) and their SYSINITs, the kernel linker,
+# make_dev(9), EVENTHANDLER(9), pause(9), the stack protector kern.mk turns on, the pcpu linker set),
+# DTrace's and the OpenSolaris module's, and the ISA's own kernel functions.  Weak references (the module's
+# own linker sets) are not counted.
 KERNEL = {
-    "malloc", "mallocarray", "free", "malloc_init", "malloc_uninit", "memset", "printf", "snprintf", "strcmp",
-    "strncmp", "strlen", "strlcpy", "__mtx_lock_flags", "__mtx_unlock_flags", "_mtx_destroy", "mtx_sysinit",
+    "malloc", "mallocarray", "free", "malloc_init", "malloc_uninit", "M_DEVBUF", "memset", "memcmp", "printf",
+    "snprintf", "strcmp", "strncmp", "strlen", "strlcpy", "__mtx_lock_flags", "__mtx_unlock_flags", "_mtx_destroy",
+    "mtx_sysinit",
     "_sx_xlock", "_sx_xunlock", "_sx_slock", "_sx_sunlock", "sx_sysinit", "sx_destroy", "module_register_init",
     "linker_file_function_listall", "linker_file_foreach", "linker_kernel_file", "kernel_sysctlbyname",
     "make_dev", "destroy_dev", "eventhandler_register", "eventhandler_deregister", "eventhandler_find_list",
@@ -227,25 +230,29 @@ def test_a_text_write_is_ordered_after_the_probe_state_and_synced_on_every_cpu(a
 
 
 def test_a_trampoline_is_synced_on_every_cpu_after_it_is_filled(arch, linked):
+    """The ISA's fill writes a buffer; kinst_tramp_take() alone copies one into a slot, and syncs after it.
+    Any other caller of the fill only compares (kinst_tramp.c's reuse check) and calls no sync."""
     funcs = disassembly(arch, linked)
     assert _sync_call(arch, funcs["kinst_isa_tramp_sync"], -1) >= 0, funcs["kinst_isa_tramp_sync"]
-    fills = [name for name, body in funcs.items() if any(x[0] == "reloc" and x[1].endswith("\tkinst_core_tramp_fill")
-                                                         for x in body)]
-    assert fills
-    for name in fills:
-        body = funcs[name]
-        fill = _index(body, lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_core_tramp_fill"))
-        sync = _index(body[fill:], lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_isa_tramp_sync"))
-        assert sync > 0, f"{name}: a trampoline filled and not synced: {body}"
+
+    def calls(body, name):
+        return any(x[0] == "reloc" and x[1].endswith("\t" + name) for x in body)
+
+    assert {n for n, body in funcs.items() if calls(body, "kinst_core_tramp_fill")} == {"kinst_isa_tramp_fill"}
+    body = funcs["kinst_tramp_take"]
+    fill = _index(body, lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_isa_tramp_fill"))
+    sync = _index(body[fill:], lambda x: x[0] == "reloc" and x[1].endswith("\tkinst_isa_tramp_sync"))
+    assert fill >= 0 and sync > 0, f"kinst_tramp_take: a trampoline filled and not synced: {body}"
 
 
 # --- the trampolines over stand-in kernel services (issue 20 item 11, arm64 and riscv) ----------------------
 #
-# dbp/kinst_tramp.c filled a trampoline when its probe was made, so listing probes (dtrace -l) filled slots
+# The trampolines once were filled when their probe was made, so listing probes (dtrace -l) filled slots
 # that then belonged to their addresses for good, page after page; and kinst_tramp_leave(), which every
 # breakpoint reaching kinst runs, walked every trampoline page.  tests/fixtures/kinst/dbp_world.c runs the
-# module's kinst_tramp.c, the ISA's core compiled for this machine, over stand-in kernel services and checks
-# both (see its top comment); the pages are the stand-in kmem_malloc()'s, so the world sees every byte.
+# module's kinst_tramp.c and dbp/kinst_dbp_tramp.c, the ISA's core compiled for this machine, over stand-in
+# kernel services and checks both (see its top comment); the pages are the stand-in kmem_malloc()'s, so the
+# world sees every byte.
 
 WORLD_PAGES = 6  # pages of trampolines the world fills
 
@@ -253,8 +260,8 @@ WORLD_PAGES = 6  # pages of trampolines the world fills
 def run_dbp_world(arch: str, module: Path, work: Path) -> str:
     require_tools("gcc", why="the world and the ISA's core are compiled for this machine with gcc")
     stubs = work / "stubs"
-    tramp = module / "dbp" / "kinst_tramp.c"
-    for header in re.findall(r"^#include <([^>]+)>", tramp.read_text(), re.M):
+    for header in {h for src in (module / "kinst_tramp.c", module / "dbp" / "kinst_dbp_tramp.c")
+                   for h in re.findall(r"^#include <([^>]+)>", src.read_text(), re.M)}:
         (stubs / header).parent.mkdir(parents=True, exist_ok=True)
         (stubs / header).write_text('#include "kinst_standin.h"\n')
     strict = ["gcc", "-std=c99", "-O1", "-Wall", "-Wextra", "-Werror"]

@@ -63,7 +63,7 @@ KINST = PROVIDERS["kinst"]
 RENDERED = ["kinst_encoding.h", "kinst_refused.txt", "kinst_table.c", "kinst_target.c"]
 CORE_SOURCES = list(KINST.portable("amd64"))  # amd64/kinst_core.c, kinst_table.c, kinst_target.c
 INCLUDES = [f"-I{d}" for d in KINST.includes("amd64")]  # relative to the module directory
-GLUE_SOURCES = ["kinst.c", "amd64/kinst_isa.c"]  # hand-written, each its own compilation unit
+GLUE_SOURCES = ["kinst.c", "kinst_tramp.c", "amd64/kinst_isa.c"]  # hand-written, each its own compilation unit
 
 STRICT = ["-std=c99", "-ffreestanding", "-mcmodel=kernel", "-mno-red-zone", "-fno-pic", "-Wall", "-Wextra", "-Werror"]
 FREEBSD_CLANG = ["clang", "--target=x86_64-unknown-freebsd14.0"]
@@ -247,9 +247,9 @@ def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None
     mk.read(makefile.before)
     srcs = mk.expand("${SRCS}").split()
     c_files = [n for n in srcs if n.endswith(".c")]
-    shared = ["kinst_dbp.c", "kinst_tramp.c", "kinst_core_dbp.c"] if "dbp" in folders else []
-    assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_isa.c", "kinst_core.c", "kinst_target.c",
-                                      "kinst_table.c", *shared])
+    shared = ["kinst_dbp.c", "kinst_dbp_tramp.c", "kinst_core_dbp.c"] if "dbp" in folders else []
+    assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_tramp.c", "kinst_isa.c", "kinst_core.c",
+                                      "kinst_target.c", "kinst_table.c", *shared])
     assert "vnode_if.h" in srcs
     assert mk.search_path(".c") == [str(module / f) for f in folders]
     assert " ".join(f"-I{d}" for d in (module, *(module / f for f in folders))) in mk.expand("${CFLAGS}")
@@ -377,7 +377,7 @@ def run_world(tree: Path, work: Path, scenario: str, kernel: LiveImage, build_id
     # The host's own allocations live to the end; the world counts the glue's (w_alloc_bytes).
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-8000:]
+    assert run.returncode == 0, run.stdout[:3000] + "\n...\n" + run.stdout[-6000:] + run.stderr[-8000:]
     last = run.stdout.strip().splitlines()[-1]
     assert re.fullmatch(rf"{scenario}: \d+ checks, 0 failed, \d+ probes, \d+ trampoline pages", last), last
     return run.stdout
@@ -434,6 +434,26 @@ def test_glue_runs_a_kernel_table(modules: Dict[str, Path], sample_kernel: Path,
         refused = [x.split()[-1] for x in lines if x.startswith("world: refused offset ")]
         assert len(refused) == 1
         assert f"kinst: {refused[0]} is not a probe of the generated table (kinst_refused.txt says why)" in lines
+
+
+def test_glue_reuses_its_trampoline_pages_across_load_cycles(modules: Dict[str, Path], sample_kernel: Path,
+                                                             tmp_path: Path) -> None:
+    """Issue 20 item 9: six kldload/kldunload cycles, each arming, hitting and disarming every table probe.
+    The pages stay mapped at unload (a thread may be inside one) and the first cycle's pool is found by every
+    later load through the sysctl the kernel keeps: no cycle after the first maps a page or keeps a byte more,
+    and each probe gets the slot it had (glue_world counts every map and unmap of a trampoline page)."""
+    plan = plan_of(sample_kernel, "single")
+    write_expectations(live_image(sample_kernel), plan, tmp_path / "expect")
+    out = run_world(modules["single"], tmp_path / "world", "cycles", live_image(sample_kernel),
+                    build_id(sample_kernel), expect=tmp_path / "expect")
+    cycles = [tuple(map(int, m.groups())) for m in
+              re.finditer(r"^world: cycle (\d+): (\d+) trampoline pages mapped, (\d+) unmapped, (\d+) bytes kept, "
+                          r"pool found (\d+) times$", out, re.M)]
+    assert [c[0] for c in cycles] == list(range(1, 7)), out[-3000:]
+    pages, kept = cycles[0][1], cycles[0][3]
+    assert pages > 0 and kept > 0
+    assert all(c[1] == pages and c[2] == 0 and c[3] == kept for c in cycles), cycles
+    assert [c[4] for c in cycles] == list(range(6)), cycles
 
 
 def test_glue_makes_probes_while_dtrace_destroys_others(modules: Dict[str, Path], sample_kernel: Path,

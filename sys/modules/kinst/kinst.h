@@ -9,10 +9,12 @@
  *
  * kinst.c owns the probes: it makes them from the table, keeps them by
  * address (kinst_probe_at() is the breakpoint handler's lookup), registers
- * with DTrace and decides when a probe is armed.  The ISA part owns what
- * touches the machine: the breakpoint handler kinst_invop() (it fires the
- * probe with dtrace_probe()), reading and writing the patch point, and the
- * trampolines.  The calls, in a probe's life:
+ * with DTrace and decides when a probe is armed.  kinst_tramp.c owns the
+ * trampoline slots: which probe gets which, reserved, filled, kept.  The
+ * ISA part owns what touches the machine: the breakpoint handler
+ * kinst_invop() (it fires the probe with dtrace_probe()), reading and
+ * writing the patch point, the trampolines' pages and contents.  The calls,
+ * in a probe's life:
  *
  *   made (kinst_sx held, may sleep): kp_md derived from the verified
  *     bytes, kp_savedval = kinst_isa_peek(kp, verified copy),
@@ -29,7 +31,9 @@
  * At unload, after dtrace_unregister() has destroyed every probe,
  * kinst_tramp_quiesce() says whether a thread may still be inside a
  * trampoline (see the ISA part); only when none is does the unload go on
- * to dtrace_invop_remove() and kinst_tramp_fini().
+ * to dtrace_invop_remove() and kinst_tramp_fini(), which frees the pages
+ * or, with KINST_TRAMP_KEEP (the ISA part's kinst_isa.h), leaves them for
+ * the next load.
  */
 
 #ifndef _KINST_H_
@@ -101,7 +105,6 @@ struct kinst_probe	*kinst_probe_at(uintptr_t);
  * a copy of its bytes), as wide as kp's breakpoint.  kinst_isa_arm() and
  * kinst_isa_disarm(): false, and nothing written, when the patch point does
  * not hold what they expect (kp_savedval, kp's breakpoint).
- * kinst_tramp_take(): NULL, or why the probe cannot be enabled.
  * kinst_tramp_quiesce(): true when no thread can be inside a trampoline;
  * it answers at once and never sleeps, since MOD_UNLOAD, its caller, holds
  * the kernel linker's kld_sx.
@@ -112,10 +115,37 @@ kinst_patchval_t kinst_isa_peek(const struct kinst_probe *,
 void		kinst_isa_unpatch(const struct kinst_probe *, uint8_t *);
 bool		kinst_isa_arm(struct kinst_probe *);
 bool		kinst_isa_disarm(struct kinst_probe *);
+bool		kinst_tramp_quiesce(void);
+
+/*
+ * <arch>/kinst_isa.c, for kinst_tramp.c: what a trampoline is on this ISA.
+ * kinst_isa_tramp_needed(): whether kp runs its instruction in one (not
+ * when it is emulated).  kinst_isa_tpage_alloc(): a page for trampolines,
+ * executable where it is returned, writable at *write; may sleep; NULL if
+ * there is none.  kinst_isa_tpage_free(): that page back (ISAs without
+ * KINST_TRAMP_KEEP).  kinst_isa_tramp_fill(): kp's trampoline, to run at
+ * 'tramp', into the KINST_TRAMP_SIZE bytes of 'buf', and where its thread
+ * resumes; NULL, or why it cannot be filled (nothing is then kept).
+ * kinst_isa_tramp_sync(): freshly written trampoline bytes made visible to
+ * instruction fetch on every CPU.
+ */
+bool		kinst_isa_tramp_needed(const struct kinst_probe *);
+uint8_t		*kinst_isa_tpage_alloc(uint8_t **);
+void		kinst_isa_tpage_free(uint8_t *);
+const char	*kinst_isa_tramp_fill(const struct kinst_probe *, uintptr_t,
+		    uint8_t *, uintptr_t *);
+void		kinst_isa_tramp_sync(uint8_t *, size_t);
+
+/*
+ * kinst_tramp.c.  kinst_tramp_take(): NULL, or why the probe cannot be
+ * enabled.  kinst_tramp_resume_at(): for a breakpoint handler, where the
+ * thread at 'off' bytes into a filled trampoline resumes; 0 if the address
+ * is no such place.
+ */
 int		kinst_tramp_prepare(struct kinst_probe *);
 const char	*kinst_tramp_take(struct kinst_probe *);
 void		kinst_tramp_release(struct kinst_probe *);
-bool		kinst_tramp_quiesce(void);
+uintptr_t	kinst_tramp_resume_at(uintptr_t, uintptr_t);
 void		kinst_tramp_fini(void);
 
 #endif /* !_KINST_H_ */

@@ -3,11 +3,12 @@
  *
  * kinst_funcs.c: reading a kinstkit kinst table's function records, the
  * check of the whole table's structure, and the digest that shows a live
- * function is the one the table was made from.  Freestanding C99, no
+ * function is the one the table was made from (kinst_core_digest_ok(), the
+ * one check for every ISA).  Freestanding C99, no
  * library calls (see kinst_funcs.h).  The structure check walks each
  * function's instruction records: kinst_core_walk() here starts a walk,
- * and the ISA's kinst_core_next() (every ISA's kinst_core.h declares it)
- * reads one record at a time.
+ * and kinst_core_next() steps it, one record at a time, which the ISA's
+ * kinst_core_record() reads.
  */
 
 #include "kinst_core.h"
@@ -41,7 +42,7 @@ kinst_bytecopy(volatile kc_uint8_t *dst, const volatile kc_uint8_t *src,
 }
 
 /*
- * Start a walk over the records of 'kf'; the ISA's kinst_core_next() steps
+ * Start a walk over the records of 'kf'; kinst_core_next() steps
  * it.
  */
 void
@@ -249,4 +250,59 @@ kinst_table_check(const struct kinst_table *kt)
 		prev = f;
 	}
 	return (KINST_TABLE_OK);
+}
+
+/*
+ * The next instruction of the walk: 1, or 0 at the function's end, or
+ * -KINST_E_TABLE for a record the ISA cannot read or whose kind is none
+ * of the table's.  Instructions are numbered as probes in walk order,
+ * refused ones excepted.
+ */
+int
+kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
+{
+	int code;
+
+	if (kw->kw_off >= kw->kw_size || kw->kw_p >= kw->kw_end)
+		return (0);
+	ki->ki_nmask = 0;
+	code = kinst_core_record(kw, ki);
+	if (code < 0 || (code >= KINST_NKINDS && code != KINST_R_REFUSED))
+		return (-KINST_E_TABLE);
+	ki->ki_kind = (kc_uint8_t)code;
+	ki->ki_off = kw->kw_off;
+	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
+	kw->kw_off += ki->ki_len;
+	return (1);
+}
+
+/*
+ * Is 'copy', a writable copy of the live function's kf_size bytes, the
+ * function the table was made from?  The fields relocations fill (each
+ * record's ki_mask[]) are zeroed first, as the generator zeroed them.  0,
+ * KINST_E_BYTES or KINST_E_TABLE.
+ */
+int
+kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
+    kc_uint8_t *copy)
+{
+	struct kinst_walk kw;
+	struct kinst_insn ki;
+	kc_uint32_t i, off, width;
+	int rv;
+
+	kinst_core_walk(kt, kf, &kw);
+	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
+		for (i = 0; i < ki.ki_nmask; i++) {
+			off = ki.ki_off + KINST_MASK_OFF(ki.ki_mask[i]);
+			width = KINST_MASK_WIDTH(ki.ki_mask[i]);
+			if (off + width > kf->kf_size)
+				return (KINST_E_TABLE);
+			while (width-- > 0)
+				copy[off++] = 0;
+		}
+	}
+	if (rv < 0)
+		return (KINST_E_TABLE);
+	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
 }

@@ -86,8 +86,12 @@ struct kinst_func {
 };
 
 /*
- * A walk over a function's records, the ISA's kinst_core_next() reading one
- * instruction's record at a time.
+ * A walk over a function's records: kinst_core_next() steps it, the ISA's
+ * kinst_core_record() reading one instruction's record at a time into the
+ * ISA's struct kinst_insn.  Every ISA gives that ki_off, ki_len, ki_kind,
+ * ki_probe and the fields relocations fill: ki_nmask of them in ki_mask[],
+ * each KINST_MASK(offset in the instruction, log2 of its width in bytes),
+ * what kinst_core_digest_ok() zeroes.
  */
 struct kinst_walk {
 	const kc_uint8_t	*kw_p;
@@ -96,6 +100,20 @@ struct kinst_walk {
 	kc_uint32_t		kw_size;
 	kc_uint32_t		kw_probe;
 };
+
+struct kinst_insn;
+
+#define	KINST_MASK(off, lgw)	((kc_uint8_t)((off) | (lgw) << 4))
+#define	KINST_MASK_OFF(m)	((kc_uint32_t)(m) & 15)
+#define	KINST_MASK_WIDTH(m)	(1U << (((kc_uint32_t)(m) >> 4) & 3))
+
+/*
+ * The ISA's reader of the record at kw_p, for kinst_core_next(): it moves
+ * kw_p past the record and sets the instruction's length, masks and the
+ * ISA's own fields; it returns the kind (KINST_R_REFUSED included), or -1
+ * for a record it cannot read.  ki_nmask is 0 when it is called.
+ */
+int	kinst_core_record(struct kinst_walk *, struct kinst_insn *);
 
 extern const struct kinst_table kinst_table;
 
@@ -114,5 +132,8 @@ void	kinst_bytecopy(volatile kc_uint8_t *, const volatile kc_uint8_t *,
 	    kc_uint32_t);
 void	kinst_core_walk(const struct kinst_table *, const struct kinst_func *,
 	    struct kinst_walk *);
+int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
+int	kinst_core_digest_ok(const struct kinst_table *,
+	    const struct kinst_func *, kc_uint8_t *);
 
 #endif /* !_KINST_FUNCS_H_ */

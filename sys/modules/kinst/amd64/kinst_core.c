@@ -25,29 +25,28 @@
 #define	KINST_INT32_MAX	((kc_int64_t)0x7fffffff)
 
 /*
- * The next instruction of the walk: 1, or 0 at the function's end, or
- * -KINST_E_TABLE for a record this core cannot read.
+ * The record at kw_p, for kinst_funcs.c's kinst_core_next(): a byte of
+ * length and code, then, for KINST_R_EXTENDED, a byte of code and mask
+ * count and the masks.  The kind, or -1 for a record this core cannot
+ * read.
  */
 int
-kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
+kinst_core_record(struct kinst_walk *kw, struct kinst_insn *ki)
 {
 	kc_uint32_t code, i;
 	kc_uint8_t b;
 
-	if (kw->kw_off >= kw->kw_size || kw->kw_p >= kw->kw_end)
-		return (0);
 	b = *kw->kw_p++;
 	ki->ki_len = (b & 15) + 1;
 	code = b >> 4;
-	ki->ki_nmask = 0;
 	if (code == KINST_R_EXTENDED) {
 		if (kw->kw_p >= kw->kw_end)
-			return (-KINST_E_TABLE);
+			return (-1);
 		b = *kw->kw_p++;
 		code = b & 15;
 		ki->ki_nmask = b >> 4;
 		if (kw->kw_end - kw->kw_p < ki->ki_nmask)
-			return (-KINST_E_TABLE);
+			return (-1);
 		for (i = 0; i < ki->ki_nmask; i++)
 			ki->ki_mask[i] = *kw->kw_p++;
 	}
@@ -65,50 +64,12 @@ kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
 	case KINST_R_RIPREL_IMM4:
 		ki->ki_dispoff = ki->ki_len - 8;
 		break;
-	case KINST_R_REFUSED:
-		break;
 	default:
-		if (code >= KINST_NKINDS)
-			return (-KINST_E_TABLE);
 		break;
 	}
 	if (code >= KINST_R_RIPREL_IMM1 && code <= KINST_R_RIPREL_IMM4)
 		code = KINST_K_RIPREL;	/* kinst_core_derive() checks it */
-	ki->ki_kind = (kc_uint8_t)code;
-	ki->ki_off = kw->kw_off;
-	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
-	kw->kw_off += ki->ki_len;
-	return (1);
-}
-
-/*
- * Is 'copy', a writable copy of the live function's kf_size bytes, the
- * function the table was made from?  The fields relocations fill are zeroed
- * first, as the generator zeroed them.  0, KINST_E_BYTES or KINST_E_TABLE.
- */
-int
-kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
-    kc_uint8_t *copy)
-{
-	struct kinst_walk kw;
-	struct kinst_insn ki;
-	kc_uint32_t i, off, width;
-	int rv;
-
-	kinst_core_walk(kt, kf, &kw);
-	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
-		for (i = 0; i < ki.ki_nmask; i++) {
-			off = ki.ki_off + (ki.ki_mask[i] & 15);
-			width = 1U << ((ki.ki_mask[i] >> 4) & 3);
-			if (off + width > kf->kf_size)
-				return (KINST_E_TABLE);
-			while (width-- > 0)
-				copy[off++] = 0;
-		}
-	}
-	if (rv < 0)
-		return (KINST_E_TABLE);
-	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
+	return ((int)code);
 }
 
 static const kc_uint32_t kinst_set_prefix[8] = KINST_SET_PREFIX;

@@ -55,7 +55,7 @@ struct kinst_insn {
 	kc_uint8_t	ki_kind;	/* enum kinst_kind, KINST_R_REFUSED */
 	kc_uint8_t	ki_dispoff;	/* riprel: where the rel32 is */
 	kc_uint8_t	ki_nmask;	/* relocated fields in ki_mask */
-	kc_uint8_t	ki_mask[KINST_MAX_INSN]; /* offset | width code << 4 */
+	kc_uint8_t	ki_mask[KINST_MAX_INSN]; /* KINST_MASK() */
 };
 
 /* kinst's struct kinst_probe_md for one live instruction. */
@@ -72,9 +72,6 @@ struct kinst_md {
 	kc_uint8_t	km_template[KINST_TEMPLATE_SIZE]; /* trampoline's */
 };
 
-int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
-int	kinst_core_digest_ok(const struct kinst_table *,
-	    const struct kinst_func *, kc_uint8_t *);
 int	kinst_core_dissect(const kc_uint8_t *, kc_uint32_t, struct kinst_md *);
 int	kinst_core_derive(const struct kinst_insn *,
 	    const volatile kc_uint8_t *, struct kinst_md *);

@@ -17,27 +17,23 @@
  * and never written again: any number of CPUs and threads may run, be
  * interrupted in, be preempted in or sleep in it, nested hits use other
  * slots, and the interrupt flag is the interrupted code's own (popf and sti
- * are refused by the generator anyway).
+ * are refused by the generator anyway).  kinst_tramp.c gives out the slots;
+ * this file maps their pages and says what a slot holds.
  *
- * Slot lifetime.  dtps_enable runs under dtrace_lock and has no way to fail,
- * so it must not sleep or allocate: making a probe (kinst_sx held, may
- * sleep) reserves a slot, mapping a new page when the free slots run out,
- * and enabling takes a reserved slot and fills it (kinst_tramp_take()).  A
- * filled slot belongs to its patch address for the module's lifetime: a
- * probe made there again, and enabled again, gets the same slot with the
- * same contents, and no other address ever gets it.  If the instruction at
- * an address changes (a .ko reloaded there with other relocated values) the
- * old slot is retired, still untouched, and a new one reserved.
- *
- * Unload keeps the pages, deliberately.  #BP returns with the interrupted
- * code's PSL_I, so a thread can be preempted with %rip inside a trampoline,
- * and a trampolined instruction can fault and sleep; dtrace_sync() waits
- * only for CPUs in probe context, not for such threads, and no cheap
- * quiescence point proves that none is left.  Unmapping would make such a
- * thread fault when it resumes, so the pages stay mapped (and their contents
- * valid) after kldunload: one 4 KiB page per 128 trampolines per load.
- * Nor does unload wait for such threads (kinst_tramp_quiesce()): a
- * trampoline here ends in a jmp back to the instruction after the patch
+ * Unload keeps the pages, deliberately, and the next load reuses them.
+ * #BP returns with the interrupted code's PSL_I, so a thread can be
+ * preempted with %rip inside a trampoline, and a trampolined instruction
+ * can fault and sleep; dtrace_sync() waits only for CPUs in probe context,
+ * not for such threads, and no cheap quiescence point proves that none is
+ * left (a trampoline can be left by its jmp back, but also by a taken
+ * branch, a ret or an exception, so threads cannot be counted out).
+ * Unmapping would make such a thread fault when it resumes, so the pages
+ * stay mapped, their contents valid, after kldunload (KINST_TRAMP_KEEP in
+ * kinst_isa.h), and kinst_tramp.c hands the pool to the next load of this
+ * module: a probe made again at an address gets the very slot it had, and
+ * new ones take slots never filled.  A load cycle maps no page the last one
+ * mapped.  Nor does unload wait for such threads (kinst_tramp_quiesce()):
+ * a trampoline here ends in a jmp back to the instruction after the patch
  * point, not in a breakpoint only this module answers, so a thread still in
  * one after the breakpoint handler is gone finishes it unaided.
  *
@@ -48,9 +44,7 @@
  * They are mapped read and execute only (stock kinst maps them RWX): a page
  * is filled with int3 and its slots are filled through the direct map
  * (PHYS_TO_DMAP() of the page, read-write and never executable), so no
- * mapping of a trampoline is ever both writable and executable.  The CPU
- * that takes a probe's #BP runs iretq, serializing, before it fetches from
- * the slot the enable filled.
+ * mapping of a trampoline is ever both writable and executable.
  */
 
 #include <sys/param.h>
@@ -59,10 +53,7 @@
 #include <sys/linker.h>
 #include <sys/lock.h>
 #include <sys/malloc.h>
-#include <sys/mutex.h>
 #include <sys/pcpu.h>
-#include <sys/queue.h>
-#include <sys/sx.h>
 
 #include <sys/dtrace.h>
 
@@ -89,54 +80,15 @@
 #error "no call emulation in dtrace_invop_start(): FreeBSD 14.0 or later"
 #endif
 
-#define	KINST_TRAMPS_PER_PAGE	(PAGE_SIZE / KINST_TRAMP_SIZE)
-#define	KINST_TSLOTTAB_SIZE	0x1000
-#define	KINST_TSLOT_NDX(addr)	((uintptr_t)(addr) & (KINST_TSLOTTAB_SIZE - 1))
-
-/* One trampoline of a page. */
-struct kinst_tslot {
-	struct kinst_tslot	*ts_next;	/* free list or address chain */
-	uint8_t			*ts_tramp;	/* where it runs */
-	uint8_t			*ts_write;	/* it, in the direct map */
-	uintptr_t		ts_addr;	/* patch point; 0: unused */
-	struct kinst_md		ts_md;		/* what it was filled from */
-};
-
-/* A trampoline page and its slots' bookkeeping (freed at unload). */
-struct kinst_trampchunk {
-	SLIST_ENTRY(kinst_trampchunk) tc_next;
-	vm_offset_t		tc_addr;
-	struct kinst_tslot	tc_slots[KINST_TRAMPS_PER_PAGE];
-};
-
 /*
- * kinst_tramp_mtx guards what follows; it is taken inside kinst_hash_mtx
- * (enable) or alone, and nothing sleeps under it.  Invariant, whenever
- * kinst_sx is not held by a creation in progress: kinst_tslot_nfree >=
- * kinst_tslot_reserved, the number of probes holding a reservation.
+ * A page above KERNBASE, read and execute only, and its direct-map alias,
+ * where kinst_tramp.c writes it.  May sleep; NULL when the kernel map is
+ * full.  Never freed (KINST_TRAMP_KEEP): see the comment at the top.
  */
-static struct mtx	kinst_tramp_mtx;
-MTX_SYSINIT(kinst_tramp_mtx, &kinst_tramp_mtx, "kinst trampolines", MTX_DEF);
-
-static SLIST_HEAD(, kinst_trampchunk) kinst_trampchunks =
-    SLIST_HEAD_INITIALIZER(kinst_trampchunks);
-static struct kinst_tslot	*kinst_tslot_free;	/* never filled */
-static u_int			kinst_tslot_nfree;
-static u_int			kinst_tslot_reserved;
-static struct kinst_tslot	*kinst_tslottab[KINST_TSLOTTAB_SIZE];
-
-/*
- * A page above KERNBASE, read and execute only, filled with int3 (through
- * the direct map) so that a stray jump traps cleanly, and its slots.  May
- * sleep; NULL when the kernel map is full.
- */
-static struct kinst_trampchunk *
-kinst_trampchunk_alloc(void)
+uint8_t *
+kinst_isa_tpage_alloc(uint8_t **write)
 {
-	struct kinst_trampchunk *tc;
 	vm_offset_t addr;
-	uint8_t *alias;
-	u_int i;
 
 	addr = KERNBASE;
 	if (vm_map_find(kernel_map, NULL, 0, &addr, PAGE_SIZE, 0,
@@ -149,152 +101,45 @@ kinst_trampchunk_alloc(void)
 		return (NULL);
 	}
 	/* kmem_back() maps it read, write and execute: drop the write. */
-	alias = (uint8_t *)PHYS_TO_DMAP(pmap_kextract(addr));
-	memset(alias, KINST_PATCHVAL, PAGE_SIZE);
 	pmap_protect(kernel_pmap, addr, addr + PAGE_SIZE,
 	    VM_PROT_READ | VM_PROT_EXECUTE);
-	tc = malloc(sizeof(*tc), M_KINST, M_WAITOK | M_ZERO);
-	tc->tc_addr = addr;
-	for (i = 0; i < KINST_TRAMPS_PER_PAGE; i++) {
-		tc->tc_slots[i].ts_tramp = (uint8_t *)(addr +
-		    i * KINST_TRAMP_SIZE);
-		tc->tc_slots[i].ts_write = alias + i * KINST_TRAMP_SIZE;
-	}
-	return (tc);
+	*write = (uint8_t *)PHYS_TO_DMAP(pmap_kextract(addr));
+	return ((uint8_t *)addr);
 }
 
-/* Would a slot filled from 'a' hold what one filled from 'b' would? */
-static bool
-kinst_tramp_same(const struct kinst_md *a, const struct kinst_md *b)
+/* Calls are emulated; everything else runs in a trampoline. */
+bool
+kinst_isa_tramp_needed(const struct kinst_probe *kp)
 {
-	u_int i;
 
-	if (a->km_kind != b->km_kind || a->km_flags != b->km_flags ||
-	    a->km_instlen != b->km_instlen ||
-	    a->km_tinstlen != b->km_tinstlen ||
-	    a->km_dispoff != b->km_dispoff || a->km_disp != b->km_disp)
-		return (false);
-	for (i = 0; i < a->km_tinstlen && i < KINST_TEMPLATE_SIZE; i++) {
-		if (a->km_template[i] != b->km_template[i])
-			return (false);
-	}
-	return (true);
+	return (!kinst_core_is_call(&kp->kp_md));
 }
 
 /*
- * Probe creation (kinst_sx held; may sleep): find the slot already filled
- * for kp's address with the same contents, or reserve one for the enable to
- * fill.  Calls are emulated and need none.  0 or ENOMEM.
- */
-int
-kinst_tramp_prepare(struct kinst_probe *kp)
-{
-	struct kinst_trampchunk *tc;
-	struct kinst_tslot *ts, **pp;
-	uintptr_t pc;
-	u_int i;
-
-	sx_assert(&kinst_sx, SA_XLOCKED);
-	if (kinst_core_is_call(&kp->kp_md))
-		return (0);
-	pc = (uintptr_t)kp->kp_patchpoint;
-	mtx_lock(&kinst_tramp_mtx);
-	for (pp = &kinst_tslottab[KINST_TSLOT_NDX(pc)]; (ts = *pp) != NULL;
-	    pp = &ts->ts_next) {
-		if (ts->ts_addr == pc)
-			break;
-	}
-	if (ts != NULL) {
-		if (kinst_tramp_same(&ts->ts_md, &kp->kp_md)) {
-			kp->kp_tslot = ts;
-			mtx_unlock(&kinst_tramp_mtx);
-			return (0);
-		}
-		/* Retired: left as it is for a thread still inside. */
-		*pp = ts->ts_next;
-		ts->ts_next = NULL;
-	}
-	kinst_tslot_reserved++;
-	kp->kp_reserved = true;
-	while (kinst_tslot_nfree < kinst_tslot_reserved) {
-		mtx_unlock(&kinst_tramp_mtx);
-		tc = kinst_trampchunk_alloc();
-		mtx_lock(&kinst_tramp_mtx);
-		if (tc == NULL) {
-			kinst_tslot_reserved--;
-			kp->kp_reserved = false;
-			mtx_unlock(&kinst_tramp_mtx);
-			return (ENOMEM);
-		}
-		SLIST_INSERT_HEAD(&kinst_trampchunks, tc, tc_next);
-		for (i = KINST_TRAMPS_PER_PAGE; i-- > 0;) {
-			tc->tc_slots[i].ts_next = kinst_tslot_free;
-			kinst_tslot_free = &tc->tc_slots[i];
-		}
-		kinst_tslot_nfree += KINST_TRAMPS_PER_PAGE;
-	}
-	mtx_unlock(&kinst_tramp_mtx);
-	return (0);
-}
-
-/*
- * dtps_enable (dtrace_lock held; must not sleep): give kp its trampoline,
- * the address's slot, or a reserved one filled now.  The fill is complete
- * before the caller writes the breakpoint, and the CPU that takes the trap
- * runs iretq (serializing) before it fetches from the slot.  NULL, or why
- * not: the core's KINST_E_RANGE (the target is beyond rel32 reach of the
- * slot), in which case the slot goes back unused and the probe keeps its
- * reservation.
+ * The instruction, its rel32 rewritten for where the trampoline runs, then
+ * jmp *0(%rip) back to the instruction after the patch point.
  */
 const char *
-kinst_tramp_take(struct kinst_probe *kp)
+kinst_isa_tramp_fill(const struct kinst_probe *kp, uintptr_t tramp,
+    uint8_t *buf, uintptr_t *resume)
 {
-	struct kinst_tslot *ts;
-	uintptr_t pc;
 
-	if (kinst_core_is_call(&kp->kp_md) || kp->kp_tramp != NULL)
-		return (NULL);
-	pc = (uintptr_t)kp->kp_patchpoint;
-	mtx_lock(&kinst_tramp_mtx);
-	if ((ts = kp->kp_tslot) == NULL) {
-		ts = kinst_tslot_free;
-		if (!kp->kp_reserved || ts == NULL) {
-			mtx_unlock(&kinst_tramp_mtx);
-			return ("no trampoline was reserved for it");
-		}
-		if (kinst_core_tramp_fill(&kp->kp_md, pc,
-		    (uintptr_t)ts->ts_tramp, ts->ts_write) != 0) {
-			memset(ts->ts_write, KINST_PATCHVAL, KINST_TRAMP_SIZE);
-			mtx_unlock(&kinst_tramp_mtx);
-			return ("its trampoline cannot reach the instruction's "
-			    "target (beyond +-2 GiB)");
-		}
-		kinst_tslot_free = ts->ts_next;
-		kinst_tslot_nfree--;
-		kinst_tslot_reserved--;
-		kp->kp_reserved = false;
-		ts->ts_addr = pc;
-		ts->ts_md = kp->kp_md;
-		ts->ts_next = kinst_tslottab[KINST_TSLOT_NDX(pc)];
-		kinst_tslottab[KINST_TSLOT_NDX(pc)] = ts;
-		kp->kp_tslot = ts;
-	}
-	kp->kp_tramp = ts->ts_tramp;
-	mtx_unlock(&kinst_tramp_mtx);
+	if (kinst_core_tramp_fill(&kp->kp_md, (uintptr_t)kp->kp_patchpoint,
+	    tramp, buf) != 0)
+		return ("its trampoline cannot reach the instruction's "
+		    "target (beyond +-2 GiB)");
+	*resume = (uintptr_t)kp->kp_patchpoint + kp->kp_md.km_instlen;
 	return (NULL);
 }
 
-/* dtps_destroy: a probe that never filled its reserved slot gives it back. */
+/*
+ * Nothing to do: x86 instruction fetch sees stores (here through the
+ * direct map), and the CPU that takes a probe's #BP runs iretq, which
+ * serializes, before it fetches from the slot the enable filled.
+ */
 void
-kinst_tramp_release(struct kinst_probe *kp)
+kinst_isa_tramp_sync(uint8_t *tramp __unused, size_t len __unused)
 {
-
-	if (!kp->kp_reserved)
-		return;
-	mtx_lock(&kinst_tramp_mtx);
-	kinst_tslot_reserved--;
-	kp->kp_reserved = false;
-	mtx_unlock(&kinst_tramp_mtx);
 }
 
 /*
@@ -306,31 +151,6 @@ kinst_tramp_quiesce(void)
 {
 
 	return (true);
-}
-
-/*
- * Unload, after every probe is gone: the bookkeeping goes, the pages stay
- * mapped with their contents (see the comment at the top).
- */
-void
-kinst_tramp_fini(void)
-{
-	struct kinst_trampchunk *tc;
-	u_int i;
-
-	sx_assert(&kinst_sx, SA_XLOCKED);
-	mtx_lock(&kinst_tramp_mtx);
-	KASSERT(kinst_tslot_reserved == 0,
-	    ("kinst: %u trampolines reserved at unload", kinst_tslot_reserved));
-	kinst_tslot_free = NULL;
-	kinst_tslot_nfree = 0;
-	for (i = 0; i < KINST_TSLOTTAB_SIZE; i++)
-		kinst_tslottab[i] = NULL;
-	mtx_unlock(&kinst_tramp_mtx);
-	while ((tc = SLIST_FIRST(&kinst_trampchunks)) != NULL) {
-		SLIST_REMOVE_HEAD(&kinst_trampchunks, tc_next);
-		free(tc, M_KINST);
-	}
 }
 
 /*

@@ -15,6 +15,12 @@
  */
 typedef uint8_t	kinst_patchval_t;
 
+/*
+ * Trampoline pages outlive the module and serve its next load: no thread
+ * can be shown to have left them (see kinst_isa.c and ../kinst_tramp.c).
+ */
+#define	KINST_TRAMP_KEEP
+
 /* What the console lines call the patched unit. */
 #define	KINST_SITE_UNIT	"byte"
 

@@ -25,7 +25,7 @@
 
 /* A record byte: its code in the low bits, and the masked bit. */
 int
-kinst_core_record(kc_uint8_t b, kc_uint8_t *len)
+kinst_core_record_byte(kc_uint8_t b, kc_uint8_t *len)
 {
 
 	*len = KINST_INSN_SIZE;

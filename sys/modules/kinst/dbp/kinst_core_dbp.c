@@ -2,9 +2,9 @@
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * kinst_core_dbp.c: the part of the portable core that arm64 and riscv, the
- * "double breakpoint" ISAs, share: the walk over a function's one-byte
- * records, the digest check over a copy of the live bytes, the breakpoint
- * a probe writes, and the little-endian byte helpers the ISA cores use.
+ * "double breakpoint" ISAs, share: reading a function's one-byte records,
+ * the breakpoint a probe writes, and the little-endian byte helpers the
+ * ISA cores use.
  * Freestanding C99, no headers, no library calls: the kernel glue runs it
  * in probe context and the user-space harness in a SIGTRAP handler, and
  * neither may call into code that could itself be probed (kinst's
@@ -14,56 +14,23 @@
 #include "kinst_core.h"
 
 /*
- * The next instruction of the walk: 1, or 0 at the function's end, or
- * -KINST_E_TABLE for a record this core cannot read.
+ * The record at kw_p, for kinst_funcs.c's kinst_core_next(): one byte, which
+ * the ISA's kinst_core_record_byte() reads.  The kind, or -1.
  */
 int
-kinst_core_next(struct kinst_walk *kw, struct kinst_insn *ki)
+kinst_core_record(struct kinst_walk *kw, struct kinst_insn *ki)
 {
 	kc_uint8_t b, len;
 	int code;
 
-	if (kw->kw_off >= kw->kw_size || kw->kw_p >= kw->kw_end)
-		return (0);
 	b = *kw->kw_p++;
-	code = kinst_core_record(b, &len);
-	if (code < 0 || (code >= KINST_NKINDS && code != KINST_R_REFUSED))
-		return (-KINST_E_TABLE);
+	if ((code = kinst_core_record_byte(b, &len)) < 0)
+		return (-1);
 	ki->ki_len = len;
-	ki->ki_kind = (kc_uint8_t)code;
-	ki->ki_masked = (b & KINST_R_MASKED) != 0;
-	ki->ki_off = kw->kw_off;
-	ki->ki_probe = code == KINST_R_REFUSED ? 0 : kw->kw_probe++;
-	kw->kw_off += len;
-	return (1);
-}
-
-/*
- * Is 'copy', a writable copy of the live function's kf_size bytes, the
- * function the table was made from?  The relocated instructions are zeroed
- * first, as the generator zeroed them.  0, KINST_E_BYTES or KINST_E_TABLE.
- */
-int
-kinst_core_digest_ok(const struct kinst_table *kt, const struct kinst_func *kf,
-    kc_uint8_t *copy)
-{
-	struct kinst_walk kw;
-	struct kinst_insn ki;
-	kc_uint32_t i;
-	int rv;
-
-	kinst_core_walk(kt, kf, &kw);
-	while ((rv = kinst_core_next(&kw, &ki)) > 0) {
-		if (!ki.ki_masked)
-			continue;
-		if (ki.ki_off + ki.ki_len > kf->kf_size)
-			return (KINST_E_TABLE);
-		for (i = 0; i < ki.ki_len; i++)
-			copy[ki.ki_off + i] = 0;
-	}
-	if (rv < 0)
-		return (KINST_E_TABLE);
-	return (kinst_func_digest_ok(kt, kf, copy) ? 0 : KINST_E_BYTES);
+	/* A relocation fills part of it: the whole instruction is masked. */
+	ki->ki_nmask = (b & KINST_R_MASKED) != 0;
+	ki->ki_mask[0] = KINST_MASK(0, len == 4 ? 2 : 1);
+	return (code);
 }
 
 int

@@ -3,11 +3,11 @@
  *
  * kinst_core_dbp.h: what the portable cores of the "double breakpoint"
  * ISAs, arm64 and riscv, have in common: the walk over a function's
- * one-byte records, the digest check, and the interface every such core
+ * one-byte records and the interface every such core
  * offers to its glue (the FreeBSD module's kinst_isa.c and dbp/, and the
  * user-space harness).  dbp/kinst_core_dbp.c implements the shared part;
- * <arch>/kinst_core.c the rest, including kinst_core_record(), the one
- * hook the shared walk needs.
+ * <arch>/kinst_core.c the rest, including kinst_core_record_byte(), the one
+ * hook the shared record reader needs.
  *
  * Included by <arch>/kinst_core.h after it has defined KINST_INSN_SIZE,
  * KINST_PATCH_SIZE, struct kinst_regs and struct kinst_md.  Freestanding
@@ -37,13 +37,11 @@ struct kinst_insn {
 	kc_uint32_t	ki_probe;	/* table index, unless REFUSED */
 	kc_uint8_t	ki_len;		/* arm64: 4; riscv: 2 or 4 */
 	kc_uint8_t	ki_kind;	/* enum kinst_kind, KINST_R_REFUSED */
-	kc_uint8_t	ki_masked;	/* a relocation fills part */
+	kc_uint8_t	ki_nmask;	/* 1: a relocation fills part */
+	kc_uint8_t	ki_mask[1];	/* KINST_MASK(): all of it */
 };
 
 /* dbp/kinst_core_dbp.c */
-int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
-int	kinst_core_digest_ok(const struct kinst_table *,
-	    const struct kinst_func *, kc_uint8_t *);
 int	kinst_core_is_emulated(const struct kinst_md *);
 int	kinst_core_patch(const struct kinst_md *, kc_uint8_t *);
 kc_int64_t kinst_core_sext(kc_uint64_t, int);
@@ -51,11 +49,11 @@ kc_uint32_t kinst_core_get(const volatile kc_uint8_t *, int);
 void	kinst_core_put(volatile kc_uint8_t *, kc_uint32_t, int);
 
 /*
- * <arch>/kinst_core.c.  kinst_core_record(): the kind or KINST_R_REFUSED a
- * record byte holds, and in *len the length of its instruction; -1 for a
- * byte with bits the ISA's records never set.
+ * <arch>/kinst_core.c.  kinst_core_record_byte(): the kind or
+ * KINST_R_REFUSED a record byte holds, and in *len the length of its
+ * instruction; -1 for a byte with bits the ISA's records never set.
  */
-int	kinst_core_record(kc_uint8_t, kc_uint8_t *);
+int	kinst_core_record_byte(kc_uint8_t, kc_uint8_t *);
 int	kinst_core_derive(const struct kinst_insn *,
 	    const volatile kc_uint8_t *, struct kinst_md *);
 int	kinst_core_tramp_fill(const struct kinst_md *, volatile kc_uint8_t *);

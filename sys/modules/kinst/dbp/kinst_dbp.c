@@ -6,8 +6,9 @@
  * declares for every ISA: the breakpoint handler and reading, arming and
  * disarming a patch point.  What differs -- the trapframe, the store that
  * writes the text and the instruction-cache sync, the value handed back to
- * dtrace_invop_start() -- is <arch>/kinst_isa.c; the trampoline pages are
- * kinst_tramp.c.
+ * dtrace_invop_start() -- is <arch>/kinst_isa.c; what a trampoline is and
+ * how threads are counted in and out of one is kinst_dbp_tramp.c, which
+ * probe gets which trampoline slot ../kinst_tramp.c.
  *
  * A hit on a probe (the breakpoint at its patch point) fires the DTrace
  * probe and resumes one of two ways: kinst_core_emulate() runs the
@@ -26,6 +27,7 @@
  *
  * A probe's breakpoint covers kinst_patchval_t: the arm64 word, the first
  * halfword of a riscv instruction.
+
  */
 
 #include <sys/param.h>

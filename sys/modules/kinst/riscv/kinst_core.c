@@ -22,7 +22,7 @@
 
 /* A record byte: the length bit, the code above it, and the masked bit. */
 int
-kinst_core_record(kc_uint8_t b, kc_uint8_t *len)
+kinst_core_record_byte(kc_uint8_t b, kc_uint8_t *len)
 {
 
 	*len = (b & KINST_R_LONG) != 0 ? KINST_INSN_SIZE : KINST_INSN_C_SIZE;
