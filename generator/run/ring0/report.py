@@ -291,6 +291,9 @@ def compare(s: Session, probes: Sequence[TableProbe], addrs: Sequence[int], coun
     rearmed = int(rearmed_file.read_text().strip() or 0) if rearmed_file.is_file() else 0
     windows = counts.windows if counts else 0
     if counts is not None:
+        if g.target_tabled and counts.anchors != 1:
+            errors.append(f"the plugin saw the target module's anchor at {counts.anchors} places, not 1: it "
+                          "cannot have counted the target's probes where they ran")
         if counts.unpaired or counts.open:
             errors.append(f"the plugin saw markers out of turn ({counts.unpaired}) or a window left open "
                           f"({counts.open})")
