@@ -3,8 +3,8 @@
 Linux 6.1 is built with retpolines, so its compiler emits no ``call *disp(%reg)``,
 and the kernel patches every ``call *pv_ops+N(%rip)`` at boot: two kinds of
 kinst's amd64 record (``call-mem``, ``call-riprel``) never run in its text.
-``sys/modules/kinst/linux/target/kinst_target.c`` holds them, in assembly,
-and runs them when the workload reads ``/proc/kinst_target``.  This module:
+``sys/modules/kinst/linux/target/kk_target.c`` holds them, in assembly,
+and runs them when the workload reads ``/proc/kk_target``.  This module:
 
 - ``build()``: kbuilds it with the pinned headers and the QEMU plugin's
   anchor marker (``oracle.MARK_ANCHOR``, which the module runs when it
@@ -24,9 +24,12 @@ module places each such function by its offset from the start of the range
 the target exports (``kk_target_text``, ``TEXT_SYMBOL``) and checks it
 lies inside before it reads a byte; the QEMU plugin counts those probes
 from the anchor; the report places them from the module's ``.text`` as the
-guest saw it (``sys/module/kinst_target/sections/.text``):
+guest saw it (``sys/module/kk_target/sections/.text``):
 ``range_offset()``, ``live_address()``.  ``plan.plan_guest()`` puts the
 pieces together.
+
+Its functions are named ``kk_target_*``: kinst refuses every ``kinst_*``
+function as its own (``analysis/exclusions.py``).
 
 Why a module and not the kernel: nothing can be linked into Debian's
 vmlinux, and a module is what the loader relocates, which is what kinst's
@@ -49,8 +52,8 @@ from .kernel import KernelAssets
 from .rules import SITE_TABLES, SiteTable
 
 SOURCE_DIR = SYS_MODULES / "kinst" / "linux" / "target"
-MODULE = "kinst_target.ko"
-NAME = "kinst_target"  # the module's name in the guest (/sys/module/<NAME>)
+MODULE = "kk_target.ko"
+NAME = "kk_target"  # the module's name in the guest (/sys/module/<NAME>)
 TEXT_SYMBOL = kbuild.MODULE_TEXT  # exported: [start, end) of its probed code, which the kinst glue checks
 RANGE = ("kk_target_text_start", "kk_target_text_end")  # the labels around that code
 SECTION = ".text"  # the only section whose functions are probed

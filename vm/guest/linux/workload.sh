@@ -34,9 +34,9 @@ pipes() {
 }
 
 # The target module's calls through memory and through (%rip), which the kernel itself never runs
-# (sys/modules/kinst/linux/target/kinst_target.c); reading the file runs them.
+# (sys/modules/kinst/linux/target/kk_target.c); reading the file runs them.
 target() {
-	cat /proc/kinst_target
+	cat /proc/kk_target
 }
 
 # Fork and exec: many short processes.

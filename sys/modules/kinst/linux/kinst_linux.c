@@ -31,7 +31,7 @@
  * kept in klp_why; a later jump mode adds its own decision there.
  *
  * A table may also hold functions of one other module, the guest's target
- * (./target/kinst_target.c: the call forms the kernel never runs), at the
+ * (./target/kk_target.c: the call forms the kernel never runs), at the
  * addresses of its .ko, below the kernel's text.  The module lands where
  * the kernel puts it, so such a function is placed by its offset from
  * KINST_LINUX_MODULE_START, the start of the range the module exports
