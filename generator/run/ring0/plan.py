@@ -146,7 +146,7 @@ def restrict(plan: ProbePlan, img: KernelImage, sites: Dict[int, Dict[int, Tuple
     return dataclasses.replace(plan, funcs=tuple(funcs), refused=tuple(refused)), n_sites
 
 
-def _plan_target(ko: KernelImage, funcs: Sequence[Function], rule: str) -> Tuple[ProbePlan, int]:
+def plan_target(ko: KernelImage, funcs: Sequence[Function], rule: str) -> Tuple[ProbePlan, int]:
     """The target module's part of the table; and the instruction sites its rules refused."""
     whole, sites = target_mod.loader_rules(ko)
     span = target_mod.probed_range(ko)
@@ -183,7 +183,7 @@ def plan_guest(img: KernelImage, rules: KernelRules, names: Sequence[str],
     tabled = 0
     if theirs:
         assert target is not None
-        part, more = _plan_target(target, theirs, rule)
+        part, more = plan_target(target, theirs, rule)
         n = part.nprobes
         plan = dataclasses.replace(plan, funcs=part.funcs + tuple(f._replace(first=f.first + n) for f in plan.funcs),
                                    refused=part.refused + plan.refused)
