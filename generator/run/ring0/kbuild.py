@@ -52,7 +52,7 @@ KERNEL_CC = "gcc-12"  # what Debian's 6.1 headers build with (linux-compiler-gcc
 # The glue's deliberate breakages: name -> the KINST_LINUX_BREAK_<name> define's effect (kinst_linux.c).
 BREAKS: Mapping[str, str] = {
     "NO_CALL_EMULATION": "a missing call emulation: a call resumes in its trampoline, which nothing fills",
-    "WRONG_DISPLACEMENT": "a wrong displacement: a %rip-relative trampoline is filled for an address 1 GiB off",
+    "WRONG_DISPLACEMENT": "a wrong displacement: a %rip-relative trampoline is filled as if it ran 1 GiB away",
 }
 
 

@@ -45,8 +45,8 @@
  * KINST_LINUX_BREAK_NO_CALL_EMULATION sends a call to its trampoline, which
  * nothing fills, as if the emulation were missing;
  * KINST_LINUX_BREAK_WRONG_DISPLACEMENT fills a %rip-relative instruction's
- * trampoline for the wrong address, so its displacement is off by
- * KINST_LINUX_WRONG_BY.
+ * trampoline as if it ran KINST_LINUX_WRONG_BY bytes away, so its
+ * displacements (the access's, the jump back's) are off by that much.
  *
  * /proc/kinst/ctl takes "arm" and "disarm"; /proc/kinst/hits lists every
  * table probe with its live address, hits and state; /proc/kinst/info gives
