@@ -34,6 +34,7 @@ from ..image.dwarf.lineprog import LineHeader, header, join_path
 from ..image.dwarf.lists import ranges as range_list
 from ..image.dwarf.sections import DwarfError, Reads, Sections
 from ..image.dwarf.units import Abbrev, Unit, abbrev_entry, uleb, unit_headers
+from .dwarfindex import span_at
 
 NO_LINES = 0xFFFFFFFFFFFFFFFF  # a unit without a line program
 
@@ -92,11 +93,7 @@ class Directory:
 
     def unit_at(self, address: int) -> Optional[int]:
         """The unit whose code covers ``address``."""
-        i = bisect.bisect_right(self.span_low, address) - 1
-        for j in range(i, max(i - 8, -1), -1):
-            if self.span_low[j] <= address < self.span_high[j]:
-                return self.span_unit[j]
-        return None
+        return span_at(self.span_low, self.span_high, self.span_unit, address)
 
     def units_in(self, low: int, high: int) -> List[int]:
         """The units whose code overlaps ``[low, high)``."""

@@ -55,6 +55,19 @@ ARRAYS: Tuple[Tuple[str, str], ...] = (
 )
 
 
+SPAN_LOOKBACK = 8  # spans sorted by start may nest: look this many back for one that still covers
+
+
+def span_at(low, high, values, address: int) -> Optional[int]:
+    """``values[j]`` of the span ``[low[j], high[j])`` that holds ``address``, the latest-starting one;
+    None when none of the last SPAN_LOOKBACK spans starting at or before it does."""
+    i = bisect.bisect_right(low, address) - 1
+    for j in range(i, max(i - SPAN_LOOKBACK, -1), -1):
+        if low[j] <= address < high[j]:
+            return values[j]
+    return None
+
+
 @dataclass
 class DwarfIndex:
     """The index of some or all units of one image (see the module docstring).  Joined by ``dwarfread.merge``
@@ -173,11 +186,7 @@ class DwarfIndex:
 
     def sub_at(self, address: int) -> Optional[int]:
         """The concrete subprogram whose ranges hold ``address``."""
-        i = bisect.bisect_right(self.span_low, address) - 1
-        for j in range(i, max(i - 8, -1), -1):
-            if self.span_low[j] <= address < self.span_high[j]:
-                return self.span_sub[j]
-        return None
+        return span_at(self.span_low, self.span_high, self.span_sub, address)
 
     def ranges_of_sub(self, sub: int) -> List[Tuple[int, int]]:
         first = self.sub_rng_first[sub]

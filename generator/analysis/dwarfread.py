@@ -218,19 +218,25 @@ class _Walk:
             return [(lo, hi)]
         return []
 
-    def note_subprogram(self, off: int, attrs) -> None:
-        u = self.unit
+    def note_name(self, unit, off: int, attrs) -> bool:
+        """Record the DIE's name, else its link to the DIE that names it (abstract origin, then
+        specification); False when it has neither.  One rule for this pass's DIEs and foreign ones."""
         name = attrs.get(S.DW_AT_name)
         if name is not None:
-            self.die_name[off] = u.string(name[0], name[1], self.reads)
-        else:
-            for key in (S.DW_AT_abstract_origin, S.DW_AT_specification):
-                got = attrs.get(key)
-                if got is not None:
-                    target = u.ref(*got)
-                    if target is not None:
-                        self.die_ref[off] = target
-                    break
+            self.die_name[off] = unit.string(name[0], name[1], self.reads)
+            return True
+        for key in (S.DW_AT_abstract_origin, S.DW_AT_specification):
+            got = attrs.get(key)
+            if got is not None:
+                target = unit.ref(*got)
+                if target is not None:
+                    self.die_ref[off] = target
+                    return True
+        return False
+
+    def note_subprogram(self, off: int, attrs) -> None:
+        u = self.unit
+        self.note_name(u, off, attrs)
         line = attrs.get(S.DW_AT_decl_line)
         if line is not None:
             f = attrs.get(S.DW_AT_decl_file)
@@ -366,18 +372,7 @@ class _Walk:
         ab, attrs, _ = unit.die(off)
         if ab is None:
             return False
-        name = attrs.get(S.DW_AT_name)
-        if name is not None:
-            self.die_name[off] = unit.string(name[0], name[1], self.reads)
-            return True
-        for key in (S.DW_AT_abstract_origin, S.DW_AT_specification):
-            got = attrs.get(key)
-            if got is not None:
-                target = unit.ref(*got)
-                if target is not None:
-                    self.die_ref[off] = target
-                    return True
-        return False
+        return self.note_name(unit, off, attrs)
 
     def decl(self, off: int) -> Tuple[int, int]:
         for _ in range(MAX_CHAIN):

@@ -49,6 +49,7 @@ from ..common.errors import UserError
 from ..common.files import write_all
 from ..common.paths import CACHE
 from ..image.elf import KernelImage
+from ..image import open_image
 
 _HOST = isa_registry.host().oracle
 _LIBDIR = Path("/usr/lib", _HOST.gnu_triple)  # the host's libraries, where Debian installs them
@@ -196,7 +197,7 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
     a fast run of ours or the reverse.  Taking turns and keeping each kind's
     fastest run compares them at the machine's best.
     """
-    img = KernelImage.open(path)
+    img = open_image(path)
     if rounds is None:
         rounds = SMALL_ROUNDS if text_bytes(img) < SMALL_TEXT else ROUNDS
     base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
@@ -245,7 +246,7 @@ def bench_generate(path: str, work: Path) -> Dict[str, object]:
     line = (work / "generate.out").read_text().splitlines()[0]
     probes = int(line.split()[0])
     provider = PROVIDERS["kinst"]
-    isa = KernelImage.open(path).isa
+    isa = open_image(path).isa
     for rel in provider.plain():  # the machine-independent files and the image's ISA's, side by side
         if str(Path(rel).parent) in provider.includes(isa.name):
             (out_dir / Path(rel).name).write_bytes((source_dir(provider) / rel).read_bytes())
@@ -286,7 +287,7 @@ def bench_startup() -> Dict[str, float]:
 def bench_analysis(image: Optional[str], out_dir: Path, extra: Sequence[str] = EXTRA_IMAGES,
                    with_vmlinux: bool = False) -> dict:
     path = image or default_image()
-    img = KernelImage.open(path)
+    img = open_image(path)
     text = text_bytes(img)
     if text < 20 * 2**20:
         raise UserError(f"{path}: only {text / 2**20:.1f} MiB of text; the benchmark wants >= 20 MiB")

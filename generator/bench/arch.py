@@ -35,11 +35,11 @@ from .analysis import Run, _count_objdump, _count_ours, _run, text_bytes
 from ..common.errors import UserError
 from ..common.files import write_all
 from ..common.paths import BENCH_RESULTS, REPO
-from ..image.elf import KernelImage
 from ..run import qemu
 from ..run.audit import audit_env, read_hits
 from ..run.harness import BUILD_DIR, build, gcc
 from ..run.process import run_command
+from ..image import open_image
 
 # The ISAs whose programs run under qemu-user here: the host's own is benched by ``bench.analysis``.
 ARCHES = tuple(name for name in isa_registry.SUPPORTED if isa_registry.by_name(name).oracle.qemu)
@@ -58,7 +58,7 @@ def largest_image(arch: str) -> str:
 
 def bench_analysis_arch(arch: str) -> dict:
     path = largest_image(arch)
-    img = KernelImage.open(path)
+    img = open_image(path)
     objdump = isa_registry.by_name(arch).oracle.objdump
     runs: Dict[str, Run] = {}
     with tempfile.TemporaryDirectory() as tmp:

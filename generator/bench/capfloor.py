@@ -14,14 +14,14 @@ import ctypes
 import sys
 
 from ..analysis.probes import function_code
-from ..image.elf import KernelImage
+from ..image import open_image
 
 
 def count(path: str) -> int:
     import capstone
     from capstone import _cs
 
-    img = KernelImage.open(path)
+    img = open_image(path)
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     md.syntax = capstone.CS_OPT_SYNTAX_ATT
     insn = ctypes.POINTER(capstone._cs_insn)()

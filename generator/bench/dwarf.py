@@ -39,13 +39,13 @@ from typing import Dict, List, Optional, Sequence
 from ..common.errors import UserError
 from ..common.files import write_all
 from ..common.paths import REPO
+from ..image import open_image
 
 
 def _largest(paths: Sequence[Path]) -> Path:
-    from ..image.elf import KernelImage
 
     def debug_bytes(p: Path) -> int:
-        data = KernelImage.open(str(p)).section_data(".debug_info")
+        data = open_image(str(p)).section_data(".debug_info")
         return len(data) if data else 0
 
     return max(paths, key=debug_bytes)
@@ -72,19 +72,18 @@ def bench_dwarf(out_dir: Path, image: Optional[str] = None, repeat: int = 3) -> 
     from ..analysis.inlines import inline_copies
     from ..analysis.lines import line_sites
     from .debsrc import all_images
-    from ..image.elf import KernelImage
 
     dwarfdump, symbolizer = shutil.which("llvm-dwarfdump"), shutil.which("llvm-symbolizer")
     if not dwarfdump or not symbolizer:
         raise UserError("bench: llvm-dwarfdump and llvm-symbolizer, the references, are not installed "
                         "(apt-get install llvm; ./bootstrap installs it)")
     path = Path(image) if image else _largest(all_images())
-    img = KernelImage.open(str(path))
+    img = open_image(str(path))
     with tempfile.TemporaryDirectory(prefix="kinstkit-bench-dwarf-") as tmp:
         cache = Path(tmp)
-        build_code = ("import sys; from pathlib import Path; from generator.image.elf import KernelImage; "
+        build_code = ("import sys; from pathlib import Path; from generator.image import open_image; "
                       "from generator.analysis.indexcache import open_index; "
-                      "open_index(KernelImage.open(sys.argv[1]), cache_dir=Path(sys.argv[2]))")
+                      "open_index(open_image(sys.argv[1]), cache_dir=Path(sys.argv[2]))")
         builds = []
         for i in range(repeat):
             builds.append(_timed([sys.executable, "-c", build_code, str(path), str(cache / f"b{i}")]))
@@ -97,7 +96,7 @@ def bench_dwarf(out_dir: Path, image: Optional[str] = None, repeat: int = 3) -> 
 
         def query() -> float:
             t0 = time.perf_counter()
-            im = KernelImage.open(str(path))
+            im = open_image(str(path))
             ix, _ = open_index(im, cache_dir=cache / "b0")
             line_sites(im, ix, line_spec)
             inline_copies(im, ix, inline_name)
@@ -114,7 +113,7 @@ def bench_dwarf(out_dir: Path, image: Optional[str] = None, repeat: int = 3) -> 
     sym_cmd = [symbolizer, "--inlining", f"--obj={path}"]
     llvm_sym = _median(lambda: _timed(sym_cmd, stdin=addresses), repeat)
     counts = index.counts()
-    debug_info = len(KernelImage.open(info.path).section_data(".debug_info") or b"")
+    debug_info = len(open_image(info.path).section_data(".debug_info") or b"")
     result = {
         "image": str(path),
         "debug_file": info.path,

@@ -31,9 +31,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..cli.linuxguest import DEFAULT_FUNCTIONS, VmBooter
 from ..common.errors import UserError
-from ..image.elf import KernelImage
 from ..run.ring0 import kernel, target
 from ..run.ring0 import session as S
+from ..image import open_image
 
 BUDGET_SECONDS = 600.0  # "the largest probe count that still finishes in 10 minutes"
 # The ladder's rungs beyond the default set: source files (DWARF compile-unit names) or directory prefixes.
@@ -152,7 +152,7 @@ def functions_of_files(vmlinux: Path, files: Sequence[str]) -> List[str]:
     starts = [r[0] for r in ranges]
     want = tuple(files)
     out = set()
-    for f in KernelImage.open(str(vmlinux)).functions():
+    for f in open_image(str(vmlinux)).functions():
         if f.section != ".text":  # .init.text is gone once the kernel has booted; the rest is refused by rule
             continue
         i = bisect.bisect_right(starts, f.address) - 1
@@ -166,7 +166,7 @@ def functions_of_files(vmlinux: Path, files: Sequence[str]) -> List[str]:
 def unprobed_boot(req: S.Request) -> Dict[str, object]:
     """The guest with the module on an empty table and the workload run, nothing armed: timings, peak memory."""
     assets = kernel.assets()
-    vmlinux = KernelImage.open(str(assets.vmlinux))
+    vmlinux = open_image(str(assets.vmlinux))
     target_ko = target.build(assets)
     with tempfile.TemporaryDirectory(prefix="kinstkit-bench-ring0-") as tmp, PeakSampler() as peak:
         t = time.monotonic()

@@ -10,6 +10,7 @@ from ..common.defaults import DEFAULT_PROVIDER
 from ..common.errors import UserError
 from ..providers import PROVIDER_NAMES, PROVIDERS
 from ..providers.contract import add_options, options_given, selection
+from ..image import open_kernel
 
 
 def add_parsers(sub) -> None:
@@ -23,8 +24,6 @@ def add_parsers(sub) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from ..image import resolve_kernel
-    from ..image.elf import KernelImage
 
     provider = PROVIDERS[args.provider]
     sel = selection(args)
@@ -32,7 +31,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         wrong = [] if other is provider else options_given(other, sel, "generate", (provider,))
         if wrong:
             raise UserError(f"{wrong[0]}; --provider {provider.name} does not take it")
-    img = KernelImage.open(resolve_kernel(args.kernel))
+    img = open_kernel(args.kernel)
     done = provider.generate(img, sel, Path(args.out) if args.out else None)
     if done.summary:
         sys.stdout.write(done.summary + "\n")

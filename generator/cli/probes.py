@@ -10,6 +10,7 @@ from . import args as A
 from ..common.defaults import DEFAULT_FUNCTION
 from ..common.errors import UserError
 from ..common.host import progress_wanted
+from ..image import open_kernel
 
 
 def add_parsers(sub) -> None:
@@ -48,10 +49,8 @@ def add_parsers(sub) -> None:
 def cmd_probes(args: argparse.Namespace) -> int:
     from ..analysis import report, summary
     from ..analysis.probes import analyse, find_offset
-    from ..image.elf import KernelImage
-    from ..image import resolve_kernel
 
-    img = KernelImage.open(resolve_kernel(args.kernel))
+    img = open_kernel(args.kernel)
     if args.vars:
         return _probes_vars(img, args)
     if args.line or args.inline or args.lines:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optiona
 
 from ..common.defaults import DEFAULT_PROLOGUE_RULE
 from ..common.errors import UserError
+from ..image import open_image, open_kernel
 
 if TYPE_CHECKING:
     from ..render import Input
@@ -114,7 +115,6 @@ def _check_type(args: Request, func: str) -> None:
 
 def _kinst_context(args: Request) -> Dict[str, Any]:
     from ..image import resolve_kernel
-    from ..image.elf import KernelImage
     from ..analysis.probes import analyse, find_offset
 
     _no_target(args)
@@ -123,7 +123,7 @@ def _kinst_context(args: Request) -> Dict[str, Any]:
     if not args.function:
         raise UserError("kinst-trace needs --function NAME")
     kernel = resolve_kernel(args.kernel)
-    img = KernelImage.open(kernel)
+    img = open_image(kernel)
     rep = analyse(img, img.lookup(args.function), args.prologue_rule)
     if not rep.eligible:
         raise UserError(f"{rep.qualified}: kinst refuses the whole function: {rep.reason}")
@@ -151,8 +151,6 @@ def _source_image(args: Request):
     from ..analysis.indexcache import open_source
     from ..analysis.lines import parse_spec
     from ..common.host import progress_wanted
-    from ..image.elf import KernelImage
-    from ..image import resolve_kernel
 
     if args.type or args.function or args.offset is not None or args.module:
         raise UserError(f"{args.script} takes {'FILE:LINE' if args.script == 'kinst-line' else 'NAME'} "
@@ -162,7 +160,7 @@ def _source_image(args: Request):
         raise UserError(f"{args.script} needs {what}")
     if args.prints and args.script != "kinst-line":
         raise UserError("--print is for kinst-line: the variables to print at every site of the line")
-    img = KernelImage.open(resolve_kernel(args.kernel))
+    img = open_kernel(args.kernel)
     source = open_source(img, args.debug, progress=progress_wanted())
     if args.script == "kinst-line":
         return img, source.for_line(*parse_spec(args.target)), source

@@ -31,6 +31,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from ..common.errors import UserError
 from .elf import KernelImage
+from . import open_image
 
 DEFAULT_ROOTS: Tuple[str, ...] = ("/usr/lib/debug",)
 
@@ -116,7 +117,7 @@ def _check(img: KernelImage, path: str, dbg: KernelImage, link: Optional[Tuple[s
 
 def _open_candidate(img: KernelImage, path: str, link: Optional[Tuple[str, int]], how: str) -> Optional[str]:
     """``path`` when it is this image's debug file with DWARF; None when it lacks DWARF."""
-    dbg = KernelImage.open(path)
+    dbg = open_image(path)
     _check(img, path, dbg, link, how)
     return path if dbg.has_section(".debug_info") else None
 
@@ -126,7 +127,7 @@ def locate(img: KernelImage, debug: Optional[str] = None, roots: Sequence[str] =
     there is none, naming every place looked at, or when a debug file found is not the image's."""
     link = debuglink(img)
     if debug is not None:
-        dbg = KernelImage.open(debug)
+        dbg = open_image(debug)
         _check(img, debug, dbg, link, BY_OPTION)
         if not dbg.has_section(".debug_info"):
             raise UserError(f"{debug}: no DWARF (.debug_info) in the file --debug names")
@@ -163,7 +164,7 @@ def open_debug(img: KernelImage, info: DebugInfo) -> KernelImage:
     probes in local functions are named as kinst names them (the kernel's own symbol table has them)."""
     if info.path == img.path:
         return img
-    dbg = KernelImage.open(info.path)
+    dbg = open_image(info.path)
     if not img.has_symtab() and dbg.has_symtab() and img.e_type != "ET_REL":
         img.adopt_symbols(dbg)
     return dbg

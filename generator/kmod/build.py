@@ -71,6 +71,7 @@ from .portable import portable_checks
 from .sources import generate_module, stage_sources, table_names_kernel
 from ..providers import PROVIDERS
 from ..providers.contract import Provider, Selection
+from ..image import open_image
 
 if TYPE_CHECKING:
     from .checkko import KernelFacts, KoReport
@@ -130,7 +131,7 @@ def build(req: BuildRequest, out=sys.stdout, run: Runner = run_tool) -> int:
     """
     from .checkko import kernel_facts
 
-    img = KernelImage.open(req.kernel)
+    img = open_image(req.kernel)
     isa = target_isa(img, req.target)
     backend = choose(req.backend)
     dirname, kernel_sha, build_id = build_dir_for(img)

@@ -37,6 +37,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 from ..common.errors import UserError
 from .. import isa as isa_registry
 from ..image.elf import EM_NAMES, ET_NAMES, KernelImage, read_ident
+from ..image import open_image
 
 # ELF symbol bindings and the undefined section index.
 _STB_LOCAL, _STB_GLOBAL, _STB_WEAK = 0, 1, 2
@@ -362,7 +363,7 @@ def find_dependency(name: str, dep_modules: Sequence[str], search_path: Sequence
     for p in dep_modules:
         try:
             if read_ident(p).e_type == 1 and name in {
-                r.name for r in read_metadata(KernelImage.open(p)) if r.kind == "module"
+                r.name for r in read_metadata(open_image(p)) if r.kind == "module"
             }:
                 return p
         except UserError:
@@ -399,7 +400,7 @@ def check_ko(
     if (hdr.elf_class, hdr.data) == (2, 1) or hdr.elf_class not in (1, 2) or hdr.data not in (1, 2):
         # The same validation as every other command: a corrupt file is bad input (one line, exit 2),
         # never a verdict.  Any architecture: a module built for another is a check that fails, below.
-        KernelImage.open(path, any_machine=True)
+        open_image(path, any_machine=True)
     if hdr.elf_class != 2:
         report.fail(f"ELF32 file; a FreeBSD {arch} module is ELF64: build it for {arch}")
     if hdr.data != 1:
@@ -415,7 +416,7 @@ def check_ko(
         )
     if report.failures:
         return report  # the rest would be read with the wrong layout
-    img = KernelImage.open(path)
+    img = open_image(path)
     report.build_id = img.build_id
     _check_sets(img, report)
     report.records = read_metadata(img, report)
@@ -477,7 +478,7 @@ def _dependencies(
         if where is None:
             out.append(Dependency(dep.name, ""))
             continue
-        dimg = KernelImage.open(where)
+        dimg = open_image(where)
         versions = {r.name: r.version for r in read_metadata(dimg) if r.kind == "version"}
         if versions.get(dep.name) is None:
             report.notes.append(f"dependency {dep.name}: {where} records no version for it; range not checked")
@@ -537,7 +538,7 @@ def run_check(
     module_path: Optional[Sequence[str]] = None,
     target: Optional[str] = None,
 ) -> List[KoReport]:
-    facts = kernel_facts(KernelImage.open(kernel))
+    facts = kernel_facts(open_image(kernel))
     return [check_ko(f, facts, dep_modules, module_path, target) for f in files]
 
 

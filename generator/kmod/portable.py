@@ -25,6 +25,7 @@ from ..isa.contract import Isa
 from .kmodflags import portable_cflags
 from .manifest import RECIPE, read_manifest, stamp_key
 from ..providers.contract import Provider
+from ..image import open_image
 
 
 def _compilers(isa: Isa) -> Tuple[str, ...]:
@@ -94,9 +95,8 @@ def _link_and_resolve(provider: Provider, isa: Isa, objs: Sequence[Path], workdi
     checked(run, ["ld.lld", "-m", isa.kmod.ld_emulation, "-r", "-o", str(linked), *map(str, objs)],
             f"{provider.name}: linking the portable objects")
     from .checkko import undefined_symbols
-    from ..image.elf import KernelImage
 
-    undefined = [n for n, weak in undefined_symbols(KernelImage.open(str(linked))) if not weak]
+    undefined = [n for n, weak in undefined_symbols(open_image(str(linked))) if not weak]
     unresolved = [n for n in undefined if n not in exports]
     if unresolved:
         raise UserError(f"{provider.name}: the portable core needs {', '.join(unresolved)}, which the target "

@@ -35,9 +35,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import isa as isa_registry
 from ..common.errors import UserError
-from ..image.elf import KernelImage
 from .audit import audit_env, read_dumps
 from .process import run_command
+from ..image import open_image
 
 VALGRIND_FLAGS = (
     "--tool=callgrind",
@@ -282,7 +282,7 @@ def compare(build, command: Sequence[str], hits: List[int], workdir: Path, timeo
     executed = 0
     executions = 0
     per_entry: List[int] = []
-    target = KernelImage.open(build.elf)
+    target = open_image(build.elf)
     for i, e in enumerate(build.probes):
         a = build.link_address(i)
         n = total.ir.get(a, 0)

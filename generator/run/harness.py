@@ -51,6 +51,7 @@ from ..render import Input, render_tree
 from . import callgrind, qemu
 from .audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
 from .process import DEFAULT_TIMEOUT, Run, run_command
+from ..image import open_image
 
 BUILD_DIR = CACHE / "harness"
 
@@ -258,11 +259,11 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
         raise UserError(f"{elf}: no such file; pass --elf PATH of a program or shared library")
     if not functions and not all_functions and plan is None:
         raise UserError("name the probes: --function F (repeatable) or --all")
-    img = KernelImage.open(elf)
+    img = open_image(elf)
     lay = layout(img)
     given = plan
     if plan is None:
-        plan = kinst.build_plan(KernelImage.open(table_from) if table_from else img, functions, all_functions, rule)
+        plan = kinst.build_plan(open_image(table_from) if table_from else img, functions, all_functions, rule)
     cc = gcc(plan.arch)
     target_addr, notes = resolve_functions(plan, img)
     command = command_line(elf, functions, all_functions, table_from, rule)
@@ -395,7 +396,7 @@ def run_harness(
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
         raise UserError("no command to run: give it after --, e.g. harness --elf LIB --all -- python3 -c '...'")
-    target = KernelImage.open(elf).isa if elf and os.path.exists(elf) else None
+    target = open_image(elf).isa if elf and os.path.exists(elf) else None
     if target is not None and target.oracle.qemu:  # checked before anything is built
         qemu.check_program(target.oracle, target.name, target.e_machine, command[0])
     b = build(elf, functions, all_functions, plan, table_from, rule)

@@ -44,10 +44,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import isa as isa_registry
 from ..common.errors import UserError
-from ..image.elf import KernelImage
 from ..isa.contract import OracleQuirks
 from .audit import audit_env, padded_like, read_dumps
 from .process import run_command
+from ..image import open_image
 
 _PACKAGE = "qemu-user-static"
 _TRACE = re.compile(rb"^Trace \d+: 0x[0-9a-f]+ \[[0-9a-f]+/([0-9a-f]+)/", re.M)
@@ -77,7 +77,7 @@ def check_program(quirks: OracleQuirks, isa_name: str, e_machine: str, program: 
     """The command's program must be one of the ISA's ELF files: qemu runs nothing else."""
     path = shutil.which(program) or program
     try:
-        img = KernelImage.open(path)
+        img = open_image(path)
     except UserError as e:
         raise UserError(f"{program}: the command must be a {isa_name} program run under {quirks.qemu} ({e})")
     if img.machine != e_machine:

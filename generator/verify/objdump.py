@@ -96,6 +96,7 @@ from ..image.elf import Function, KernelImage, Section
 from ..analysis.probes import analyse
 from ..analysis.records import Probe
 from ..isa.contract import BAD, OracleQuirks
+from ..image import open_image
 
 _STT_SECTION, _STT_FILE = 3, 4  # symbols that name no code address
 _INSN = re.compile(r"^ *([0-9a-f]+):\t([^\t]*)(?:\t(.*))?$")
@@ -633,7 +634,7 @@ def _divergent_stretches(ours: List[int], objs: List[int], common: List[int], st
 def verify_decoder(image_path: str, *, max_report: int = 20, progress: bool = False) -> VerifyResult:
     """Compare our decoder with objdump on every function of ``image_path``."""
     t0 = time.monotonic()
-    img = KernelImage.open(image_path)
+    img = open_image(image_path)
     if not img.symbols():
         raise UserError(f"{image_path}: no symbol table (stripped image?); nothing to verify")
     checker = _Checker(img, max_report, progress)

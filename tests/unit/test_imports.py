@@ -237,3 +237,14 @@ def test_the_package_imports_itself_relatively() -> None:
             absolute += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names
                          if n == "generator" or n.startswith("generator.")]
     assert not absolute, "absolute imports of generator: " + ", ".join(absolute)
+
+
+def test_one_place_opens_an_image() -> None:
+    """Stages are handed images or ask ``image.open_image``; only it calls ``KernelImage.open``."""
+    callers = []
+    for path in sorted((REPO / "generator").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "open"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "KernelImage"):
+                callers.append(str(path.relative_to(REPO)))
+    assert callers == ["generator/image/__init__.py"], callers

@@ -34,6 +34,7 @@ from ..kmodflags import KmodProfile, generated_headers
 from ..mk import ModuleMakefile
 from ..objdir import Built, fresh, headers_read
 from .contract import Backend, Job
+from ...image import open_image
 
 
 def cross_build(provider: Provider, srcdir: Path, objdir: Path, profile: KmodProfile, run: Runner) -> Built:
@@ -104,10 +105,9 @@ def _localize(ko: Path, objcopy: str, export: str, run: Runner) -> List[List[str
     Defined means neither SHN_UNDEF (0) nor SHN_COMMON (0xFFF2); global means
     STB_GLOBAL (1) or STB_WEAK (2).  Names in a non-NO ``EXPORT_SYMS`` list stay global.
     """
-    from ...image.elf import KernelImage
 
     keep = set(export.split()) if export not in ("", "NO") else set()
-    names = sorted({s.name for s in KernelImage.open(str(ko)).symbols()
+    names = sorted({s.name for s in open_image(str(ko)).symbols()
                     if s.shndx not in (0, 0xFFF2) and s.bind in (1, 2) and s.name and s.name not in keep})
     if not names:
         return []

@@ -212,15 +212,9 @@ def context(d: Discovery) -> Dict[str, Any]:
     }
 
 
-def inputs_of(paths: Sequence[str]) -> List[Input]:
-    """Provenance of each input file for the generated headers."""
-    from ...image.elf import KernelImage
-
-    out = []
-    for p in paths:
-        img = KernelImage.open(p)
-        out.append(Input(p, img.build_id or "", img.sha256()))
-    return out
+def inputs_of(d: Discovery) -> List[Input]:
+    """Provenance of each input file (the kernel, then the modules) for the generated headers."""
+    return [Input(img.path, img.build_id or "", img.sha256()) for img in d.images]
 
 
 def command_line(kernel: str, modules: Sequence[str]) -> str:
@@ -242,6 +236,6 @@ def render(d: Discovery, out_dir: Optional[Path] = None) -> List[Path]:
     """Render ``templates/dtmalloc/`` for ``d`` into ``out_dir``; return the files written."""
     ctx = context(d)
     command = command_line(d.kernel, d.modules)
-    paths = render_tree(TEMPLATE_DIR, out_dir or DEFAULT_OUT, ctx, inputs_of([d.kernel, *d.modules]), command)
+    paths = render_tree(TEMPLATE_DIR, out_dir or DEFAULT_OUT, ctx, inputs_of(d), command)
     remove_outdated(out_dir or DEFAULT_OUT, OUTDATED)
     return paths

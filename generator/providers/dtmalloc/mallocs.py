@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from . import layouts as L
 from ...common.errors import UserError
 from ...image.elf import KernelImage
+from ...image import open_image
 
 _STT_OBJECT = 1
 _STT_FUNC = 2
@@ -143,6 +144,9 @@ class Discovery:
     layout: Layout
     types: Tuple[MallocType, ...]
     warnings: Tuple[str, ...]
+    # The kernel and then each module as opened, handed on so that the
+    # generated headers' provenance reads them without opening them again.
+    images: Tuple[KernelImage, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def probed(self) -> Tuple[MallocType, ...]:
@@ -510,7 +514,7 @@ def _walk(img: KernelImage, candidates: Sequence[str], syms: Optional[SymbolInde
 
 
 def _kernel(path: str) -> Tuple[_Image, KernelVersion, Layout]:
-    img = KernelImage.open(path)
+    img = open_image(path)
     syms = SymbolIndex(img)
     osreldate, version = read_release_symbols(img, syms)
     release = None
@@ -535,7 +539,7 @@ def _kernel(path: str) -> Tuple[_Image, KernelVersion, Layout]:
 
 
 def _module(path: str, layout: Layout) -> _Image:
-    img = KernelImage.open(path)
+    img = open_image(path)
     if img.e_type != "ET_REL":
         raise UserError(f"{path}: is {img.e_type}, not a .ko module (ET_REL); pass it as --kernel instead")
     try:
@@ -592,4 +596,5 @@ def discover(kernel: str, modules: Sequence[str] = ()) -> Discovery:
                 f"{t.file}: {t.qualified} ({t.name!r}) has {layout.malloc_type.name} {t.ident}, the kernel expects "
                 f"{layout.ident}: malloc_init() panics on it; rebuild it against the kernel's sys/ tree"
             )
-    return Discovery(kernel, tuple(modules), version, layout, tuple(mark_duplicates(types)), tuple(warnings))
+    return Discovery(kernel, tuple(modules), version, layout, tuple(mark_duplicates(types)), tuple(warnings),
+                     tuple(im.img for im in images))

@@ -38,6 +38,7 @@ from . import plan as guest_plan
 from .records import Boot, Booted, Booter, Request, Session
 from .report import Report, compare
 from .rules import KernelRules, describe, read_rules
+from ...image import open_image
 
 __all__ = ["Boot", "Booted", "Booter", "Request", "Session", "WORKLOAD", "capture", "default_functions", "run", "unprobed_boot"]
 
@@ -132,7 +133,7 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
     t0 = time.monotonic()
     progress("fetching the pinned Debian kernel packages")
     s.assets = kernel.assets()
-    vmlinux = KernelImage.open(str(s.assets.vmlinux))
+    vmlinux = open_image(str(s.assets.vmlinux))
     rules: KernelRules = read_rules(vmlinux)
     s.rules_line = describe(rules)
     lib = oracle.build()
@@ -144,7 +145,7 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
         image_path, reference = capture(s, booter, vmlinux, target_ko, tmp)
         t = time.monotonic()
         progress("planning the table")
-        img = KernelImage.open(str(image_path))
+        img = open_image(str(image_path))
         s.guest = guest_plan.plan_guest(img, rules, request.functions, request.rule, target_ko)
         if tamper is not None:
             s.guest = dataclasses.replace(s.guest, plan=tamper(s.guest.plan))

@@ -46,6 +46,7 @@ from ...common.ccache import compile_cached, content_key
 from ...common.errors import UserError
 from ...common.paths import CACHE, SYS_MODULES
 from ...common.tools import tool_version
+from ...image import open_image
 from ...image.elf import Function, KernelImage
 from . import kbuild, oracle
 from .kernel import KernelAssets
@@ -114,7 +115,7 @@ def build(assets: KernelAssets) -> KernelImage:
             (out / f.name).write_bytes(f.read_bytes())
         kbuild.kbuild(assets, out, "the guest's target module", variables)
 
-    return KernelImage.open(str(compile_cached(BUILD_DIR, content_key(parts), make, marker=MODULE) / MODULE))
+    return open_image(str(compile_cached(BUILD_DIR, content_key(parts), make, marker=MODULE) / MODULE))
 
 
 def _section_of(img: KernelImage, name: str):
