@@ -114,6 +114,7 @@ class Report:
             "functions": g.functions,
             "functions_tabled": len(g.plan.funcs),
             "functions_refused_by_kernel": g.refused_by_kernel,
+            "functions_of_target": g.target_functions,
             "refusals": len(g.plan.refused),
             "sites_refused": g.sites_refused,
             "prologue_rule": g.rule,
@@ -150,8 +151,9 @@ class Report:
         g = self.session.guest
         assert g is not None
         lines = [
-            f"vm-test linux ({d['kernel']}): {d['functions_requested']} names, {d['functions']} functions, "
-            f"{d['functions_tabled']} tabled; {d['refusals']} refusals ({d['functions_refused_by_kernel']} "
+            f"vm-test linux ({d['kernel']}): {d['functions_requested']} names, {d['functions']} functions "
+            f"({d['functions_of_target']} of the target module), {d['functions_tabled']} tabled; "
+            f"{d['refusals']} refusals ({d['functions_refused_by_kernel']} "
             f"functions by the kernel's rules, {d['sites_refused']} instructions at kernel sites), "
             f"prologue rule '{d['prologue_rule']}'",
             f"kernel rules: {d['kernel_rules']}",
