@@ -97,7 +97,7 @@
 #define	KINST_LINUX_DERIVE	2	/* the core refused the record */
 #define	KINST_LINUX_RANGE	3	/* the trampoline cannot reach */
 #define	KINST_LINUX_BYTE	4	/* not the byte derived from at arm */
-#define	KINST_LINUX_PLACE	5	/* outside the kernel text */
+#define	KINST_LINUX_PLACE	5	/* in neither text it may probe */
 
 static const char *const kinst_linux_whys[] = {
 	[KINST_LINUX_OK] = "ok",
@@ -109,7 +109,8 @@ static const char *const kinst_linux_whys[] = {
 	    "instruction's target",
 	[KINST_LINUX_BYTE] = "byte: the first byte changed since the probe "
 	    "was made",
-	[KINST_LINUX_PLACE] = "place: not inside the kernel's text",
+	[KINST_LINUX_PLACE] = "place: not inside the kernel's text or the "
+	    "target module's range",
 };
 
 #ifdef KINST_LINUX_BREAK_NO_CALL_EMULATION

@@ -97,7 +97,7 @@ asm(".pushsection .text, \"ax\", @progbits\n"
     "	pushq	%rbp\n"
     "	movq	%rsp, %rbp\n"
     "	pushq	%rbx\n"
-    "	pushq	%rbx\n"
+    "	pushq	%rbx\n"		/* twice: %rsp 16-aligned at the calls */
     "	movq	%rdi, %rbx\n"
     "	movq	%rsi, %rdi\n"
     ANNOTATE_RETPOLINE_SAFE
