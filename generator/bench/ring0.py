@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..cli.linuxguest import DEFAULT_FUNCTIONS, VmBooter
 from ..common.errors import UserError
-from ..run.ring0 import kernel
+from ..run.ring0 import kernel, target
 from ..run.ring0 import session as S
 from ..image import open_image
 
@@ -167,9 +167,10 @@ def unprobed_boot(req: S.Request) -> Dict[str, object]:
     """The guest with the module on an empty table and the workload run, nothing armed: timings, peak memory."""
     assets = kernel.assets()
     vmlinux = open_image(str(assets.vmlinux))
+    target_ko = target.build(assets)
     with tempfile.TemporaryDirectory(prefix="kinstkit-bench-ring0-") as tmp, PeakSampler() as peak:
         t = time.monotonic()
-        b = S.unprobed_boot(req, VmBooter(), assets, vmlinux, Path(tmp))
+        b = S.unprobed_boot(req, VmBooter(), assets, vmlinux, target_ko, Path(tmp))
         wall = time.monotonic() - t
     if b.status != "pass":
         raise RuntimeError(f"the unprobed boot did not pass:\n{b.text}")

@@ -7,6 +7,8 @@ tables are read in tests/toolchain/test_ring0_kernel.py and the whole run is tes
 
 from __future__ import annotations
 
+import dataclasses
+
 import struct
 from pathlib import Path
 from typing import List
@@ -67,6 +69,22 @@ def test_restrict_masks_and_refuses_kernel_sites():
     assert plan.nprobes == 3
 
 
+def test_restrict_keeps_a_modules_relocated_fields_masked():
+    """A module's function (ET_REL) has its relocated fields masked; a kernel site elsewhere in it must not
+    unmask them, in the records or in the digest (the loader writes them: the live bytes differ there)."""
+    plan = _plan()
+    f = plan.funcs[0]
+    r1 = AMD64.stream_record(5, "call-direct", 0, ((1, 4),)) + f.records[len(AMD64.stream_record(5, "call-direct",
+                                                                                                  0, ())):]
+    plan = dataclasses.replace(plan, funcs=(f._replace(records=r1, digest=digest(CODE[:9], [(1, 4)])),
+                                            plan.funcs[1]))
+    out, n = rp.restrict(plan, FakeImage(), {BASE: {8: (False, "a WARN() site")}})
+    insns = list(AMD64.stream_decode(out.funcs[0].records, 9))
+    assert n == 1 and [(i.kind, i.masks) for i in insns] == [("call-direct", ((1, 4),)), ("trampoline", ()),
+                                                              (None, ())]
+    assert out.funcs[0].digest == digest(CODE[:9], [(1, 4)])
+
+
 def test_restrict_drops_a_function_left_without_probes():
     sites = {BASE + 9: {9 - 9: (False, "x"), 1: (False, "y")}}
     plan, n = rp.restrict(_plan(), FakeImage(), sites)
@@ -78,11 +96,18 @@ def test_select_means_every_local_copy():
     b = Function("pipe_read", BASE + 16, 9, "local", "other.c", ".text")
     c = Function("vfs_read", BASE + 32, 9, "global", None, ".text", ("vfs_read_alias",))
     img = FakeImage([a, b, c])
-    funcs, asked = rp.select(img, ["pipe_read", "# a comment", "", "vfs_read_alias"])
-    assert funcs == [a, b, c] and asked == ("pipe_read", "vfs_read_alias")
+    funcs, asked, theirs = rp.select(img, ["pipe_read", "# a comment", "", "vfs_read_alias"])
+    assert funcs == [a, b, c] and asked == ("pipe_read", "vfs_read_alias") and theirs == []
     assert rp.select(img, ["pipe_read@other.c"])[0] == [b]
     with pytest.raises(UserError, match="no function 'nope'"):
         rp.select(img, ["nope"])
+    # A name the kernel lacks is looked up in the target module; the kernel's copy wins a name both have.
+    t = Function("kk_target_call_mem", 0x10070, 28, "global", None, ".text")
+    mod = FakeImage([t, Function("vfs_read", 0x10090, 4, "global", None, ".text")])
+    assert rp.select(img, ["kk_target_call_mem", "vfs_read"], mod) == ([c], ("kk_target_call_mem", "vfs_read"),
+                                                                         [t])
+    with pytest.raises(UserError, match="no function 'nope'.* nor in"):
+        rp.select(img, ["nope"], mod)
     with pytest.raises(UserError, match="no functions named"):
         rp.select(img, ["# only a comment"])
 
@@ -131,12 +156,12 @@ def test_site_tables_relative_and_absolute():
 
 
 def test_plugin_counts(tmp_path):
-    oracle.write_probes(tmp_path / "p.txt", [0xFFFFFFFF81000000, 0xFFFFFFFF81000005])
-    assert (tmp_path / "p.txt").read_text() == "ffffffff81000000\nffffffff81000005\n"
+    oracle.write_probes(tmp_path / "p.txt", [oracle.Site(0xFFFFFFFF81000000, False), oracle.Site(0x1C, True)])
+    assert (tmp_path / "p.txt").read_text() == "ffffffff81000000\n+1c\n"
     out = tmp_path / "o.txt"
-    out.write_text("windows 2\nunpaired 0\nopen 0\nlast 1 1\nlast 0 7\n0 5 0 0\n1 3 1 2\n")
+    out.write_text("windows 2\nunpaired 0\nopen 0\nanchors 1\nlast 1 1\nlast 0 7\n0 5 0 0\n1 3 1 2\n")
     c = oracle.read_counts(out, 2)
-    assert (c.windows, c.inside, c.other, c.stray, c.last) == (2, [5, 3], [0, 1], [0, 2], {1: 1})
+    assert (c.windows, c.anchors, c.inside, c.other, c.stray, c.last) == (2, 1, [5, 3], [0, 1], [0, 2], {1: 1})
     with pytest.raises(UserError, match="expected 3"):
         oracle.read_counts(out, 3)
     with pytest.raises(UserError, match="wrote no counts"):

@@ -2,20 +2,25 @@
 loads the module built from the portable core, the generated table and the Linux glue, and every probe's
 hits must equal an independent QEMU TCG plugin's count.
 
-The CI tier probes a small function set (``CI_FUNCTIONS``) chosen so that every kind the live kernel's text
-holds is armed and hit; the default set (~86,000 probes) runs behind the ``slow`` marker.  Two runs break
-the core's input on purpose -- a record that hides a %rip-relative displacement, one that hides a call --
-and must fail, naming a probe.  Nothing committed is broken: the tests change the table in memory
-(``session.run``'s ``tamper``).
+The CI tier probes a small function set (``CI_FUNCTIONS``) chosen so that every kind of the amd64 record is
+armed and hit: the kernel's own functions, and the guest's target module for the two call forms the kernel
+never runs; the default set (~86,000 probes) runs behind the ``slow`` marker.
+
+Two runs build the glue broken on purpose (``kbuild.BREAKS``: a missing call emulation, a wrong
+displacement, each a define that kbuild passes from make's command line) and must fail, naming a probe of
+the broken kind.  Two more change the table in memory (``session.run``'s ``tamper``: a record that hides a
+%rip-relative displacement or a call), which the core's own record check must catch before arming.
+Nothing committed is changed by any of them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
-from typing import Callable, Set, Tuple
+from typing import Callable, Dict, Set, Tuple
 
 import pytest
 
@@ -23,17 +28,21 @@ from generator import isa as isa_registry
 from generator.analysis.plan import ProbePlan
 from generator.cli.linuxguest import DEFAULT_FUNCTIONS, VmBooter
 from generator.common.paths import REPO
+from generator.run.ring0 import kbuild
 from generator.run.ring0 import session as S
 from helpers.skips import require_ring0_inputs
 
 # System calls, VFS reads and writes, pipes, open, fork, signals, wait, and three scheduler functions
-# whose indirect calls (call *%reg once the kernel drops its retpolines) the workload runs.
+# whose indirect calls (call *%reg once the kernel drops its retpolines) the workload runs; and the target
+# module's calls through memory and through (%rip), which the kernel's own text never runs.
 CI_FUNCTIONS = ("pipe_read", "pipe_write", "ksys_write", "ksys_read", "vfs_read", "vfs_write", "copy_page_to_iter",
                 "do_sys_openat2", "kernel_clone", "send_signal_locked", "dequeue_signal", "do_wait",
-                "check_preempt_curr", "get_unmapped_area", "set_task_cpu", "__task_pid_nr_ns")
-# The kinds the pinned kernel's live text holds none of: Linux 6.1 is built with retpolines (the compiler
-# emits no call through memory) and patches every "call *pv_ops+N(%rip)" at boot on a native machine.
-NOT_IN_THIS_KERNEL = {"call-mem", "call-riprel"}
+                "check_preempt_curr", "get_unmapped_area", "set_task_cpu", "__task_pid_nr_ns",
+                "kk_target_call_mem", "kk_target_call_riprel")
+# The kinds a break must name a probe of (kinds of the amd64 record).
+BROKEN_KINDS = {"NO_CALL_EMULATION": {"call-direct", "call-reg", "call-mem", "call-riprel"},
+                "WRONG_DISPLACEMENT": {"riprel"}}
+NAMED = re.compile(r"^(\S+):(\d+) \(([a-z0-9-]+), 0x[0-9a-f]+\)")
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +63,14 @@ def test_every_probe_counts_what_qemu_counts(ci_report):
     assert d["workload_identical"] and not d["oops"]
 
 
-def test_every_kind_the_live_text_holds_is_armed_and_hit(ci_report):
-    kinds = ci_report.kinds()
-    held = {k for k, v in kinds.items() if v["armed"]}
-    assert held == set(kinds) - NOT_IN_THIS_KERNEL, kinds
-    assert all(kinds[k]["hit"] for k in held), kinds
+def test_every_kind_of_the_record_is_armed_and_hit(ci_report):
+    """Every kind the amd64 table can hold (the ISA record's list, its one owner), with a probe armed and hit
+    whose hits equal QEMU's count."""
+    every = {k.kind for k in isa_registry.by_name("amd64").table_kinds}
+    proven = {p.kind for p in ci_report.probes if p.state == "armed" and p.hits and p.hits == p.oracle_hits}
+    assert every - proven == set(), f"kinds never armed and hit: {sorted(every - proven)}\n{ci_report.text()}"
+    target = [p for p in ci_report.probes if p.function.startswith("kk_target_call")]
+    assert {p.kind for p in target if p.hits} >= {"call-mem", "call-riprel"}, target
 
 
 def test_stress_re_arming_and_interrupts_in_trampolines(ci_report):
@@ -77,38 +89,55 @@ def test_json_lines(ci_report):
     assert {"probes_armed", "mismatches", "oops", "workload_identical"} <= set(objs[-1])
 
 
-def _flip(kind: str, flipped: Set[Tuple[str, int]]) -> Callable[[ProbePlan], ProbePlan]:
-    """Every record of ``kind`` turned into a plain trampoline: the core then copies the instruction
+def _flip(kinds: Set[str], flipped: Dict[str, Set[Tuple[str, int]]]) -> Callable[[ProbePlan], ProbePlan]:
+    """Every record of ``kinds`` turned into a plain trampoline: the core then copies the instruction
     verbatim, its rel32 unadjusted (a %rip-relative access, or a call, from the wrong place).
-    ``flipped`` gets each changed probe's (function, offset)."""
+    ``flipped`` gets each changed probe's (function, offset), by kind."""
     def tamper(plan: ProbePlan) -> ProbePlan:
         isa = isa_registry.by_name(plan.arch)
         funcs = []
         for f in plan.funcs:
             insns = list(isa.stream_decode(f.records, f.size))
-            flipped.update((f.qualified, i.offset) for i in insns if i.kind == kind)
-            recs = b"".join(isa.stream_record(i.length, "trampoline" if i.kind == kind else i.kind,
-                                              0 if i.kind == kind else i.dispoff, i.masks) for i in insns)
+            for i in insns:
+                if i.kind in kinds:
+                    flipped.setdefault(i.kind, set()).add((f.qualified, i.offset))
+            recs = b"".join(isa.stream_record(i.length, "trampoline" if i.kind in kinds else i.kind,
+                                              0 if i.kind in kinds else i.dispoff, i.masks) for i in insns)
             funcs.append(f._replace(records=recs))
         return dataclasses.replace(plan, funcs=tuple(funcs))
     return tamper
 
 
-@pytest.mark.parametrize("kind, what", [("riprel", "a wrong displacement"), ("call-direct", "a missing call emulation")])
-def test_breaking_the_core_fails_the_run(kind, what, tmp_path):
-    """A table that hides a displacement or a call either makes the run fail, naming a probe or the
-    workload, or is caught by the core before anything is armed: kinst_core_derive() checks a plain
-    trampoline record against the live bytes (issue 20 item 10) and the glue leaves every such probe
-    unarmed ("derive"), while the rest run and match QEMU's counts."""
+@pytest.mark.parametrize("breakage", sorted(kbuild.BREAKS))
+def test_a_broken_glue_fails_the_run_and_names_the_probe(breakage, tmp_path):
+    """The glue built with KINST_LINUX_BREAK_<breakage> (a missing call emulation, a wrong displacement):
+    the run must fail, and its report must name a probe of the broken kind."""
     require_ring0_inputs()
-    flipped: Set[Tuple[str, int]] = set()
+    rep = S.run(S.Request(functions=CI_FUNCTIONS, cycles=0, timeout=300.0, runs_dir=str(tmp_path),
+                          breakage=breakage), VmBooter())
+    assert not rep.ok, f"the glue broken with {breakage} passed:\n{rep.text()}"
+    named = [m for m in map(NAMED.match, rep.mismatches) if m]
+    assert named, f"the failure names no probe:\n{rep.text()}"
+    assert {m.group(3) for m in named} & BROKEN_KINDS[breakage], rep.mismatches
+    assert "FAIL" in rep.text() and kbuild.BREAKS[breakage] in rep.text()
+
+
+def test_a_tampered_table_is_caught_by_the_core(tmp_path):
+    """A table that hides displacements (riprel) and calls (every call kind) in one run either makes the run
+    fail, naming a probe or the workload, or is caught by the core before anything is armed:
+    kinst_core_derive() checks a plain trampoline record against the live bytes (issue 20 item 10) and the
+    glue leaves every such probe unarmed ("derive"), while the rest run and match QEMU's counts."""
+    require_ring0_inputs()
+    kinds = {"riprel", "call-direct", "call-reg", "call-mem", "call-riprel"}
+    flipped: Dict[str, Set[Tuple[str, int]]] = {}
     rep = S.run(S.Request(functions=CI_FUNCTIONS, timeout=300.0, runs_dir=str(tmp_path)), VmBooter(),
-                tamper=_flip(kind, flipped))
-    assert flipped, f"the CI set has no {kind} probe to break"
+                tamper=_flip(kinds, flipped))
+    assert set(flipped) == kinds, f"the CI set has no probe of {sorted(kinds - set(flipped))} to break"
+    every = set().union(*flipped.values())
     if rep.ok:
-        states = {p.state for p in rep.probes if (p.function, p.offset) in flipped}
-        assert states == {"derive"}, f"{what} passed with the broken probes {states}:\n{rep.text()}"
-        assert rep.armed == len(rep.probes) - len(flipped), rep.text()
+        states = {p.state for p in rep.probes if (p.function, p.offset) in every}
+        assert states == {"derive"}, f"a hidden displacement or call passed with the probes {states}:\n{rep.text()}"
+        assert rep.armed == len(rep.probes) - len(every), rep.text()
         return
     # The failure names a probe (the trampoline it crashed in, or the last one a vCPU hit), or the workload.
     names = [m for m in rep.mismatches if ":" in m]

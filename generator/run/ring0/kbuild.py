@@ -12,6 +12,11 @@ with the pinned kernel's headers (Debian's headers Makefile includes the
 common tree by an absolute /usr/src path, hence ``-f``).  The directory is
 ``<cache>/ring0/module/<key>/``, the key hashing everything the module
 depends on, so an unchanged table is not built twice.
+
+``BREAKS`` are the glue's two deliberate breakages (``kinst_linux.c``): a
+name there, handed to ``build_module``, becomes ``KINST_LINUX_BREAK`` on
+make's command line and a define in ``Kbuild``; no committed file changes,
+and a normal build passes none.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Mapping, Sequence
 
 from ...analysis.plan import ProbePlan
 from ...common.ccache import compile_cached, content_key
@@ -39,8 +44,16 @@ BUILD_DIR = CACHE / "ring0" / "module"
 MODULE = "kinst.ko"
 CORE = SYS_MODULES / "kinst"
 GLUE = CORE / "linux"
+# The symbol the target module (target.py) exports, [start, end) of its probed code: what the glue checks
+# a table function outside the kernel's text against.
+MODULE_TEXT = "kk_target_text"
 ANCHOR = "vmap"  # an exported function the glue links against: its live address gives the bias
 KERNEL_CC = "gcc-12"  # what Debian's 6.1 headers build with (linux-compiler-gcc-12-x86)
+# The glue's deliberate breakages: name -> the KINST_LINUX_BREAK_<name> define's effect (kinst_linux.c).
+BREAKS: Mapping[str, str] = {
+    "NO_CALL_EMULATION": "a missing call emulation: a call resumes in its trampoline, which nothing fills",
+    "WRONG_DISPLACEMENT": "a wrong displacement: a %rip-relative trampoline is filled as if it ran 1 GiB away",
+}
 
 
 def sources() -> List[Path]:
@@ -49,8 +62,9 @@ def sources() -> List[Path]:
     return [*core_sources(GUEST_ISA), GLUE / "kinst_linux.c", GLUE / "Kbuild"]
 
 
-def target_context(vmlinux: KernelImage, plan: ProbePlan) -> Dict[str, object]:
-    """What ``kinst_linux_target.h`` says of the kernel, from its vmlinux, and the plugin's markers."""
+def target_context(vmlinux: KernelImage, plan: ProbePlan, module_start: int) -> Dict[str, object]:
+    """What ``kinst_linux_target.h`` says of the kernel, from its vmlinux, the plugin's markers, and where the
+    target module's probed range starts in its .ko (``module_start``)."""
     want = (ANCHOR, "_stext", "_etext")
     sym = {s.name: s.value for s in vmlinux.symbols() if s.name in want and s.value}
     missing = [n for n in want if n not in sym]
@@ -64,6 +78,8 @@ def target_context(vmlinux: KernelImage, plan: ProbePlan) -> Dict[str, object]:
         "ntramp": plan.nprobes,
         "mark_arm": f"{oracle.MARK_ARM:#x}",
         "mark_disarm": f"{oracle.MARK_DISARM:#x}",
+        "module_text": MODULE_TEXT,
+        "module_start": f"{module_start:#x}",
     }
 
 
@@ -73,25 +89,45 @@ def command_line(names: List[str]) -> str:
     return " ".join(shlex.quote(w) for w in words + [w for n in names for w in ("--function", n)][:40])
 
 
-def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, command: str) -> Path:
-    """Render, copy and kbuild the module for ``plan``; the built ``kinst.ko`` (cached by content)."""
+def require_tools() -> None:
+    """make and the kernel's compiler, or a UserError naming what to install."""
     for tool in ("make", KERNEL_CC):
         if shutil.which(tool) is None:
-            raise UserError(f"{tool} not found: the guest's module is built with the kernel's kbuild "
+            raise UserError(f"{tool} not found: the guest's modules are built with the kernel's kbuild "
                             f"(apt-get install make gcc-12)")
-    ctx = target_context(vmlinux, plan)
+
+
+def kbuild(assets: KernelAssets, out: Path, what: str, variables: Sequence[str] = ()) -> None:
+    """``make ... M=out modules`` with the pinned headers (``variables``: ``NAME=value`` for make), and a
+    ``commands.sh`` beside the sources that repeats it."""
+    head = ["make", "-j2", "-C", str(assets.headers), "-f", str(assets.headers_common / "Makefile")]
+    tail = [*variables, "modules"]
+    (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\n{shlex.join(head)} M="$(cd "$(dirname "$0")" && pwd)" '
+                                     f'{shlex.join(tail)}\n')
+    env = dict(os.environ, LC_ALL="C")
+    checked(run_tool, head + [f"M={out}", *tail], f"building {what} with kbuild", out, env)
+
+
+def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, command: str,
+                 target_ko: KernelImage, module_start: int, breakage: str = "") -> Path:
+    """Render, copy and kbuild the module for ``plan``; the built ``kinst.ko`` (cached by content).
+    ``target_ko``: the target module whose functions the table may hold, from ``module_start`` on (an input
+    the generated header names); ``breakage``: a name of ``BREAKS``, only for the tests that break the glue
+    on purpose."""
+    require_tools()
+    if breakage and breakage not in BREAKS:
+        raise UserError(f"unknown breakage {breakage!r}: one of {', '.join(BREAKS)}")
+    ctx = target_context(vmlinux, plan, module_start)
     files = sources()
-    parts = [repr(plan), repr(sorted(ctx.items())), command, str(assets.headers), tool_version(KERNEL_CC)]
+    parts = [repr(plan), repr(sorted(ctx.items())), command, str(assets.headers), tool_version(KERNEL_CC), breakage,
+             target_ko.sha256()]
     parts += kinst.core_key_parts(files, "kinst_linux")
 
     def make(out: Path) -> None:
         kinst.stage_core(plan, out, command, files)
-        render_tree("kinst_linux", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command)
-        head = ["make", "-j2", "-C", str(assets.headers), "-f", str(assets.headers_common / "Makefile")]
-        argv = head + [f"M={out}", "modules"]
-        (out / "commands.sh").write_text(f'#!/bin/sh\nset -e\n{shlex.join(head)} M="$(cd "$(dirname "$0")" && pwd)" '
-                                         'modules\n')
-        env = dict(os.environ, LC_ALL="C")
-        checked(run_tool, argv, "building the guest's kinst module with kbuild", out, env)
+        inputs = [Input(plan.image, plan.build_id, plan.sha256),
+                  Input(target_ko.path, target_ko.build_id or "", target_ko.sha256())]
+        render_tree("kinst_linux", out, ctx, inputs, command)
+        kbuild(assets, out, "the guest's kinst module", [f"KINST_LINUX_BREAK={breakage}"] if breakage else [])
 
     return compile_cached(BUILD_DIR, content_key(parts), make, marker=MODULE) / MODULE

@@ -5,7 +5,10 @@ counts, per probe, the int3 executions at that address between the module's
 arm and disarm markers (``inside``), anything else executed there inside
 them (``other``), and int3 executions there outside them (``stray``).  It
 shares no code with the module; the marker values are owned here and
-rendered into the module's ``kinst_linux_target.h``.
+rendered into the module's ``kinst_linux_target.h``.  The target module's
+probes are given relative to a third marker, the anchor, which that module
+runs when it loads at the start of its probed code (``target.py``; the
+kernel decides where a module lands, and not the same way in every boot).
 
 Its one input from QEMU is the plugin API header, ``qemu-plugin.h``, from
 Debian's qemu source package (``packages.QEMU_SOURCE``, the version of the
@@ -18,7 +21,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, NamedTuple, Sequence
 
 from ...common.ccache import compile_cached, content_key
 from ...common.errors import UserError
@@ -35,6 +38,14 @@ CFLAGS = ("-std=gnu11", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", "-Werror"
 # compiler writes as a displacement of a long nop (their padding uses disp 0).
 MARK_ARM = 0x6d72416b
 MARK_DISARM = 0x7369446b
+MARK_ANCHOR = 0x7467546b  # "kTgt"
+
+
+class Site(NamedTuple):
+    """Where the plugin counts one probe."""
+
+    address: int  # absolute, or from the anchor
+    relative: bool  # True: ``address`` is an offset from the anchor marker
 
 
 def build() -> Path:
@@ -55,12 +66,14 @@ def build() -> Path:
 
 def qemu_args(lib: Path, probes_file: Path, out_file: Path) -> List[str]:
     """QEMU's switches that load the plugin (QEMU 7.2's -plugin syntax: file=,name=value...)."""
-    return ["-plugin", f"{lib},probes={probes_file},out={out_file},arm={MARK_ARM},disarm={MARK_DISARM}"]
+    return ["-plugin", f"{lib},probes={probes_file},out={out_file},arm={MARK_ARM},disarm={MARK_DISARM},"
+                       f"anchor={MARK_ANCHOR}"]
 
 
-def write_probes(path: Path, addresses: Sequence[int]) -> None:
-    """The plugin's probes file: one address per line, in table order (the plugin reports in that order)."""
-    path.write_text("".join(f"{a:x}\n" for a in addresses))
+def write_probes(path: Path, sites: Sequence[Site]) -> None:
+    """The plugin's probes file: one address per line ("+offset" from the anchor), in table order (the plugin
+    reports in that order)."""
+    path.write_text("".join(f"{'+' if s.relative else ''}{s.address:x}\n" for s in sites))
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,7 @@ class Counts:
     windows: int  # arm markers executed
     unpaired: int  # a marker out of turn (arm while armed, disarm while disarmed)
     open: bool  # the run ended inside a window (never disarmed)
+    anchors: int  # places the anchor marker was seen at (the target module's loads)
     inside: List[int]  # int3 executions inside a window
     other: List[int]  # other executions inside a window
     stray: List[int]  # int3 executions outside every window
@@ -91,6 +105,6 @@ def read_counts(path: Path, entries: int) -> Counts:
             rows.append([int(w) for w in words])
     if len(rows) != entries or any(r[0] != i for i, r in enumerate(rows)):
         raise UserError(f"{path}: {len(rows)} probe lines, expected {entries} in order")
-    return Counts(head.get("windows", 0), head.get("unpaired", 0), bool(head.get("open", 0)),
+    return Counts(head.get("windows", 0), head.get("unpaired", 0), bool(head.get("open", 0)), head.get("anchors", 0),
                   [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
                   {c: i for c, i in last.items() if 0 <= i < entries})

@@ -9,6 +9,11 @@ then refuses and masks the instruction sites the kernel's tables name.  The
 result is an ordinary ``ProbePlan``: the same generated table kinst.ko is
 built from, rendered by the same templates.
 
+A name the kernel lacks may be a function of the target module
+(``target.py``): planned from its ``.ko`` with the module loader's rules, at
+the ``.ko``'s own (low, synthetic) addresses, and put before the kernel's
+functions, so that one table, in address order, holds both.
+
 The prologue rule: the guest plans with ``none`` by default.  kinst's rule
 (a ``push %rbp`` somewhere in the function) is a heuristic against tracing
 exception handlers written in assembly; Linux builds without frame pointers
@@ -23,13 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ... import isa as isa_registry
 from ...analysis.plan import PlanFunc, ProbePlan, Refusal, digest, make_plan
 from ...common.defaults import PROLOGUE_NONE
 from ...common.errors import UserError
 from ...image.elf import Function, KernelImage
+from . import target as target_mod
 from .rules import KernelRules, by_function
 
 GUEST_PROLOGUE_RULE = PROLOGUE_NONE
@@ -46,15 +52,26 @@ class GuestPlan:
     refused_by_kernel: int  # whole functions the kernel's rules refused
     sites_refused: int  # instructions refused for a site in the kernel's tables
     rule: str  # the prologue rule it was planned with
+    target_functions: int = 0  # of ``functions``, those of the target module
+    target_tabled: int = 0  # of ``plan.funcs``, the first ones are the target module's
 
 
-def select(img: KernelImage, names: Iterable[str]) -> Tuple[List[Function], Tuple[str, ...]]:
-    """Every function each name means (all local copies of a name), in address order; and the names."""
+def _by_name(img: KernelImage) -> Dict[str, List[Function]]:
     by_name: Dict[str, List[Function]] = {}
     for f in img.functions():
         for n in (f.name, *f.aliases):
             by_name.setdefault(n, []).append(f)
+    return by_name
+
+
+def select(img: KernelImage, names: Iterable[str],
+           other: Optional[KernelImage] = None) -> Tuple[List[Function], Tuple[str, ...], List[Function]]:
+    """Every function each name means (all local copies of a name), in address order; the names; and the
+    functions of ``other`` (the target module) that names the kernel lacks mean."""
+    by_name = _by_name(img)
+    by_other = _by_name(other) if other is not None else {}
     chosen: Dict[int, Function] = {}
+    theirs: Dict[int, Function] = {}
     asked = []
     for spec in names:
         spec = spec.strip()
@@ -62,17 +79,21 @@ def select(img: KernelImage, names: Iterable[str]) -> Tuple[List[Function], Tupl
             continue
         asked.append(spec)
         name, _, file = spec.partition("@")
+        into = chosen
         cands = by_name.get(name, [])
+        if not cands:
+            into, cands = theirs, by_other.get(name, [])
         if file:
             cands = [f for f in cands if f.file == file]
         if not cands:
             raise UserError(f"{img.path}: no function '{spec}' in the kernel's text (name it as in System.map, "
-                            "name@file for one local copy)")
+                            "name@file for one local copy)" + (f" nor in {other.path}" if other else ""))
         for f in cands:
-            chosen[f.address] = f
+            into[f.address] = f
     if not asked:
         raise UserError("no functions named: give --function F or --functions-from FILE")
-    return sorted(chosen.values(), key=lambda f: f.address), tuple(asked)
+    return (sorted(chosen.values(), key=lambda f: f.address), tuple(asked),
+            sorted(theirs.values(), key=lambda f: f.address))
 
 
 def _cover(off: int, length: int) -> List[Tuple[int, int]]:
@@ -104,7 +125,8 @@ def restrict(plan: ProbePlan, img: KernelImage, sites: Dict[int, Dict[int, Tuple
         probes = 0
         for ins in isa.stream_decode(pf.records, pf.size):
             hits = sorted(o for o in mine if ins.offset <= o < ins.offset + ins.length)
-            kind, local = ins.kind, []
+            kind, local = ins.kind, list(ins.masks)  # a module's relocated fields stay masked
+            masks += [(ins.offset + o, w) for o, w in ins.masks]
             if hits:
                 masked = any(mine[o][0] for o in hits)
                 if kind is not None:
@@ -113,6 +135,7 @@ def restrict(plan: ProbePlan, img: KernelImage, sites: Dict[int, Dict[int, Tuple
                 kind = None
                 if masked:
                     local = [(o - ins.offset, w) for o, w in _cover(ins.offset, ins.length)]
+                    masks = [m for m in masks if not ins.offset <= m[0] < ins.offset + ins.length]
                     masks += _cover(ins.offset, ins.length)
             records += isa.stream_record(ins.length, kind, ins.dispoff if kind else 0, tuple(local))
             probes += kind is not None
@@ -123,10 +146,28 @@ def restrict(plan: ProbePlan, img: KernelImage, sites: Dict[int, Dict[int, Tuple
     return dataclasses.replace(plan, funcs=tuple(funcs), refused=tuple(refused)), n_sites
 
 
+def plan_target(ko: KernelImage, funcs: Sequence[Function], rule: str) -> Tuple[ProbePlan, int]:
+    """The target module's part of the table; and the instruction sites its rules refused."""
+    whole, sites = target_mod.loader_rules(ko)
+    span = target_mod.probed_range(ko)
+    refused: List[Refusal] = []
+    ok: List[Function] = []
+    for f in funcs:
+        why = target_mod.refusal(f, whole, span)
+        if why:
+            refused.append(Refusal(f.qualified, -1, why))
+        else:
+            ok.append(f)
+    plan = make_plan(ko, ok, rule, fast=False)
+    plan, n_sites = restrict(plan, ko, by_function(sites, ok))
+    return dataclasses.replace(plan, refused=tuple(refused) + plan.refused), n_sites
+
+
 def plan_guest(img: KernelImage, rules: KernelRules, names: Sequence[str],
-               rule: str = GUEST_PROLOGUE_RULE) -> GuestPlan:
-    """The guest's table for ``names`` of the live image ``img`` (see the module docstring)."""
-    funcs, asked = select(img, names)
+               rule: str = GUEST_PROLOGUE_RULE, target: Optional[KernelImage] = None) -> GuestPlan:
+    """The guest's table for ``names`` of the live image ``img`` and of the ``target`` module's .ko (see the
+    module docstring)."""
+    funcs, asked, theirs = select(img, names, target)
     ok: List[Function] = []
     kernel_refused: List[Refusal] = []
     for f in funcs:
@@ -137,9 +178,17 @@ def plan_guest(img: KernelImage, rules: KernelRules, names: Sequence[str],
             ok.append(f)
     # The capstone path: the accelerators' summaries know kinst's two prologue rules only.
     plan = make_plan(img, ok, rule, fast=False)
-    plan, n_sites = restrict(plan, img, by_function(rules, ok))
+    plan, n_sites = restrict(plan, img, by_function(rules.sites, ok))
     plan = dataclasses.replace(plan, refused=tuple(kernel_refused) + plan.refused)
-    return GuestPlan(plan, asked, len(funcs), len(kernel_refused), n_sites, rule)
+    tabled = 0
+    if theirs:
+        assert target is not None
+        part, more = plan_target(target, theirs, rule)
+        n = part.nprobes
+        plan = dataclasses.replace(plan, funcs=part.funcs + tuple(f._replace(first=f.first + n) for f in plan.funcs),
+                                   refused=part.refused + plan.refused)
+        n_sites, tabled = n_sites + more, len(part.funcs)
+    return GuestPlan(plan, asked, len(funcs) + len(theirs), len(kernel_refused), n_sites, rule, len(theirs), tabled)
 
 
 def empty_plan(img: KernelImage) -> ProbePlan:

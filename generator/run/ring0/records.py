@@ -29,6 +29,7 @@ class Request:
     timeout: float = 600.0  # the probe boot's whole-run limit, seconds
     keep: bool = False  # keep the VMs' disks
     runs_dir: Optional[str] = None  # where vm-test's run directories go
+    breakage: str = ""  # tests only: a name of kbuild.BREAKS, the glue built broken on purpose
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ class Report:
             "functions": g.functions,
             "functions_tabled": len(g.plan.funcs),
             "functions_refused_by_kernel": g.refused_by_kernel,
+            "functions_of_target": g.target_functions,
             "refusals": len(g.plan.refused),
             "sites_refused": g.sites_refused,
             "prologue_rule": g.rule,
@@ -150,8 +151,9 @@ class Report:
         g = self.session.guest
         assert g is not None
         lines = [
-            f"vm-test linux ({d['kernel']}): {d['functions_requested']} names, {d['functions']} functions, "
-            f"{d['functions_tabled']} tabled; {d['refusals']} refusals ({d['functions_refused_by_kernel']} "
+            f"vm-test linux ({d['kernel']}): {d['functions_requested']} names, {d['functions']} functions "
+            f"({d['functions_of_target']} of the target module), {d['functions_tabled']} tabled; "
+            f"{d['refusals']} refusals ({d['functions_refused_by_kernel']} "
             f"functions by the kernel's rules, {d['sites_refused']} instructions at kernel sites), "
             f"prologue rule '{d['prologue_rule']}'",
             f"kernel rules: {d['kernel_rules']}",
@@ -291,6 +293,9 @@ def compare(s: Session, probes: Sequence[TableProbe], addrs: Sequence[int], coun
     rearmed = int(rearmed_file.read_text().strip() or 0) if rearmed_file.is_file() else 0
     windows = counts.windows if counts else 0
     if counts is not None:
+        if g.target_tabled and counts.anchors != 1:
+            errors.append(f"the plugin saw the target module's anchor at {counts.anchors} places, not 1: it "
+                          "cannot have counted the target's probes where they ran")
         if counts.unpaired or counts.open:
             errors.append(f"the plugin saw markers out of turn ({counts.unpaired}) or a window left open "
                           f"({counts.open})")

@@ -102,8 +102,9 @@ TRAP_PATH: Mapping[str, str] = {
 class SiteTable(NamedTuple):
     """A table of code addresses the kernel keeps, and what it means for a probe there."""
 
-    start: str  # symbol at the table's start
+    start: str  # symbol at the table's start (the vmlinux)
     stop: str  # symbol at its end
+    section: str  # the section that holds it (a module's, target.py)
     entry: str  # struct layout of one entry (little-endian)
     field: int  # index of the field holding the address
     relative: bool  # the address is relative to the field's own address (else absolute)
@@ -114,20 +115,20 @@ class SiteTable(NamedTuple):
 
 SITE_TABLES: Tuple[SiteTable, ...] = (
     # struct jump_entry { s32 code; s32 target; long key; }
-    SiteTable("__start___jump_table", "__stop___jump_table", "<iiq", 0, True, 16, True,
+    SiteTable("__start___jump_table", "__stop___jump_table", "__jump_table", "<iiq", 0, True, 16, True,
               "a jump-label site (__jump_table): the kernel rewrites it when its static key flips"),
     # struct static_call_site { s32 addr; s32 key; }
-    SiteTable("__start_static_call_sites", "__stop_static_call_sites", "<ii", 0, True, 8, True,
+    SiteTable("__start_static_call_sites", "__stop_static_call_sites", ".static_call_sites", "<ii", 0, True, 8, True,
               "a static-call site (.static_call_sites): static_call_update() rewrites it"),
     # __mcount_loc: the address of each function's "call __fentry__", nop'ed at boot
-    SiteTable("__start_mcount_loc", "__stop_mcount_loc", "<Q", 0, False, 8, True,
+    SiteTable("__start_mcount_loc", "__stop_mcount_loc", "__mcount_loc", "<Q", 0, False, 8, True,
               "an ftrace site (__mcount_loc): ftrace rewrites it when a tracer is turned on"),
     # struct exception_table_entry { int insn, fixup, data; }
-    SiteTable("__start___ex_table", "__stop___ex_table", "<iii", 0, True, 12, False,
+    SiteTable("__start___ex_table", "__stop___ex_table", "__ex_table", "<iii", 0, True, 12, False,
               "may fault and be fixed up (__ex_table): the fixup is found by this address, so the instruction "
               "cannot run from a trampoline"),
     # struct bug_entry { int bug_addr_disp; int file_disp; u16 line; u16 flags; }
-    SiteTable("__start___bug_table", "__stop___bug_table", "<iiHH", 0, True, 12, False,
+    SiteTable("__start___bug_table", "__stop___bug_table", "__bug_table", "<iiHH", 0, True, 12, False,
               "a WARN() or BUG() site (__bug_table): the #UD handler finds it by this address"),
 )
 
@@ -201,15 +202,17 @@ def read_rules(img: KernelImage) -> KernelRules:
     return KernelRules((lo, hi), regions, blacklisted, sites)
 
 
-def by_function(rules: KernelRules, funcs: List[Function]) -> Dict[int, Dict[int, Tuple[bool, str]]]:
-    """The rule sites inside each of ``funcs``: function address -> {offset: (masked, reason)}."""
+def by_function(sites: Mapping[int, Tuple[bool, str]],
+                funcs: List[Function]) -> Dict[int, Dict[int, Tuple[bool, str]]]:
+    """The rule ``sites`` (``KernelRules.sites``, or a module's) inside each of ``funcs``: function address ->
+    {offset: (masked, reason)}."""
     out: Dict[int, Dict[int, Tuple[bool, str]]] = {}
-    addrs = sorted(rules.sites)
+    addrs = sorted(sites)
     for f in funcs:
         i = bisect.bisect_left(addrs, f.address)
         mine: Dict[int, Tuple[bool, str]] = {}
         while i < len(addrs) and addrs[i] < f.address + f.size:
-            mine[addrs[i] - f.address] = rules.sites[addrs[i]]
+            mine[addrs[i] - f.address] = sites[addrs[i]]
             i += 1
         if mine:
             out[f.address] = mine

@@ -1,9 +1,11 @@
 """One ring-0 run: fetch, capture, plan, build, boot with probes, compare -- the VM runner handed in.
 
     kernel.assets()                       the pinned packages, in the cache
+    target.build()                        the target module: the call forms the kernel never runs
     capture boot (cached)                 the module with an empty table reads the live text back and the
                                           workload runs unprobed: the live image and the reference output
     plan.plan_guest()                     the table: the chosen functions, kinst's rules, the kernel's
+                                          (and the target module's, from its .ko, with the loader's)
     kbuild.build_module()                 the same core and table as kinst.ko, with the Linux glue
     probe boot (QEMU plugin loaded)       arm, workload (re-armed meanwhile), disarm, hits, unload
     report.compare()                      module hits against the plugin's counts, the workload's output
@@ -31,7 +33,7 @@ from ...analysis.plan import ProbePlan
 from ...common.errors import UserError
 from ...common.paths import CACHE
 from ...image.elf import KernelImage
-from . import kbuild, kernel, live, oracle, records
+from . import kbuild, kernel, live, oracle, records, target
 from . import plan as guest_plan
 from .records import Boot, Booted, Booter, Request, Session
 from .report import Report, compare
@@ -54,11 +56,23 @@ def _files(tmp: Path, mode: str, workload: Path, cycles: int) -> Tuple[Tuple[Pat
     return ((tmp / "mode", "mode"), (tmp / "cycles", "cycles"), (workload, "workload.sh"))
 
 
-def _module_dir(tmp: Path, ko: Path, name: str) -> Path:
+def _module_dir(tmp: Path, ko: Path, target_ko: KernelImage, name: str) -> Path:
+    """The guest's modules: kinst.ko, and the target module, which the guest loads first."""
     d = tmp / name
     d.mkdir()
     shutil.copyfile(ko, d / "kinst.ko")
+    shutil.copyfile(target_ko.path, d / target.MODULE)
     return d
+
+
+def _text_base(b: Booted) -> int:
+    """The target module's live .text address, as the guest saved it (0 when it did not: then the report
+    says the target's probes were not placed)."""
+    f = b.out / "target-text"
+    try:
+        return int(f.read_text().strip(), 16) if f.is_file() else 0
+    except ValueError:
+        return 0
 
 
 def _check_boot(b: Booted, what: str) -> None:
@@ -67,24 +81,29 @@ def _check_boot(b: Booted, what: str) -> None:
                         f"console: {b.console_log}")
 
 
-def unprobed_boot(r: Request, booter: Booter, a: kernel.KernelAssets, vmlinux: KernelImage, tmp: Path) -> Booted:
+def unprobed_boot(r: Request, booter: Booter, a: kernel.KernelAssets, vmlinux: KernelImage, target_ko: KernelImage,
+                  tmp: Path) -> Booted:
     """The guest with the module on an empty table: the live text read back, the workload run unprobed."""
-    ko = kbuild.build_module(a, vmlinux, guest_plan.empty_plan(vmlinux), kbuild.command_line([]))
-    return booter.boot(Boot("capture", _module_dir(tmp, ko, "capture"), _files(tmp, "capture", r.workload, 0), (),
-                            r.cpus, r.memory_mib, max(r.timeout, 300.0), a.image_root, r.keep, r.runs_dir))
+    ko = kbuild.build_module(a, vmlinux, guest_plan.empty_plan(vmlinux), kbuild.command_line([]), target_ko,
+                             target.probed_range(target_ko)[0])
+    return booter.boot(Boot("capture", _module_dir(tmp, ko, target_ko, "capture"),
+                            _files(tmp, "capture", r.workload, 0), (), r.cpus, r.memory_mib, max(r.timeout, 300.0),
+                            a.image_root, r.keep, r.runs_dir))
 
 
-def capture(s: Session, booter: Booter, vmlinux: KernelImage, tmp: Path) -> Tuple[Path, Path]:
-    """The live image and the unprobed workload output: from the cache, or from a capture boot."""
+def capture(s: Session, booter: Booter, vmlinux: KernelImage, target_ko: KernelImage,
+            tmp: Path) -> Tuple[Path, Path]:
+    """The live image and the unprobed workload output: from the cache, or from a capture boot.  The
+    workload reads the target module's file, so its output is keyed by the module too."""
     r, a = s.request, s.assets
     assert a is not None
     key = live.key(vmlinux.build_id or "", booter.identity(r.cpus))
     image = live.path_for(key)
-    reference = REFERENCE_DIR / f"{key}-{_sha(r.workload)}.out"
+    reference = REFERENCE_DIR / f"{key}-{target_ko.sha256()[:16]}-{_sha(r.workload)}.out"
     if image.is_file() and reference.is_file():
         return image, reference
     t = time.monotonic()
-    b = unprobed_boot(r, booter, a, vmlinux, tmp)
+    b = unprobed_boot(r, booter, a, vmlinux, target_ko, tmp)
     s.capture = b
     s.seconds["capture boot"] = time.monotonic() - t
     _check_boot(b, "capture")
@@ -108,7 +127,8 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
     """One whole ring-0 run (see the module docstring); a UserError for what stops it early.
 
     ``tamper`` changes the table before the module is built: the tests break the core's input on purpose
-    (a record that hides a displacement or a call) and expect the run to fail."""
+    (a record that hides a displacement or a call), which the core's record check must catch.  The
+    request's ``breakage`` builds the glue broken on purpose (``kbuild.BREAKS``); the run must then fail."""
     s = Session(request)
     t0 = time.monotonic()
     progress("fetching the pinned Debian kernel packages")
@@ -117,15 +137,16 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
     rules: KernelRules = read_rules(vmlinux)
     s.rules_line = describe(rules)
     lib = oracle.build()
+    target_ko = target.build(s.assets)
     s.seconds["fetch and build tools"] = time.monotonic() - t0
     with tempfile.TemporaryDirectory(prefix="kinstkit-ring0-") as tmpname:
         tmp = Path(tmpname)
         progress("capturing the live kernel text (cached after the first run)")
-        image_path, reference = capture(s, booter, vmlinux, tmp)
+        image_path, reference = capture(s, booter, vmlinux, target_ko, tmp)
         t = time.monotonic()
         progress("planning the table")
         img = open_image(str(image_path))
-        s.guest = guest_plan.plan_guest(img, rules, request.functions, request.rule)
+        s.guest = guest_plan.plan_guest(img, rules, request.functions, request.rule, target_ko)
         if tamper is not None:
             s.guest = dataclasses.replace(s.guest, plan=tamper(s.guest.plan))
             s.notes.append("the table was changed on purpose before the build (a test breaking the core)")
@@ -134,15 +155,20 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
         s.seconds["plan"] = time.monotonic() - t
         t = time.monotonic()
         progress(f"building the module ({s.guest.plan.nprobes} probes)")
-        s.module = kbuild.build_module(s.assets, vmlinux, s.guest.plan, kbuild.command_line(list(request.functions)))
+        s.module = kbuild.build_module(s.assets, vmlinux, s.guest.plan, kbuild.command_line(list(request.functions)),
+                                       target_ko, target.probed_range(target_ko)[0], request.breakage)
+        if request.breakage:
+            s.notes.append(f"the glue was built broken on purpose: {kbuild.BREAKS[request.breakage]}")
         s.seconds["build"] = time.monotonic() - t
         probes = list(s.guest.plan.probes())
-        addrs = [s.guest.plan.link_address(p) for p in probes]
-        oracle.write_probes(tmp / "probes.txt", addrs)
+        theirs = s.guest.target_tabled
+        oracle.write_probes(tmp / "probes.txt", [
+            oracle.Site(target.range_offset(target_ko, a), True) if p.func < theirs else oracle.Site(a, False)
+            for p in probes for a in [s.guest.plan.link_address(p)]])
         counts_file = tmp / "oracle.txt"
         t = time.monotonic()
         progress("booting with every probe armed")
-        b = booter.boot(Boot("probe", _module_dir(tmp, s.module, "probe"),
+        b = booter.boot(Boot("probe", _module_dir(tmp, s.module, target_ko, "probe"),
                              _files(tmp, "probe", request.workload, request.cycles),
                              tuple(oracle.qemu_args(lib, tmp / "probes.txt", counts_file)), request.cpus,
                              request.memory_mib, request.timeout, s.assets.image_root, request.keep,
@@ -151,6 +177,9 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
         s.seconds["probe boot"] = time.monotonic() - t
         if counts_file.is_file() and b.run_dir.is_dir():
             shutil.copyfile(counts_file, b.run_dir / "oracle.txt")
+        base = _text_base(b)
+        addrs = [target.live_address(target_ko, base, a) if p.func < theirs else a
+                 for p in probes for a in [s.guest.plan.link_address(p)]]
         rep = compare(s, probes, addrs, counts_file, reference)
     s.seconds["total"] = time.monotonic() - t0
     return rep

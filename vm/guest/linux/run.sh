@@ -3,6 +3,9 @@
 # Linux kernel (generator/run/ring0; docs/vm-test.md, "The Linux guest").  The host puts on the meta disk:
 #
 #   modules/kinst.ko   the module (sys/modules/kinst/linux/kinst_linux.c, the core, the table)
+#   modules/kk_target.ko
+#                      the target module (sys/modules/kinst/linux/target/): loaded first, so that it lands
+#                      at the same address in both boots; its live .text address goes to out/target-text
 #   mode               "capture" (no probes: read the live kernel text back, run the workload unprobed)
 #                      or "probe" (arm every probe, run the workload, disarm, report the hits)
 #   cycles             probe mode: how many times to disarm and re-arm while the workload runs
@@ -34,6 +37,8 @@ stress() {
 }
 
 check kernel sh -c 'uname -r && cat /proc/cmdline && cat /sys/kernel/notes > "$KINSTKIT_OUT/notes.bin"'
+check insmod-target sh -c 'insmod "$KINSTKIT_META/modules/kk_target.ko" &&
+	cat /sys/module/kk_target/sections/.text | tee "$KINSTKIT_OUT/target-text"'
 check insmod insmod "$M/modules/kinst.ko"
 check info cat /proc/kinst/info
 case $mode in
@@ -55,4 +60,5 @@ probe)
 	;;
 esac
 check rmmod rmmod kinst
+check rmmod-target rmmod kk_target
 check dmesg dmesg

@@ -28,9 +28,17 @@
  * It also keeps, per vCPU, the probe whose int3 it ran last: after a crash
  * that names the probe most likely at fault.
  *
- * Arguments: probes=FILE (one hexadecimal address per line, any order),
- * out=FILE (written at exit: "windows N", then "index inside other stray"
- * per probe, in the input order), arm=DISP, disarm=DISP (decimal).
+ * A probe may also be given relative to an anchor: a third marker ("nopl
+ * DISP(%rax)" with the anchor DISP) that the guest's target module runs
+ * when it loads, at the start of its probed code.  A module lands where the
+ * kernel puts it, so the plugin takes the anchor's address, as translated,
+ * for the base of those probes; the target's code runs only after its
+ * loader has run the anchor.
+ *
+ * Arguments: probes=FILE (one hexadecimal address per line, any order, or
+ * "+OFFSET" from the anchor), out=FILE (written at exit: "windows N", ...,
+ * then "index inside other stray" per probe, in the input order), arm=DISP,
+ * disarm=DISP, anchor=DISP (decimal).
  */
 
 #define	_GNU_SOURCE	/* asprintf() */
@@ -59,12 +67,15 @@ struct ko_count {
 };
 
 static struct ko_site	*ko_sites;	/* by address */
+static struct ko_site	*ko_rel;	/* by offset from the anchor */
 static struct ko_count	*ko_counts;	/* by input index */
-static size_t		ko_nsites;
+static size_t		ko_nsites, ko_nrel;
+static uint64_t		ko_base;	/* the anchor's address, 0: not seen */
+static uint64_t		ko_anchors;	/* anchors translated at a new place */
 static int		ko_window;	/* 1 between the arm and disarm markers */
 static uint64_t		ko_windows;	/* arm markers seen */
 static uint64_t		ko_unpaired;	/* markers out of turn */
-static uint32_t		ko_mark_arm, ko_mark_disarm;
+static uint32_t		ko_mark_arm, ko_mark_disarm, ko_mark_anchor;
 static char		*ko_out;
 static int64_t		*ko_last;	/* per vCPU: input index, -1: none */
 static int		ko_nvcpus;
@@ -78,22 +89,38 @@ ko_cmp(const void *a, const void *b)
 }
 
 static long
-ko_find(uint64_t addr)
+ko_find(const struct ko_site *sites, size_t n, uint64_t addr)
 {
 	size_t lo, hi, mid;
 
 	lo = 0;
-	hi = ko_nsites;
+	hi = n;
 	while (lo < hi) {
 		mid = lo + (hi - lo) / 2;
-		if (ko_sites[mid].ks_addr == addr)
+		if (sites[mid].ks_addr == addr)
 			return ((long)mid);
-		if (ko_sites[mid].ks_addr < addr)
+		if (sites[mid].ks_addr < addr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	return (-1);
+}
+
+/* The input index of the probe at 'addr', or -1. */
+static long
+ko_index(uint64_t addr)
+{
+	uint64_t base;
+	long at;
+
+	if ((at = ko_find(ko_sites, ko_nsites, addr)) >= 0)
+		return ((long)ko_sites[at].ks_index);
+	base = __atomic_load_n(&ko_base, __ATOMIC_ACQUIRE);
+	if (base == 0 || addr < base ||
+	    (at = ko_find(ko_rel, ko_nrel, addr - base)) < 0)
+		return (-1);
+	return ((long)ko_rel[at].ks_index);
 }
 
 /* userdata: the input index << 1 | 1 when the translated byte is int3. */
@@ -156,6 +183,13 @@ ko_translate(qemu_plugin_id_t id KO_UNUSED, struct qemu_plugin_tb *tb)
 			continue;
 		p = qemu_plugin_insn_data(insn);
 		len = qemu_plugin_insn_size(insn);
+		if (ko_marker(p, len, &disp) && disp == ko_mark_anchor) {
+			if (__atomic_exchange_n(&ko_base, addr,
+			    __ATOMIC_ACQ_REL) != addr)
+				__atomic_fetch_add(&ko_anchors, 1,
+				    __ATOMIC_RELAXED);
+			continue;
+		}
 		if (ko_marker(p, len, &disp) &&
 		    (disp == ko_mark_arm || disp == ko_mark_disarm)) {
 			qemu_plugin_register_vcpu_insn_exec_cb(insn,
@@ -163,11 +197,11 @@ ko_translate(qemu_plugin_id_t id KO_UNUSED, struct qemu_plugin_tb *tb)
 			    disp == ko_mark_arm ? (void *)1 : NULL);
 			continue;
 		}
-		if ((at = ko_find(addr)) < 0)
+		if ((at = ko_index(addr)) < 0)
 			continue;
 		qemu_plugin_register_vcpu_insn_exec_cb(insn, ko_exec_probe,
 		    QEMU_PLUGIN_CB_NO_REGS,
-		    (void *)((uintptr_t)ko_sites[at].ks_index << 1 |
+		    (void *)((uintptr_t)at << 1 |
 		    (len >= 1 && p[0] == KO_INT3)));
 	}
 }
@@ -185,13 +219,13 @@ ko_exit(qemu_plugin_id_t id KO_UNUSED, void *userdata KO_UNUSED)
 		free(tmp);
 		return;
 	}
-	fprintf(f, "windows %llu\nunpaired %llu\nopen %d\n",
+	fprintf(f, "windows %llu\nunpaired %llu\nopen %d\nanchors %llu\n",
 	    (unsigned long long)ko_windows, (unsigned long long)ko_unpaired,
-	    ko_window);
+	    ko_window, (unsigned long long)ko_anchors);
 	for (i = 0; i < (size_t)ko_nvcpus; i++)
 		if (ko_last[i] >= 0)
 			fprintf(f, "last %zu %lld\n", i, (long long)ko_last[i]);
-	for (i = 0; i < ko_nsites; i++)
+	for (i = 0; i < ko_nsites + ko_nrel; i++)
 		fprintf(f, "%zu %llu %llu %llu\n", i,
 		    (unsigned long long)ko_counts[i].kc_inside,
 		    (unsigned long long)ko_counts[i].kc_other,
@@ -201,34 +235,56 @@ ko_exit(qemu_plugin_id_t id KO_UNUSED, void *userdata KO_UNUSED)
 	free(tmp);
 }
 
+/* Append a site to '*sites' ('*n' of them, room for '*cap'). */
+static int
+ko_add(struct ko_site **sites, size_t *n, size_t *cap, uint64_t addr,
+    uint32_t index)
+{
+	struct ko_site *grown;
+
+	if (*n == *cap) {
+		*cap = *cap ? 2 * *cap : 1024;
+		if ((grown = realloc(*sites, *cap * sizeof(**sites))) == NULL)
+			return (-1);
+		*sites = grown;
+	}
+	(*sites)[*n].ks_addr = addr;
+	(*sites)[*n].ks_index = index;
+	(*n)++;
+	return (0);
+}
+
 static int
 ko_load(const char *path)
 {
 	FILE *f;
+	char line[64];
 	unsigned long long a;
-	size_t cap;
+	size_t cap, rcap;
+	uint32_t index;
+	int error;
 
 	if ((f = fopen(path, "r")) == NULL)
 		return (-1);
-	cap = 0;
-	while (fscanf(f, "%llx", &a) == 1) {
-		if (ko_nsites == cap) {
-			cap = cap ? 2 * cap : 1024;
-			ko_sites = realloc(ko_sites, cap * sizeof(*ko_sites));
-			if (ko_sites == NULL) {
-				fclose(f);
-				return (-1);
-			}
-		}
-		ko_sites[ko_nsites].ks_addr = a;
-		ko_sites[ko_nsites].ks_index = (uint32_t)ko_nsites;
-		ko_nsites++;
+	cap = rcap = 0;
+	error = 0;
+	for (index = 0; error == 0 && fgets(line, sizeof(line), f) != NULL;
+	    index++) {
+		if (line[0] == '+' && sscanf(line + 1, "%llx", &a) == 1)
+			error = ko_add(&ko_rel, &ko_nrel, &rcap, a, index);
+		else if (sscanf(line, "%llx", &a) == 1)
+			error = ko_add(&ko_sites, &ko_nsites, &cap, a, index);
+		else
+			error = -1;
 	}
 	fclose(f);
-	ko_counts = calloc(ko_nsites + 1, sizeof(*ko_counts));
+	if (error != 0)
+		return (-1);
+	ko_counts = calloc(ko_nsites + ko_nrel + 1, sizeof(*ko_counts));
 	if (ko_counts == NULL)
 		return (-1);
 	qsort(ko_sites, ko_nsites, sizeof(*ko_sites), ko_cmp);
+	qsort(ko_rel, ko_nrel, sizeof(*ko_rel), ko_cmp);
 	return (0);
 }
 
@@ -237,7 +293,7 @@ qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
     char **argv)
 {
 	const char *probes = NULL;
-	int i, have_arm = 0, have_disarm = 0;
+	int i, have_arm = 0, have_disarm = 0, have_anchor = 0;
 
 	for (i = 0; i < argc; i++) {
 		if (strncmp(argv[i], "probes=", 7) == 0)
@@ -251,15 +307,20 @@ qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info, int argc,
 			ko_mark_disarm = (uint32_t)strtoul(argv[i] + 7, NULL,
 			    10);
 			have_disarm = 1;
+		} else if (strncmp(argv[i], "anchor=", 7) == 0) {
+			ko_mark_anchor = (uint32_t)strtoul(argv[i] + 7, NULL,
+			    10);
+			have_anchor = 1;
 		} else {
 			fprintf(stderr, "kinst_oracle: unknown argument %s\n",
 			    argv[i]);
 			return (-1);
 		}
 	}
-	if (probes == NULL || ko_out == NULL || !have_arm || !have_disarm) {
+	if (probes == NULL || ko_out == NULL || !have_arm || !have_disarm ||
+	    !have_anchor) {
 		fprintf(stderr, "kinst_oracle: needs probes=, out=, arm=, "
-		    "disarm=\n");
+		    "disarm=, anchor=\n");
 		return (-1);
 	}
 	ko_nvcpus = info->system_emulation ? info->system.max_vcpus : 1;

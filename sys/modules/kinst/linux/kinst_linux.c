@@ -30,6 +30,24 @@
  * Whether to arm a probe is a per-probe decision (kinst_linux_prepare()),
  * kept in klp_why; a later jump mode adds its own decision there.
  *
+ * A table may also hold functions of one other module, the guest's target
+ * (./target/kk_target.c: the call forms the kernel never runs), at the
+ * addresses of its .ko, below the kernel's text.  The module lands where
+ * the kernel puts it, so such a function is placed by its offset from
+ * KINST_LINUX_MODULE_START, the start of the range the module exports
+ * (KINST_LINUX_MODULE_TEXT, found with __symbol_get(), which also keeps the
+ * module loaded until this one goes), and probed only inside that range;
+ * its text is written through an alias of its own.
+ *
+ * Two defines break the glue on purpose, for the tests that show a broken
+ * core fails the run (tests/vm/test_ring0.py; kbuild passes them from
+ * KINST_LINUX_BREAK, never set in a normal build):
+ * KINST_LINUX_BREAK_NO_CALL_EMULATION sends a call to its trampoline, which
+ * nothing fills, as if the emulation were missing;
+ * KINST_LINUX_BREAK_WRONG_DISPLACEMENT fills a %rip-relative instruction's
+ * trampoline as if it ran KINST_LINUX_WRONG_BY bytes away, so its
+ * displacements (the access's, the jump back's) are off by that much.
+ *
  * /proc/kinst/ctl takes "arm" and "disarm"; /proc/kinst/hits lists every
  * table probe with its live address, hits and state; /proc/kinst/info gives
  * the totals; /proc/kinst/text reads the kernel's live text, from which the
@@ -79,7 +97,7 @@
 #define	KINST_LINUX_DERIVE	2	/* the core refused the record */
 #define	KINST_LINUX_RANGE	3	/* the trampoline cannot reach */
 #define	KINST_LINUX_BYTE	4	/* not the byte derived from at arm */
-#define	KINST_LINUX_PLACE	5	/* outside the kernel text */
+#define	KINST_LINUX_PLACE	5	/* in neither text it may probe */
 
 static const char *const kinst_linux_whys[] = {
 	[KINST_LINUX_OK] = "ok",
@@ -91,8 +109,22 @@ static const char *const kinst_linux_whys[] = {
 	    "instruction's target",
 	[KINST_LINUX_BYTE] = "byte: the first byte changed since the probe "
 	    "was made",
-	[KINST_LINUX_PLACE] = "place: not inside the kernel's text",
+	[KINST_LINUX_PLACE] = "place: not inside the kernel's text or the "
+	    "target module's range",
 };
+
+#ifdef KINST_LINUX_BREAK_NO_CALL_EMULATION
+#define	KINST_LINUX_EMULATED(md)	0
+#else
+#define	KINST_LINUX_EMULATED(md)	kinst_core_is_call(md)
+#endif
+#define	KINST_LINUX_WRONG_BY	(1UL << 30)
+#ifdef KINST_LINUX_BREAK_WRONG_DISPLACEMENT
+#define	KINST_LINUX_RUNS_AT(md, t)	((t) +				\
+	((md)->km_kind == KINST_K_RIPREL ? KINST_LINUX_WRONG_BY : 0))
+#else
+#define	KINST_LINUX_RUNS_AT(md, t)	(t)
+#endif
 
 /* One probe of the table, by table index. */
 struct kinst_linux_probe {
@@ -122,9 +154,17 @@ static struct kinst_linux_probe	*kinst_linux_probes;
 static uint32_t		*kinst_linux_order;	/* ready probes by address */
 static uint32_t		kinst_linux_nready;
 static uintptr_t	kinst_linux_bias;	/* live - link address */
-static uint8_t		*kinst_linux_alias;	/* writable kernel text */
-static uintptr_t	kinst_linux_alias_base;	/* what its byte 0 aliases */
-static size_t		kinst_linux_alias_len;
+
+/* A writable alias of the text that holds ready probes. */
+struct kinst_linux_alias {
+	uint8_t		*ka_map;	/* the alias, or NULL */
+	uintptr_t	ka_base;	/* what its byte 0 aliases */
+	size_t		ka_len;
+};
+#define	KINST_LINUX_KERNEL	0	/* the kernel's text */
+#define	KINST_LINUX_MODULE	1	/* the target module's text */
+static struct kinst_linux_alias kinst_linux_aliases[2];
+static const unsigned long *kinst_linux_modtext; /* [start, end) or NULL */
 static bool		kinst_linux_armed;	/* changed under stop_machine */
 static unsigned int	kinst_linux_cycles;	/* arm/disarm cycles */
 static unsigned int	kinst_linux_refused_at_arm;
@@ -216,7 +256,7 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 	    kp->klp_why != KINST_LINUX_OK)
 		return (NOTIFY_DONE);
 	atomic64_inc(&kp->klp_hits);
-	if (!kinst_core_is_call(&kp->klp_md)) {
+	if (!KINST_LINUX_EMULATED(&kp->klp_md)) {
 		regs->ip = (unsigned long)kinst_linux_tramp(kp -
 		    kinst_linux_probes);
 		return (NOTIFY_STOP);
@@ -260,11 +300,23 @@ struct kinst_linux_sync {
 	bool		ks_arm;
 };
 
+/* Which text 'pc' lies in: KINST_LINUX_KERNEL or KINST_LINUX_MODULE. */
+static int
+kinst_linux_region(uintptr_t pc)
+{
+
+	return (pc >= KINST_LINUX_TEXT_START + kinst_linux_bias &&
+	    pc < KINST_LINUX_TEXT_END + kinst_linux_bias ?
+	    KINST_LINUX_KERNEL : KINST_LINUX_MODULE);
+}
+
 static uint8_t *
 kinst_linux_writable(uintptr_t pc)
 {
+	struct kinst_linux_alias *ka;
 
-	return (kinst_linux_alias + (pc - kinst_linux_alias_base));
+	ka = &kinst_linux_aliases[kinst_linux_region(pc)];
+	return (ka->ka_map + (pc - ka->ka_base));
 }
 
 /* The leader's part: every ready probe's byte, and the marker. */
@@ -413,6 +465,29 @@ kinst_linux_map(uintptr_t base, size_t len, bool module_text)
 }
 
 /*
+ * Where table function 'kf' lives, and whether it may be read there: a
+ * kernel function at its link address plus the bias, inside the kernel's
+ * text; a function of the target module at its offset from the module's
+ * range, inside it.
+ */
+static bool
+kinst_linux_place(const struct kinst_func *kf, uintptr_t *live)
+{
+	uintptr_t a;
+
+	a = (uintptr_t)kf->kf_addr;
+	*live = a;
+	if (a >= KINST_LINUX_TEXT_START && a < KINST_LINUX_TEXT_END) {
+		*live = a + kinst_linux_bias;
+		return (a + kf->kf_size <= KINST_LINUX_TEXT_END);
+	}
+	if (kinst_linux_modtext == NULL || a < KINST_LINUX_MODULE_START)
+		return (false);
+	*live = kinst_linux_modtext[0] + (a - KINST_LINUX_MODULE_START);
+	return (*live + kf->kf_size <= kinst_linux_modtext[1]);
+}
+
+/*
  * Every probe of function 'f': the digest of its live bytes first (the
  * fields the table masks -- sites the kernel patches at run time -- are
  * zeroed in 'copy'), then each instruction's metadata from the live bytes,
@@ -430,10 +505,8 @@ kinst_linux_prepare(uint32_t f, uint8_t *copy, uint8_t *talias)
 	uint8_t why;
 
 	kinst_func_get(kt, f, &kf);
-	live = (uintptr_t)kf.kf_addr + kinst_linux_bias;
 	why = KINST_LINUX_OK;
-	if (live < KINST_LINUX_TEXT_START + kinst_linux_bias ||
-	    live + kf.kf_size > KINST_LINUX_TEXT_END + kinst_linux_bias)
+	if (!kinst_linux_place(&kf, &live))
 		why = KINST_LINUX_PLACE;
 	else {
 		memcpy(copy, (void *)live, kf.kf_size);
@@ -459,7 +532,8 @@ kinst_linux_prepare(uint32_t f, uint8_t *copy, uint8_t *talias)
 		if (kinst_core_is_call(&kp->klp_md))
 			continue;
 		if (kinst_core_tramp_fill(&kp->klp_md, kp->klp_addr,
-		    (uintptr_t)kinst_linux_tramp(ki.ki_probe),
+		    KINST_LINUX_RUNS_AT(&kp->klp_md,
+		    (uintptr_t)kinst_linux_tramp(ki.ki_probe)),
 		    talias + (uintptr_t)ki.ki_probe * KINST_TRAMP_SIZE) != 0)
 			kp->klp_why = KINST_LINUX_RANGE;
 	}
@@ -475,6 +549,37 @@ kinst_linux_cmp(const void *a, const void *b)
 	return (x < y ? -1 : x > y);
 }
 
+/* The writable aliases of the text that holds ready probes, per region. */
+static int
+kinst_linux_map_all(void)
+{
+	struct kinst_linux_alias *ka;
+	uintptr_t lo[2], hi[2], a;
+	uint32_t i;
+	int r;
+
+	lo[0] = lo[1] = ~(uintptr_t)0;
+	hi[0] = hi[1] = 0;
+	for (i = 0; i < kinst_linux_nready; i++) {
+		a = kinst_linux_probes[kinst_linux_order[i]].klp_addr;
+		r = kinst_linux_region(a);
+		lo[r] = min(lo[r], a);
+		hi[r] = max(hi[r], a + 1);
+	}
+	for (r = 0; r < 2; r++) {
+		if (hi[r] == 0)
+			continue;
+		ka = &kinst_linux_aliases[r];
+		ka->ka_base = lo[r] & PAGE_MASK;
+		ka->ka_len = PAGE_ALIGN(hi[r]) - ka->ka_base;
+		ka->ka_map = kinst_linux_map(ka->ka_base, ka->ka_len,
+		    r == KINST_LINUX_MODULE);
+		if (ka->ka_map == NULL)
+			return (-ENOMEM);
+	}
+	return (0);
+}
+
 /* Every table probe made, every trampoline filled; the armed set indexed. */
 static int
 kinst_linux_load(void)
@@ -482,7 +587,6 @@ kinst_linux_load(void)
 	const struct kinst_table *kt = &kinst_table;
 	struct kinst_func kf;
 	uint8_t *copy, *talias;
-	uintptr_t lo, hi;
 	uint32_t f, i, maxsize;
 
 	if (kt->kt_nprobes > KINST_LINUX_NTRAMP)
@@ -513,24 +617,13 @@ kinst_linux_load(void)
 	if (talias != NULL)
 		vunmap(talias);
 
-	lo = ~(uintptr_t)0;
-	hi = 0;
 	for (i = 0; i < kt->kt_nprobes; i++) {
-		if (kinst_linux_probes[i].klp_why != KINST_LINUX_OK)
-			continue;
-		kinst_linux_order[kinst_linux_nready++] = i;
-		lo = min(lo, kinst_linux_probes[i].klp_addr);
-		hi = max(hi, kinst_linux_probes[i].klp_addr + 1);
+		if (kinst_linux_probes[i].klp_why == KINST_LINUX_OK)
+			kinst_linux_order[kinst_linux_nready++] = i;
 	}
 	sort(kinst_linux_order, kinst_linux_nready, sizeof(uint32_t),
 	    kinst_linux_cmp, NULL);
-	if (kinst_linux_nready == 0)
-		return (0);
-	kinst_linux_alias_base = lo & PAGE_MASK;
-	kinst_linux_alias_len = PAGE_ALIGN(hi) - kinst_linux_alias_base;
-	kinst_linux_alias = kinst_linux_map(kinst_linux_alias_base,
-	    kinst_linux_alias_len, false);
-	return (kinst_linux_alias == NULL ? -ENOMEM : 0);
+	return (kinst_linux_map_all());
 }
 
 /* /proc/kinst/ctl: "arm" or "disarm". */
@@ -583,6 +676,9 @@ kinst_linux_info_show(struct seq_file *m, void *v)
 	seq_printf(m, "bias %#lx\n", (unsigned long)kinst_linux_bias);
 	seq_printf(m, "tramps %#lx %u\n", (unsigned long)kinst_linux_tramps,
 	    (unsigned int)KINST_LINUX_TRAMP_BYTES);
+	if (kinst_linux_modtext != NULL)
+		seq_printf(m, "modtext %#lx %#lx\n", kinst_linux_modtext[0],
+		    kinst_linux_modtext[1]);
 	seq_printf(m, "functions %u\n", kinst_table.kt_nfuncs);
 	seq_printf(m, "probes %u\n", kinst_table.kt_nprobes);
 	for (w = 0; w < ARRAY_SIZE(kinst_linux_whys); w++)
@@ -676,13 +772,18 @@ static const struct proc_ops kinst_linux_text_ops = {
 static void
 kinst_linux_free(void)
 {
+	int r;
 
 	if (kinst_linux_dir != NULL)
 		proc_remove(kinst_linux_dir);
-	if (kinst_linux_alias != NULL)
-		vunmap(kinst_linux_alias);
+	for (r = 0; r < 2; r++) {
+		if (kinst_linux_aliases[r].ka_map != NULL)
+			vunmap(kinst_linux_aliases[r].ka_map);
+	}
 	kvfree(kinst_linux_order);
 	kvfree(kinst_linux_probes);
+	if (kinst_linux_modtext != NULL)
+		__symbol_put(KINST_LINUX_MODULE_TEXT);
 }
 
 static int __init
@@ -698,6 +799,8 @@ kinst_linux_init(void)
 		pr_err("kinst: not loading: IBT is enforced\n");
 		return (-EOPNOTSUPP);
 	}
+	/* NULL without the target module: its functions stay unarmed. */
+	kinst_linux_modtext = __symbol_get(KINST_LINUX_MODULE_TEXT);
 	if ((error = kinst_linux_load()) != 0) {
 		pr_err("kinst: not loading: error %d preparing the table\n",
 		    error);
