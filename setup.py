@@ -7,10 +7,17 @@ or ``vm`` in site-packages.  ``generator/common/paths.py`` finds the data
 beside the code in a checkout, and in ``kinstkit/data/`` installed.
 """
 
+from pathlib import Path
+
 from setuptools import find_namespace_packages, find_packages, setup
 
 CODE = {"kinstkit": "generator", "kinstkit.vm": "vm"}
 DATA = {"kinstkit.data.templates": "templates", "kinstkit.data.sys": "sys", "kinstkit.data.samples": "samples"}
+
+# The C the package compiles at run time (accelerators, the harness, the QEMU plugin), wherever it lies
+# below generator/: found, not listed, so a new folder of C cannot be left out of the wheel.
+CODE_C = sorted({str(p.parent.relative_to("generator") / f"*{p.suffix}")
+                 for p in Path("generator").rglob("*") if p.suffix in (".c", ".h", ".S") and p.is_file()})
 
 packages = [name for top, folder in CODE.items()
             for name in (top, *(f"{top}.{sub}" for sub in find_packages(folder)))]
@@ -21,7 +28,7 @@ setup(
     packages=packages,
     package_dir={**CODE, **DATA},
     package_data={
-        "kinstkit": ["isa/*/accel/*.c", "isa/*/accel/*.h", "run/harness_c/*/*.c", "run/harness_c/*/*.h"],
+        "kinstkit": CODE_C,
         "kinstkit.vm": ["guest/*", "guest/**/*"],
         **{name: ["*"] for name in packages if name.startswith("kinstkit.data")},
     },
