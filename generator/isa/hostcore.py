@@ -77,11 +77,12 @@ def _capstone() -> Tuple[Path, Path]:
 
 
 def _sources(isa: Isa) -> List[Path]:
+    """The generic walk, the ISA's step, and the portable core in the ISA's C folders (``Kmod.kinst_dirs``:
+    its own, then what it shares, e.g. ``dbp/kinst_core_dbp.c``)."""
     acc = isa.accelerator
-    core = SYS_MODULES / "kinst" / isa.name
-    return [GENERIC_DIR / "kk_host.c", GENERIC_DIR / "kk_host.h", acc.walk_c, *acc.headers,
-            core / "kinst_core.c", core / "kinst_core.h", SYS_MODULES / "kinst" / "kinst_funcs.c",
-            SYS_MODULES / "kinst" / "kinst_funcs.h"]
+    core = [p for d in isa.kmod.kinst_dirs for p in sorted((SYS_MODULES / "kinst" / d).glob("kinst_core*.[ch]"))]
+    return [GENERIC_DIR / "kk_host.c", GENERIC_DIR / "kk_host.h", acc.walk_c, *acc.headers, *core,
+            SYS_MODULES / "kinst" / "kinst_funcs.c", SYS_MODULES / "kinst" / "kinst_funcs.h"]
 
 
 FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
@@ -246,9 +247,9 @@ class Host:
         row = self.row
         if self.lib.kk_classify(b, len(b), address & 0xFFFFFFFFFFFFFFFF, mnemonic.encode(), operands.encode(),
                                 row) != NEXT:
-            raise ClassifierError(f"{address:#x}: {b.hex()} ({mnemonic} {operands}): the core's rip-relative "
-                                  "displacement and capstone's operands disagree, or the core cannot read the "
-                                  "instruction")
+            raise ClassifierError(f"{address:#x}: {b.hex()} ({mnemonic} {operands}): the portable core's reading "
+                                  "of the instruction (its kind, a rip-relative displacement, a branch's address) "
+                                  "and capstone's text disagree, or the core cannot read it")
         return self.verdict(row, 0, ctypes.addressof(row))
 
     def verdict(self, buf, base: int, addr: int) -> Verdict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
-from ..contract import TableKind
+from ..contract import FlagBit, TableKind
 
 KIND_TRAMPOLINE = "trampoline"
 KIND_B = "b"
@@ -40,6 +40,13 @@ TABLE_KINDS = (
     TableKind(KIND_ADRP, "KINST_K_ADRP", "adrp: emulated"),
     TableKind(KIND_LDR_LITERAL, "KINST_K_LDR_LITERAL", "ldr, ldrsw, prfm (literal): emulated"),
     TableKind(KIND_BR_REG, "KINST_K_BR_REG", "br, blr, ret: emulated"),
+)
+# struct kinst_md's km_flags (the core's C has them from kinst_encoding.h).
+FLAG_NONZERO, FLAG_LINK, FLAG_SIGNED = 0x01, 0x02, 0x04
+FLAG_BITS = (
+    FlagBit("KINST_MD_NONZERO", FLAG_NONZERO, "cbnz, tbnz"),
+    FlagBit("KINST_MD_LINK", FLAG_LINK, "bl, blr: x30 gets the return address"),
+    FlagBit("KINST_MD_SIGNED", FLAG_SIGNED, "ldrsw"),
 )
 CONDITIONAL_KINDS = (KIND_BCOND, KIND_CBZ, KIND_TBZ)
 
