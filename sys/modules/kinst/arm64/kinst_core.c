@@ -1,20 +1,24 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kinst_core.c: the table's word records, the emulation data derived from
- * the live word, the trampoline fill and the emulation of every PC-relative
- * and register-branch class over a register file, for arm64; the rest of
- * the core is ../dbp/kinst_core_dbp.c.  Freestanding C99, no headers, no
- * library calls: the kernel glue runs the trap-time part in probe context
- * and the user-space harness in a SIGTRAP handler, and neither may call
- * into code that could itself be probed (kinst's kinst_memcpy() rule).
+ * kinst_core.c: kinst's rule for one word (kinst_core_dissect(), which
+ * the kernel runs on the live word and the analysis on the host), the
+ * table's word records, the trampoline fill and the emulation of every
+ * PC-relative and register-branch class over a register file, for arm64;
+ * the rest of the core is ../dbp/kinst_core_dbp.c.  Freestanding C99, no
+ * headers, no library calls: the kernel glue runs the trap-time part in
+ * probe context and the user-space harness in a SIGTRAP handler, and
+ * neither may call into code that could itself be probed (kinst's
+ * kinst_memcpy() rule).  The encodings it tests are kinst_encoding.h's,
+ * rendered from generator/isa/arm64/tables.py.
  *
  * The classes are kinst's (sys/cddl/dev/kinst/aarch64/kinst_isa.c), with
- * the corrections generator/isa/arm64/classify.py makes and
- * docs/refusals.md lists: br, blr and ret are emulated; adr, adrp and ldr
- * (literal) are emulated into the registers FreeBSD's EL1 exception return
- * restores; cbz and cbnz on a W register compare 32 bits; tbz and tbnz test
- * any of the 64 bits; x30 and xzr are registers of their own.
+ * the corrections docs/refusals.md lists: br, blr and ret are emulated;
+ * adr, adrp and ldr (literal) are emulated into the registers FreeBSD's
+ * EL1 exception return restores; cbz and cbnz on a W register compare 32
+ * bits; tbz and tbnz test any of the 64 bits; x30 and xzr are registers
+ * of their own; exception-generating words, BTI landing pads and accesses
+ * to the EL1 exception registers are refused.
  */
 
 #include "kinst_core.h"
