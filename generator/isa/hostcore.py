@@ -170,8 +170,8 @@ class Host:
             "kk_prologue": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t), ctypes.c_uint),
             "kk_summary_columns": ((), ctypes.c_uint),
             "kk_summary_layout": ((*[ctypes.POINTER(ctypes.c_uint)] * 4, ctypes.POINTER(ctypes.c_uint32)), None),
-            "kk_summarise": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p), None),
+            "kk_summarise": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p), None),
             "kk_summary_json": ((ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_char_p, ctypes.c_void_p,
                                  ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)), ctypes.c_size_t),
             "kk_function_rows": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int,
@@ -275,13 +275,14 @@ class Host:
         self.lib.kk_summary_layout(*(ctypes.byref(c) for c in cols), ctypes.byref(deferred))
         return SummaryLayout(self.lib.kk_summary_columns(), *(c.value for c in cols), deferred.value)
 
-    def summarise(self, span: bytes, starts: Sequence[int], limits: Sequence[int]) -> array:
-        """``kk_summarise()``'s counters (``summary_layout()``) of each function ``span[start : start + limit]``."""
+    def summarise(self, span: bytes, base: int, starts: Sequence[int], limits: Sequence[int]) -> array:
+        """``kk_summarise()``'s counters (``summary_layout()``) of each function ``span[start : start + limit]``,
+        ``span`` being at address ``base`` (a step checks alignment, and what capstone prints, by it)."""
         n = len(starts)
         starts_a, limits_a = array("Q", starts), array("Q", limits)
         out = array("I", bytes(4 * self.lib.kk_summary_columns() * n))
         if n:
-            self.lib.kk_summarise(span, len(span), n, starts_a.buffer_info()[0], limits_a.buffer_info()[0],
+            self.lib.kk_summarise(span, len(span), base & 0xFFFFFFFFFFFFFFFF, n, starts_a.buffer_info()[0], limits_a.buffer_info()[0],
                                   out.buffer_info()[0])
         return out
 

@@ -90,7 +90,7 @@ def test_mutated_code():
     lay = lib.summary_layout()
     walked = 0
     for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
         for k, n in zip(run, counts[lay.n :: lay.columns]):
             f = funcs[k]
             try:
@@ -115,7 +115,7 @@ def test_the_table_carries_the_work():
     before, n, deferred = decoded(), 0, 0
     funcs = img.functions()
     for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
         col = counts[lay.n :: lay.columns]
         deferred += sum(1 for x in col if x == lay.deferred)
         n += sum(x for x in col if x != lay.deferred)
@@ -133,7 +133,7 @@ def test_hands_back_what_python_decides(hexcode, why):
     code = bytes.fromhex(hexcode)
     lib = _lib()
     lay = lib.summary_layout()
-    counts = lib.summarise(code + b"\xcc" * 15, [0], [len(code)])
+    counts = lib.summarise(code + b"\xcc" * 15, 0, [0], [len(code)])
     assert counts[lay.n] == lay.deferred, why
 
 

@@ -407,8 +407,9 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 }
 
 /*
- * The summary of nfunc functions of buf: function k is buf[start[k],
- * start[k] + limit[k]), with the section's bytes after it to buf's end.
+ * The summary of nfunc functions of buf, which is at address 'base':
+ * function k is buf[start[k], start[k] + limit[k]), with the section's
+ * bytes after it to buf's end.
  * out[] receives kk_summary_columns() counters per function: how many
  * instructions (KK_DEFERRED when Python must do the function), the
  * prologue rules it passes (bit i: the ISA's rule i), how many are
@@ -441,7 +442,7 @@ kk_summary_layout(unsigned *n, unsigned *prologue, unsigned *refused,
 }
 
 void
-kk_summarise(const uint8_t *buf, size_t buflen, size_t nfunc,
+kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
     const uint64_t *start, const uint64_t *limit, uint32_t *out)
 {
 	const struct kk_row *r;
@@ -453,7 +454,7 @@ kk_summarise(const uint8_t *buf, size_t buflen, size_t nfunc,
 		col = out + k * ncol;
 		memset(col, 0, ncol * sizeof(*col));
 		if (kk_walk(buf + start[k], buflen - start[k], limit[k],
-		    0, KK_TEXT_NONE) != KK_NEXT) {
+		    base + start[k], KK_TEXT_NONE) != KK_NEXT) {
 			col[KK_COL_N] = KK_DEFERRED;
 			continue;
 		}
