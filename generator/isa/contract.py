@@ -147,6 +147,7 @@ class Accelerator(NamedTuple):
     byte_fields: FrozenSet[str] = frozenset()  # row fields that are bytes, not numbers
     classes: Tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
     init: Callable[[Any], List[Any]] = lambda lib: []  # the step's own set-up with the loaded library
+    sources: Tuple[Path, ...] = ()  # other C the step is built with: a step ISAs share (isa/accel/kk_dbp.c), its header
 
     @property
     def json_fields(self) -> Tuple[Tuple[str, str, str], ...]:

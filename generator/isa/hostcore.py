@@ -81,7 +81,7 @@ def _sources(isa: Isa) -> List[Path]:
     its own, then what it shares, e.g. ``dbp/kinst_core_dbp.c``)."""
     acc = isa.accelerator
     core = [p for d in isa.kmod.kinst_dirs for p in sorted((SYS_MODULES / "kinst" / d).glob("kinst_core*.[ch]"))]
-    return [GENERIC_DIR / "kk_host.c", GENERIC_DIR / "kk_host.h", acc.walk_c, *acc.headers, *core,
+    return [GENERIC_DIR / "kk_host.c", GENERIC_DIR / "kk_host.h", acc.walk_c, *acc.headers, *acc.sources, *core,
             SYS_MODULES / "kinst" / "kinst_funcs.c", SYS_MODULES / "kinst" / "kinst_funcs.h"]
 
 

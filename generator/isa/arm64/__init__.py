@@ -16,9 +16,6 @@
 
 from __future__ import annotations
 
-import functools
-
-from .. import hostcore
 from . import classify as _classify
 from . import decode as _decode
 from . import probe_md as _md
@@ -28,6 +25,7 @@ from . import tables as _tables
 from .oracle import QUIRKS
 from .walk import ACCELERATOR
 from ..contract import Isa, Kmod, package_parts
+from ..dbp import isa_parts
 from .dwarfregs import DWARF_REGS
 
 ISA = Isa(
@@ -47,14 +45,6 @@ ISA = Isa(
     ),
     **package_parts(_decode, _classify, _md, _table),
     # kinst's verdict and the prologue rule are the portable core's, run on the host (isa/hostcore.py).
-    classify=functools.partial(hostcore.classify, "arm64"),
-    frame_verdict=functools.partial(hostcore.frame_verdict, "arm64"),
-    accelerator=ACCELERATOR,
-    refusals=_tables.CORE_REFUSALS,
-    core_consts=_tables.CORE_CONSTS,
-    word_sets=_tables.CORE_WORD_SETS,
-    reloc_insert=_relocs.insert,
-    branch_reloc=_relocs.branch_field,
-    mapping_symbols=True,
+    **isa_parts("arm64", _tables, _relocs, ACCELERATOR),
     dwarf_regs=DWARF_REGS,
 )

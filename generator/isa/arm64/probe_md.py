@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
+from ..dbp import NO_DISPOFF, md_json
 from ..contract import FlagBit, TableKind
 
 KIND_TRAMPOLINE = "trampoline"
@@ -67,15 +68,10 @@ class ProbeMd(NamedTuple):
     size: int  # ldr literal: bytes loaded (4 or 8; 0 for prfm)
     signed: bool  # ldrsw
 
-    @property
-    def dispoff(self) -> int:
-        """What the plan hands ``stream_record`` (amd64's rel32 position): no such field here."""
-        return 0
+    dispoff = NO_DISPOFF
 
     def to_json(self) -> Dict[str, Any]:
-        d = self._asdict()
-        d["insn"] = f"{self.insn:#010x}"
-        return d
+        return md_json(self, self.instlen)
 
 
 def skip_md(length: int) -> ProbeMd:

@@ -18,17 +18,11 @@ them through the constants ``CORE_CONSTS`` and ``CORE_WORD_SETS`` render into
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, NamedTuple, Tuple
+from typing import Dict, FrozenSet, Tuple
 
 from ..contract import CConst, CoreRefusal, WordSet
+from ..dbp import Encoding, encoding_consts
 
-
-class Encoding(NamedTuple):
-    mask: int
-    match: int
-
-    def has(self, word: int) -> bool:
-        return word & self.mask == self.match
 
 
 # kinst's classes of an instruction word (enum kinst_instr), in kinst's order.
@@ -169,8 +163,7 @@ _CORE_ENCODINGS: Dict[str, Encoding] = {
     "STP_PRE_64": STP_PRE_64, "SUB_SP_IMM": SUB_SP_IMM, "SVE_ADR": NOT_PC_RELATIVE[0],
 }
 CORE_CONSTS: Tuple[CConst, ...] = (
-    *(c for name, enc in _CORE_ENCODINGS.items()
-      for c in (CConst(f"KINST_{name}_MASK", enc.mask, name.lower()), CConst(f"KINST_{name}_MATCH", enc.match, name.lower()))),
+    *encoding_consts(_CORE_ENCODINGS),
     CConst("KINST_NOP", NOP, "nop: a leading one marks an asm function for the prologue rule"),
     CConst("KINST_WRITABLE_REGS", sum(1 << r for r in WRITABLE_REGS), "WRITABLE_REGS as a mask of x0-x31"),
     *(CConst(f"KINST_C_{name.upper()}", i, f"kinst's class {name}") for i, name in enumerate(KINST_TYPES)),

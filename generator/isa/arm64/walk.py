@@ -11,14 +11,12 @@ and per ``tables.EXCEPTION_SYSREGS`` member, and the step picks among them
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 from . import probe_md as M
 from . import tables as T
-from ..contract import Accelerator
+from ..dbp import accelerator
 
-ACCEL_DIR = Path(__file__).resolve().parent / "accel"
 BY_NONE, BY_REG, BY_SYSREG = 0, 1, 2  # kk_walk.c's KK_BY_*
 
 
@@ -58,16 +56,5 @@ def _init(lib: Any) -> List[Any]:
     return [first, by]
 
 
-ACCELERATOR = Accelerator(
-    walk_c=ACCEL_DIR / "kk_walk.c",
-    headers=(),
-    reasons=REASONS,
-    names={},
-    undecodable=T.REASONS["undecodable"],
-    prologue_rules=("any", "first"),
-    md_fields=_FIELDS,
-    md_record=_md_record,
-    md_json=(),  # the JSON fast path is not used on an ISA with mapping symbols (analysis/fastjson.py)
-    classes=T.KINST_TYPES,
-    init=_init,
-)
+ACCELERATOR = accelerator(__file__, T, reasons=REASONS, md_fields=_FIELDS, md_record=_md_record, classes=T.KINST_TYPES,
+                          init=_init)

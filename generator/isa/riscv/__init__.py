@@ -17,10 +17,8 @@
 
 from __future__ import annotations
 
-import functools
-
-from .. import hostcore
 from ..contract import Isa, Kmod, package_parts
+from ..dbp import isa_parts
 from . import classify as _classify
 from . import decode as _decode
 from . import probe_md as _md
@@ -53,14 +51,6 @@ ISA = Isa(
     ),
     **package_parts(_decode, _classify, _md, _table),
     # kinst's verdict and the prologue rule are the portable core's, run on the host (isa/hostcore.py).
-    classify=functools.partial(hostcore.classify, "riscv"),
-    frame_verdict=functools.partial(hostcore.frame_verdict, "riscv"),
-    accelerator=ACCELERATOR,
-    refusals=_tables.CORE_REFUSALS,
-    core_consts=_tables.CORE_CONSTS,
-    word_sets=_tables.CORE_WORD_SETS,
-    reloc_insert=_relocs.insert,
-    branch_reloc=_relocs.branch_field,
-    mapping_symbols=True,
+    **isa_parts("riscv", _tables, _relocs, ACCELERATOR),
     dwarf_regs=DWARF_REGS,
 )

@@ -20,17 +20,11 @@ constants ``CORE_CONSTS`` and ``CORE_WORD_SETS`` render into
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, NamedTuple, Tuple
+from typing import Dict, FrozenSet, Tuple
 
 from ..contract import CConst, CoreRefusal, WordSet
+from ..dbp import Encoding, encoding_consts
 
-
-class Encoding(NamedTuple):
-    mask: int
-    match: int
-
-    def has(self, value: int) -> bool:
-        return value & self.mask == self.match
 
 
 # 32-bit major opcodes kinst emulates (kinst_instr_dissect()): value & 0x7f.
@@ -109,9 +103,7 @@ CORE_CONSTS: Tuple[CConst, ...] = (
     *(CConst(f"KINST_OP_{name.upper()}", op, f"major opcode of {name}") for op, name in
       ((OPCODE_JAL, "jal"), (OPCODE_JALR, "jalr"), (OPCODE_BRANCH, "branch"), (OPCODE_AUIPC, "auipc"),
        (OPCODE_SYSTEM, "system"))),
-    *(c for name, enc in _CORE_ENCODINGS.items()
-      for c in (CConst(f"KINST_{name}_MASK", enc.mask, name.lower()),
-                CConst(f"KINST_{name}_MATCH", enc.match, name.lower()))),
+    *encoding_consts(_CORE_ENCODINGS),
 )
 CORE_WORD_SETS: Tuple[WordSet, ...] = (
     WordSet("KINST_TRAP_CSRS", tuple(TRAP_CSRS), "TRAP_CSRS: the CSR numbers a trap overwrites"),

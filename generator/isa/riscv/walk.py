@@ -10,14 +10,11 @@ the condition and the link register.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Dict
 
 from . import probe_md as M
 from . import tables as T
-from ..contract import Accelerator
-
-ACCEL_DIR = Path(__file__).resolve().parent / "accel"
+from ..dbp import accelerator
 
 # kinst's emulation type of each table kind (index: Isa.table_kinds); a compressed branch or register jump is
 # named by its km_funct3 (c.beqz 0, c.bnez 1) or km_rd (c.jr 0, c.jalr 1).
@@ -36,14 +33,5 @@ def _md_record(row: Dict[str, Any]) -> M.ProbeMd:
                      row["km_rs2"], row["km_imm"], row["km_funct3"])
 
 
-ACCELERATOR = Accelerator(
-    walk_c=ACCEL_DIR / "kk_walk.c",
-    headers=(),
-    reasons=tuple(r.reason for r in T.CORE_REFUSALS),
-    names={},
-    undecodable=T.REASONS["undecodable"],
-    prologue_rules=("any", "first"),
-    md_fields=_FIELDS,
-    md_record=_md_record,
-    md_json=(),  # the JSON fast path is not used on an ISA with mapping symbols (analysis/fastjson.py)
-)
+ACCELERATOR = accelerator(__file__, T, reasons=tuple(r.reason for r in T.CORE_REFUSALS), md_fields=_FIELDS,
+                          md_record=_md_record)

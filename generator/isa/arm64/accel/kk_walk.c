@@ -1,31 +1,27 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kk_walk.c: the arm64 step of the analysis's walk (../../accel/kk_host.h).
+ * kk_walk.c: the arm64 hooks of the double-breakpoint step
+ * (../../accel/kk_dbp.h), which walks a function word by word.
  *
- * Every instruction is one word.  What kinst makes of it is
- * kinst_core_dissect()'s, the portable core's (the kernel's own rule);
- * this file adds what needs capstone, the decoder of record: that it
- * decodes the word at all, and that the mnemonic and the address it prints
- * are the ones the emulation will use.  What spans words goes back to
- * Python (KK_DEFER): a function with a word capstone cannot decode, a
- * load- or store-exclusive (kinst's LDX/STX blocks), an access to an EL1
- * exception register (its regions), or a symbol that is not a whole number
- * of aligned words (the walk error).  generator/isa/arm64/walk.py hands
- * it its data.
+ * What kinst makes of a word is kinst_core_dissect()'s, the portable
+ * core's (the kernel's own rule); this file adds what needs capstone's
+ * text, that the mnemonic and the address it prints are the ones the
+ * emulation will use, the reason code of a refusal that names a register,
+ * and the prologue rule.  What spans words goes back to Python: a load- or
+ * store-exclusive (kinst's LDX/STX blocks) and an access to an EL1
+ * exception register (its regions).  generator/isa/arm64/walk.py hands it
+ * its data.
  */
 
-#include <stdlib.h>
 #include <string.h>
 
-#include <capstone/capstone.h>
-
-#include "kk_host.h"
+#include "kk_dbp.h"
 
 #define	KK_IS(w, c)	(((w) & KINST_##c##_MASK) == KINST_##c##_MATCH)
 
-static csh kk_cs;
-static cs_insn *kk_insn;
+const cs_arch kk_dbp_arch = CS_ARCH_ARM64;
+const cs_mode kk_dbp_mode = CS_MODE_ARM;
 
 /*
  * From walk.py (kk_arm64_init()): the first reason code of each KINST_RF_*
@@ -65,18 +61,6 @@ kk_arm64_init(const uint8_t *first, const uint8_t *by, unsigned n)
 	return (0);
 }
 
-int
-kk_isa_open(void)
-{
-
-	if (kk_insn != NULL)
-		return (0);
-	if (cs_open(CS_ARCH_ARM64, CS_MODE_ARM, &kk_cs) != CS_ERR_OK ||
-	    (kk_insn = cs_malloc(kk_cs)) == NULL)
-		return (-1);
-	return (0);
-}
-
 /* The reason code of the core's refusal 'rf' of the word in 'md'. */
 static unsigned
 kk_reason(int rf, const struct kinst_md *md)
@@ -97,16 +81,6 @@ kk_reason(int rf, const struct kinst_md *md)
 	default:
 		return (kk_first[rf - 1]);
 	}
-}
-
-static int
-kk_among(const char *s, const char *const *list)
-{
-
-	for (; *list != NULL; list++)
-		if (strcmp(s, *list) == 0)
-			return (1);
-	return (0);
 }
 
 /* capstone's mnemonics of each emulated kind, and of a direct branch. */
@@ -188,14 +162,15 @@ kk_last_imm(const char *ops, uint64_t *v)
  * no PC-relative mnemonic for a word the core copies, and the address the
  * emulation computes?
  */
-static int
-kk_cross_check(const struct kinst_md *md, uint64_t address,
+int
+kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
     const char *mnemonic, const char *ops)
 {
 	const char *const *names;
 	uint64_t want, got;
 	unsigned kind;
 
+	(void)rf;	/* a refused word's kind is still checked */
 	kind = md->km_kind;
 	names = kk_mnemonics(kind);
 	if (kind == KINST_K_BCOND) {
@@ -203,9 +178,9 @@ kk_cross_check(const struct kinst_md *md, uint64_t address,
 		    strncmp(mnemonic, "bc.", 3) != 0)
 			return (0);
 	} else if (names != NULL) {
-		if (!kk_among(mnemonic, names))
+		if (!kk_dbp_among(mnemonic, names))
 			return (0);
-	} else if ((kk_among(mnemonic, kk_m_pcrel) ||
+	} else if ((kk_dbp_among(mnemonic, kk_m_pcrel) ||
 	    strncmp(mnemonic, "b.", 2) == 0) && !KK_IS(md->km_insn, SVE_ADR))
 		return (0);
 	if (kind == KINST_K_TRAMPOLINE || kind == KINST_K_BR_REG ||
@@ -226,21 +201,12 @@ kk_branches(unsigned kind)
 	    kind == KINST_K_TBZ);
 }
 
-int
-kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
-    const char *mnemonic, const char *operands, struct kk_row *row)
+/* The row of a word the core refused with 'rf' (0: none) at 'address'. */
+void
+kk_dbp_verdict(struct kk_row *row, int rf, uint64_t address)
 {
-	int rc;
 
-	row->kr_len = (uint8_t)len;
-	row->kr_flags = 0;
-	row->kr_cache = 0;
-	row->kr_target = 0;
-	row->kr_text = KK_NO_TEXT;
-	rc = kinst_core_dissect(b, (kc_uint32_t)len, &row->kr_md);
-	if (rc < 0 || !kk_cross_check(&row->kr_md, address, mnemonic, operands))
-		return (KK_ERROR);
-	row->kr_reason = (uint8_t)kk_reason(rc, &row->kr_md);
+	row->kr_reason = (uint8_t)kk_reason(rf, &row->kr_md);
 	row->kr_class = row->kr_md.km_class;
 	if (kk_branches(row->kr_md.km_kind)) {
 		row->kr_target = address + (uint64_t)row->kr_md.km_imm;
@@ -250,17 +216,17 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	if (row->kr_md.km_kind == KINST_K_TRAMPOLINE ||
 	    row->kr_md.km_kind == KINST_K_BR_REG)
 		row->kr_flags |= KK_R_CACHEABLE;
-	row->kr_text = kk_text_add(mnemonic, operands, mnemonic);
-	return (KK_NEXT);
 }
 
 /* Does the word need the whole function's context (Python's)? */
-static int
-kk_context(uint32_t w)
+int
+kk_dbp_context(const uint8_t *p, size_t len)
 {
 	static const uint32_t regs[] = KINST_EXC_SYSREGS;
+	uint32_t w;
 	unsigned i;
 
+	w = kinst_core_get(p, (int)len);
 	if (KK_IS(w, LDX) || KK_IS(w, STX))
 		return (1);
 	if (!KK_IS(w, MRS) && !KK_IS(w, MSR))
@@ -269,58 +235,6 @@ kk_context(uint32_t w)
 		if (((w >> 5) & 0x7fff) == regs[i])
 			return (1);
 	return (0);
-}
-
-static inline int
-kk_step(const uint8_t *code, size_t len, size_t off, uint64_t address,
-    int text, struct kk_row *row)
-{
-	const uint8_t *p;
-	uint64_t a;
-	size_t n;
-	int rv;
-
-	p = code + off;
-	if (off + KINST_INSN_SIZE > len ||
-	    kk_context(kinst_core_get(p, KINST_INSN_SIZE)))
-		return (KK_DEFER);
-	if (kk_cache_get(p, KINST_INSN_SIZE, text != KK_TEXT_NONE, row)) {
-		row->kr_off = (uint32_t)off;
-		return (KK_NEXT);
-	}
-	n = KINST_INSN_SIZE;
-	a = address + off;
-	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn))
-		return (KK_DEFER);	/* undecodable: Python says so */
-	rv = kk_isa_classify(code + off, KINST_INSN_SIZE, address + off,
-	    kk_insn->mnemonic, kk_insn->op_str, row);
-	if (rv != KK_NEXT)
-		return (rv);
-	row->kr_off = (uint32_t)off;
-	kk_cache_add(code + off, KINST_INSN_SIZE, row);
-	if (text == KK_TEXT_NONE)
-		row->kr_text = KK_NO_TEXT;
-	return (KK_NEXT);
-}
-
-int
-kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text, struct kk_row *rows, size_t cap, size_t *n)
-{
-	size_t off;
-	int rv;
-
-	*n = 0;
-	if (limit % KINST_INSN_SIZE != 0 || address % KINST_INSN_SIZE != 0)
-		return (KK_DEFER);	/* the walk error is Python's */
-	for (off = 0; off < limit; off += KINST_INSN_SIZE, rows++, (*n)++) {
-		if (*n == cap)
-			return (KK_FULL);
-		rv = kk_step(code, len, off, address, text, rows);
-		if (rv != KK_NEXT)
-			return (rv);
-	}
-	return (KK_NEXT);
 }
 
 /*

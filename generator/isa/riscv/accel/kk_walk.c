@@ -1,31 +1,27 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kk_walk.c: the riscv step of the analysis's walk (../../accel/kk_host.h).
+ * kk_walk.c: the riscv hooks of the double-breakpoint step
+ * (../../accel/kk_dbp.h), which walks a function's 2- and 4-byte
+ * instructions.
  *
- * An instruction is 2 or 4 bytes, as its low bits say; capstone, the
- * decoder of record, must decode it to that length.  What kinst makes of
- * it is kinst_core_dissect()'s, the portable core's (the kernel's own
- * rule); this file adds what needs capstone's text: that the mnemonic is
- * of the kind the core found and that the offset or immediate it prints
- * is the one the emulation will use.  What spans instructions goes back to
- * Python (KK_DEFER): a function with bytes capstone cannot decode (after
- * them, boundaries are lost), a load-reserved or store-conditional
- * (kinst's LR/SC blocks), an access to a trap CSR (its regions), or a
- * walk that does not end at the symbol's end (the walk error).
+ * What kinst makes of an instruction is kinst_core_dissect()'s, the
+ * portable core's (the kernel's own rule); this file adds what needs
+ * capstone's text, that the mnemonic is of the kind the core found and
+ * that the offset or immediate it prints is the one the emulation will
+ * use, and the prologue rules.  What spans instructions goes back to
+ * Python: a load-reserved or store-conditional (kinst's LR/SC blocks) and
+ * an access to a trap CSR (its regions).
  */
 
-#include <stdlib.h>
 #include <string.h>
 
-#include <capstone/capstone.h>
-
-#include "kk_host.h"
+#include "kk_dbp.h"
 
 #define	KK_IS(v, c)	(((v) & KINST_##c##_MASK) == KINST_##c##_MATCH)
 
-static csh kk_cs;
-static cs_insn *kk_insn;
+const cs_arch kk_dbp_arch = CS_ARCH_RISCV;
+const cs_mode kk_dbp_mode = (cs_mode)(CS_MODE_RISCV64 | CS_MODE_RISCVC);
 
 /* The parts of struct kinst_md Python reads (generic ones: kk_host.c). */
 const struct kk_field kk_isa_fields[] = {
@@ -39,28 +35,6 @@ const struct kk_field kk_isa_fields[] = {
 	KK_FIELD(kr_md.km_funct3, 1),
 	{ NULL, 0, 0, 0 }
 };
-
-int
-kk_isa_open(void)
-{
-
-	if (kk_insn != NULL)
-		return (0);
-	if (cs_open(CS_ARCH_RISCV, CS_MODE_RISCV64 | CS_MODE_RISCVC,
-	    &kk_cs) != CS_ERR_OK || (kk_insn = cs_malloc(kk_cs)) == NULL)
-		return (-1);
-	return (0);
-}
-
-static int
-kk_among(const char *s, const char *const *list)
-{
-
-	for (; *list != NULL; list++)
-		if (strcmp(s, *list) == 0)
-			return (1);
-	return (0);
-}
 
 /* capstone's mnemonics of each emulated kind. */
 static const char *const kk_m_jal[] = { "jal", "j", NULL };
@@ -158,22 +132,23 @@ kk_last_operand(const char *ops, int64_t *v)
  * mnemonic, none of an emulated kind for one the core copies or refuses,
  * and the offset (auipc: the immediate) the emulation uses?
  */
-static int
-kk_cross_check(const struct kinst_md *md, int refused, const char *mnemonic,
-    const char *ops)
+int
+kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
+    const char *mnemonic, const char *ops)
 {
 	const char *const *const *l;
 	const char *const *names;
 	int64_t v;
 	unsigned kind;
 
-	kind = refused ? KINST_K_TRAMPOLINE : md->km_kind;
+	(void)address;	/* capstone prints offsets */
+	kind = rf != 0 ? KINST_K_TRAMPOLINE : md->km_kind;
 	names = kk_mnemonics(kind);
-	if (names != NULL && !kk_among(mnemonic, names))
+	if (names != NULL && !kk_dbp_among(mnemonic, names))
 		return (0);
 	if (names == NULL) {
 		for (l = kk_m_all; *l != NULL; l++)
-			if (kk_among(mnemonic, *l))
+			if (kk_dbp_among(mnemonic, *l))
 				return (0);
 		return (1);
 	}
@@ -187,40 +162,30 @@ kk_cross_check(const struct kinst_md *md, int refused, const char *mnemonic,
 	return (1);
 }
 
-int
-kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
-    const char *mnemonic, const char *operands, struct kk_row *row)
+/* The row of an instruction the core refused with 'rf' (0: none). */
+void
+kk_dbp_verdict(struct kk_row *row, int rf, uint64_t address)
 {
-	int rc;
 
-	row->kr_len = (uint8_t)len;
+	row->kr_reason = (uint8_t)rf;
 	row->kr_flags = KK_R_CACHEABLE;	/* capstone prints offsets */
-	row->kr_cache = 0;
-	row->kr_target = 0;
-	row->kr_class = 0;
-	row->kr_text = KK_NO_TEXT;
-	rc = kinst_core_dissect(b, (kc_uint32_t)len, &row->kr_md);
-	if (rc < 0 || !kk_cross_check(&row->kr_md, rc != 0, mnemonic,
-	    operands))
-		return (KK_ERROR);
-	row->kr_reason = (uint8_t)rc;
-	if (rc == 0 && kk_offset_kind(row->kr_md.km_kind)) {
+	if (rf == 0 && kk_offset_kind(row->kr_md.km_kind)) {
 		row->kr_target = address + (uint64_t)row->kr_md.km_imm;
 		row->kr_flags |= KK_R_TARGET;
 	}
-	row->kr_text = kk_text_add(mnemonic, operands, mnemonic);
-	return (KK_NEXT);
 }
 
 /* Does the instruction need the whole function's context (Python's)? */
-static int
-kk_context(uint32_t v, size_t len)
+int
+kk_dbp_context(const uint8_t *p, size_t len)
 {
 	static const uint32_t csrs[] = KINST_TRAP_CSRS;
+	uint32_t v;
 	unsigned i;
 
 	if (len != KINST_INSN_SIZE)
 		return (0);
+	v = kinst_core_get(p, (int)len);
 	if (KK_IS(v, LR_W) || KK_IS(v, LR_D) || KK_IS(v, SC_W) ||
 	    KK_IS(v, SC_D))
 		return (1);
@@ -230,66 +195,6 @@ kk_context(uint32_t v, size_t len)
 		if (v >> 20 == csrs[i])
 			return (1);
 	return (0);
-}
-
-static inline int
-kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
-    uint64_t address, int text, struct kk_row *row)
-{
-	const uint8_t *p;
-	uint64_t a;
-	size_t n, ilen;
-	int rv;
-
-	p = code + off;
-	if (off + KINST_INSN_C_SIZE > len)
-		return (KK_DEFER);
-	ilen = (p[0] & 3) != 3 ? KINST_INSN_C_SIZE :
-	    (p[0] & 0x1f) != 0x1f ? KINST_INSN_SIZE : 0;
-	if (ilen == 0 || off + ilen > len || off + ilen > limit ||
-	    kk_context(kinst_core_get(p, (int)ilen), ilen))
-		return (KK_DEFER);
-	if (kk_cache_get(p, ilen, text != KK_TEXT_NONE, row)) {
-		row->kr_off = (uint32_t)off;
-		if ((row->kr_flags & KK_R_TARGET) != 0)
-			row->kr_target = address + off +
-			    (uint64_t)row->kr_md.km_imm;
-		return (KK_NEXT);
-	}
-	n = len - off;
-	a = address + off;
-	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
-	    kk_insn->size != ilen)
-		return (KK_DEFER);	/* undecodable: Python says so */
-	rv = kk_isa_classify(code + off, ilen, address + off,
-	    kk_insn->mnemonic, kk_insn->op_str, row);
-	if (rv != KK_NEXT)
-		return (rv);
-	row->kr_off = (uint32_t)off;
-	kk_cache_add(code + off, ilen, row);
-	if (text == KK_TEXT_NONE)
-		row->kr_text = KK_NO_TEXT;
-	return (KK_NEXT);
-}
-
-int
-kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text, struct kk_row *rows, size_t cap, size_t *n)
-{
-	size_t off;
-	int rv;
-
-	*n = 0;
-	if (address % KINST_INSN_C_SIZE != 0)
-		return (KK_DEFER);	/* the walk error is Python's */
-	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
-		if (*n == cap)
-			return (KK_FULL);
-		rv = kk_step(code, len, off, limit, address, text, rows);
-		if (rv != KK_NEXT)
-			return (rv);
-	}
-	return (KK_NEXT);
 }
 
 /* The 32-bit little-endian value at code[p, limit), zeros past limit. */

@@ -181,20 +181,13 @@ kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
 	return (kinst_core_common(w, md));
 }
 
-/*
- * The emulation data for the live word 'b' that record 'ki' describes:
- * kinst_core_dissect() must accept the word and find the recorded kind.
- */
+/* The length the word at 'b' announces: always a word. */
 int
-kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
-    struct kinst_md *md)
+kinst_core_length(const volatile kc_uint8_t *b)
 {
 
-	if (ki->ki_kind >= KINST_NKINDS || ki->ki_len != KINST_INSN_SIZE ||
-	    kinst_core_dissect(b, KINST_INSN_SIZE, md) != 0 ||
-	    md->km_kind != ki->ki_kind)
-		return (KINST_E_TABLE);
-	return (0);
+	(void)b;
+	return (KINST_INSN_SIZE);
 }
 
 /*

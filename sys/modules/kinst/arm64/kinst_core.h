@@ -27,6 +27,7 @@
 
 #define	KINST_INSN_SIZE		4
 #define	KINST_MAX_INSN		4
+#define	KINST_INSN_ALIGN	4	/* where an instruction may start */
 #define	KINST_PATCH_SIZE	4	/* brk over the whole word */
 
 /* struct kinst_md km_flags: KINST_MD_* of kinst_encoding.h (FLAG_BITS). */
@@ -57,10 +58,6 @@ struct kinst_md {
 	kc_uint8_t	km_flags;	/* KINST_MD_* */
 	kc_uint8_t	km_class;	/* kinst's enum kinst_instr: KINST_C_* */
 };
-
-/* kinst's rule for one word: 0, a KINST_RF_* refusal, or -1. */
-int	kinst_core_dissect(const volatile kc_uint8_t *, kc_uint32_t,
-	    struct kinst_md *);
 
 #include "kinst_core_dbp.h"
 

@@ -42,6 +42,8 @@ struct kinst_insn {
 
 /* dbp/kinst_core_dbp.c */
 int	kinst_core_next(struct kinst_walk *, struct kinst_insn *);
+int	kinst_core_derive(const struct kinst_insn *,
+	    const volatile kc_uint8_t *, struct kinst_md *);
 int	kinst_core_digest_ok(const struct kinst_table *,
 	    const struct kinst_func *, kc_uint8_t *);
 int	kinst_core_is_emulated(const struct kinst_md *);
@@ -53,11 +55,15 @@ void	kinst_core_put(volatile kc_uint8_t *, kc_uint32_t, int);
 /*
  * <arch>/kinst_core.c.  kinst_core_record(): the kind or KINST_R_REFUSED a
  * record byte holds, and in *len the length of its instruction; -1 for a
- * byte with bits the ISA's records never set.
+ * byte with bits the ISA's records never set.  kinst_core_length(): the
+ * length the instruction at a pointer announces (0: none this ISA has).
+ * kinst_core_dissect(): kinst's rule for one instruction (0, a KINST_RF_*
+ * refusal, or -1 for a length it is not).
  */
 int	kinst_core_record(kc_uint8_t, kc_uint8_t *);
-int	kinst_core_derive(const struct kinst_insn *,
-	    const volatile kc_uint8_t *, struct kinst_md *);
+int	kinst_core_length(const volatile kc_uint8_t *);
+int	kinst_core_dissect(const volatile kc_uint8_t *, kc_uint32_t,
+	    struct kinst_md *);
 int	kinst_core_tramp_fill(const struct kinst_md *, volatile kc_uint8_t *);
 kc_uintptr_t kinst_core_resume(const struct kinst_md *, kc_uintptr_t);
 int	kinst_core_emulate(const struct kinst_md *, kc_uintptr_t,

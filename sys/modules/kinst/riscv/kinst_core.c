@@ -164,27 +164,16 @@ kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
 }
 
 /*
- * The emulation data for the live instruction 'b' that record 'ki'
- * describes.  Its length must be the one its encoding announces, and
- * kinst_core_dissect() must accept it as of the recorded kind.
+ * The length the instruction at 'b' announces (its low bits): 2, 4, or 0
+ * for 6 bytes or more, which no RV64GC instruction is.
  */
 int
-kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
-    struct kinst_md *md)
+kinst_core_length(const volatile kc_uint8_t *b)
 {
-	kc_uint32_t v;
 
-	if (ki->ki_kind >= KINST_NKINDS)
-		return (KINST_E_TABLE);
-	v = kinst_core_get(b, KINST_INSN_C_SIZE);
-	if (((v & 3) == 3) != (ki->ki_len == KINST_INSN_SIZE))
-		return (KINST_E_TABLE);
-	if (ki->ki_len == KINST_INSN_SIZE && (v & 0x1f) == 0x1f)
-		return (KINST_E_TABLE);	/* 6 bytes or more */
-	if (kinst_core_dissect(b, ki->ki_len, md) != 0 ||
-	    md->km_kind != ki->ki_kind)
-		return (KINST_E_TABLE);
-	return (0);
+	if ((b[0] & 3) != 3)
+		return (KINST_INSN_C_SIZE);
+	return ((b[0] & 0x1f) != 0x1f ? KINST_INSN_SIZE : 0);
 }
 
 /*

@@ -35,6 +35,7 @@
 #define	KINST_INSN_SIZE		4
 #define	KINST_INSN_C_SIZE	2
 #define	KINST_MAX_INSN		4
+#define	KINST_INSN_ALIGN	2	/* where an instruction may start */
 #define	KINST_C_NOP		0x0001
 #define	KINST_PATCH_SIZE	2	/* c.ebreak over the first halfword */
 
@@ -59,10 +60,6 @@ struct kinst_md {
 	kc_uint8_t	km_rs2;		/* 0xff: none */
 	kc_uint8_t	km_funct3;	/* branch condition (c.beqz 0, c.bnez 1) */
 };
-
-/* kinst's rule for one instruction: 0, a KINST_RF_* refusal, or -1. */
-int	kinst_core_dissect(const volatile kc_uint8_t *, kc_uint32_t,
-	    struct kinst_md *);
 
 #include "kinst_core_dbp.h"
 
