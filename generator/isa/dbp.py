@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Dict, Iterable, NamedTuple, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import hostcore
 from .contract import Accelerator, CConst
@@ -81,3 +81,53 @@ def record_codes(kinds: int, refused: int, extra: Iterable[CConst]) -> Tuple[CCo
     """The compact table's record codes: the kinds, the refusal, then the ISA's own bits."""
     return (CConst("KINST_NKINDS", kinds, "record codes below this are enum kinst_kind"),
             CConst("KINST_R_REFUSED", refused, "no probe: the instruction is refused"), *extra)
+
+
+def blocks(items: Sequence[Tuple[int, Any]], opens: Callable[[Any], bool], closes: Callable[[Any], bool],
+           inside: str, unterminated: str, out: Dict[int, str]) -> None:
+    """kinst's exclusive blocks (arm64's LDX/STX, riscv's LR/SC): each instruction ``(offset, value)`` from one
+    that ``opens`` a block up to the next that ``closes`` it is refused with ``inside`` (the two ends are
+    refused by the core already), and after an open block with no end, with ``unterminated``."""
+    block: List[int] = []
+    is_open = False
+    for off, v in items:
+        if opens(v):
+            is_open = True
+        elif closes(v):
+            for o in block:
+                out.setdefault(o, inside)
+            block, is_open = [], False
+            continue
+        if is_open:
+            block.append(off)
+    for o in block:
+        out.setdefault(o, unterminated)
+
+
+def trap_register_regions(items: Sequence[Tuple[int, Any]], reads: Callable[[Any], Optional[str]],
+                          writes: Callable[[Any], Optional[str]], returns: Callable[[Any], bool],
+                          entry: Callable[[str, int], str], leaving: Callable[[str, int], str],
+                          out: Dict[int, str]) -> None:
+    """The regions a breakpoint trap would corrupt the registers of a trap of its own in (arm64's EL1
+    exception registers, riscv's trap CSRs): every instruction up to the function's last that ``reads`` one
+    (refused with ``entry(name, its offset)``), and from one that ``writes`` a register the exception return
+    consumes through the return (``leaving(name, offset)``)."""
+    last: Optional[Tuple[int, str]] = None
+    for off, v in items:
+        name = reads(v)
+        if name is not None:
+            last = (off, name)
+    if last is not None:
+        why = entry(last[1], last[0])
+        for off, _ in items:
+            if off <= last[0]:
+                out.setdefault(off, why)
+    live: Optional[str] = None
+    for off, v in items:
+        name = writes(v)
+        if name is not None and live is None:
+            live = leaving(name, off)
+        if live is not None:
+            out.setdefault(off, live)
+            if returns(v):
+                live = None

@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import tables as T
 from ..contract import BAD, Insn
+from ..dbp import Encoding, blocks, trap_register_regions
 
 # kinst_md_excluded() on arm64, with the reasons.
 MD_EXCLUDED: Dict[str, str] = {
@@ -66,39 +67,16 @@ def context_refusals(insns: Sequence[Insn], code: bytes = b"") -> Dict[int, str]
 
 
 def _exclusive_blocks(words: List[Tuple[int, int]], out: Dict[int, str]) -> None:
-    open_block: List[int] = []
-    inside = False
-    for off, w in words:
-        if T.LDX.has(w):
-            inside = True
-        elif T.STX.has(w):
-            for o in open_block:
-                out.setdefault(o, T.REASONS["ldx-block"])
-            open_block, inside = [], False
-            continue
-        if inside:
-            open_block.append(off)
-    for o in open_block:
-        out.setdefault(o, T.REASONS["ldx-unterminated"])
+    blocks(words, T.LDX.has, T.STX.has, T.REASONS["ldx-block"], T.REASONS["ldx-unterminated"], out)
+
+
+def _sysreg(w: int, move: Encoding, regs) -> Optional[str]:
+    """The exception register an MRS or MSR (``move``) of one of ``regs`` names, else None."""
+    return T.EXCEPTION_SYSREGS[w >> 5 & 0x7FFF] if move.has(w) and (w >> 5 & 0x7FFF) in regs else None
 
 
 def _exception_registers(words: List[Tuple[int, int]], out: Dict[int, str]) -> None:
-    last_read: Optional[Tuple[int, str]] = None
-    for off, w in words:
-        reg = w >> 5 & 0x7FFF
-        if T.MRS.has(w) and reg in T.EXCEPTION_SYSREGS:
-            last_read = (off, T.EXCEPTION_SYSREGS[reg])
-    if last_read is not None:
-        why = T.REASONS["exception-entry"].format(sysreg=last_read[1], at=last_read[0])
-        for off, _ in words:
-            if off <= last_read[0]:
-                out.setdefault(off, why)
-    live: Optional[str] = None
-    for off, w in words:
-        reg = w >> 5 & 0x7FFF
-        if T.MSR.has(w) and reg in T.ERET_SYSREGS and live is None:
-            live = T.REASONS["exception-return"].format(sysreg=T.EXCEPTION_SYSREGS[reg], at=off)
-        if live is not None:
-            out.setdefault(off, live)
-            if T.ERET.has(w):
-                live = None
+    trap_register_regions(
+        words, lambda w: _sysreg(w, T.MRS, T.EXCEPTION_SYSREGS), lambda w: _sysreg(w, T.MSR, T.ERET_SYSREGS),
+        T.ERET.has, lambda reg, at: T.REASONS["exception-entry"].format(sysreg=reg, at=at),
+        lambda reg, at: T.REASONS["exception-return"].format(sysreg=reg, at=at), out)

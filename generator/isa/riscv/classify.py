@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..contract import BAD, Insn
 from . import tables as T
 from .decode import SIZED
+from ..dbp import blocks, trap_register_regions
 
 # kinst_md_excluded() on riscv, with the reasons.
 MD_EXCLUDED: Dict[str, str] = {
@@ -80,41 +81,22 @@ def context_refusals(insns: Sequence[Insn], code: bytes = b"") -> Dict[int, str]
 
 
 def _lr_sc_blocks(values: List[Tuple[int, int, int]], out: Dict[int, str]) -> None:
-    block: List[int] = []
-    inside = False
-    for off, length, v in values:
-        if _refusal(v, length) == "system":
-            continue  # kinst skips SYSTEM instructions before it looks for LR/SC
-        if any(e.has(v) for e in T.LR):
-            inside = True
-        elif any(e.has(v) for e in T.SC):
-            for o in block:
-                out.setdefault(o, T.REASONS["lr-sc"])
-            block, inside = [], False
-            continue
-        if inside:
-            block.append(off)
-    for o in block:
-        out.setdefault(o, T.REASONS["lr-sc-unterminated"])
+    # kinst skips SYSTEM instructions before it looks for LR/SC
+    blocks([(off, v) for off, length, v in values if _refusal(v, length) != "system"],
+           lambda v: any(e.has(v) for e in T.LR), lambda v: any(e.has(v) for e in T.SC), T.REASONS["lr-sc"],
+           T.REASONS["lr-sc-unterminated"], out)
+
+
+def _trap_csr(lv: Tuple[int, int], reading: bool, csrs) -> Optional[str]:
+    """The trap CSR among ``csrs`` a 4-byte instruction ``(length, value)`` reads (or writes), else None."""
+    length, v = lv
+    reads, writes, csr = _csr(v) if length == 4 else (False, False, -1)
+    return T.TRAP_CSRS[csr] if (reads if reading else writes) and csr in csrs else None
 
 
 def _trap_csrs(values: List[Tuple[int, int, int]], out: Dict[int, str]) -> None:
-    last_read: Optional[Tuple[int, str]] = None
-    for off, length, v in values:
-        reads, _, csr = _csr(v) if length == 4 else (False, False, -1)
-        if reads and csr in T.TRAP_CSRS:
-            last_read = (off, T.TRAP_CSRS[csr])
-    if last_read is not None:
-        why = T.REASONS["trap-entry"].format(csr=last_read[1], at=last_read[0])
-        for off, _, _ in values:
-            if off <= last_read[0]:
-                out.setdefault(off, why)
-    live: Optional[str] = None
-    for off, length, v in values:
-        _, writes, csr = _csr(v) if length == 4 else (False, False, -1)
-        if writes and csr in T.SRET_CSRS and live is None:
-            live = T.REASONS["trap-return"].format(csr=T.TRAP_CSRS[csr], at=off)
-        if live is not None:
-            out.setdefault(off, live)
-            if length == 4 and v == T.SRET:
-                live = None
+    trap_register_regions(
+        [(off, (length, v)) for off, length, v in values], lambda lv: _trap_csr(lv, True, T.TRAP_CSRS),
+        lambda lv: _trap_csr(lv, False, T.SRET_CSRS), lambda lv: lv == (4, T.SRET),
+        lambda csr, at: T.REASONS["trap-entry"].format(csr=csr, at=at),
+        lambda csr, at: T.REASONS["trap-return"].format(csr=csr, at=at), out)
