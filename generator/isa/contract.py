@@ -145,6 +145,8 @@ class Accelerator(NamedTuple):
     md_record: Callable[[Dict[str, Any]], Any]  # those fields -> the ISA's probe-metadata record
     md_json: Tuple[Tuple[str, str, str], ...]  # the metadata in a probe's JSON: (key, row field, how written)
     byte_fields: FrozenSet[str] = frozenset()  # row fields that are bytes, not numbers
+    # row fields read as signed numbers: a C signed field, or a byte whose 0xff means "none" (-1)
+    signed_fields: FrozenSet[str] = frozenset()
     classes: Tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
     init: Callable[[Any], List[Any]] = lambda lib: []  # the step's own set-up with the loaded library
     sources: Tuple[Path, ...] = ()  # other C the step is built with: a step ISAs share (isa/accel/kk_dbp.c), its header

@@ -37,6 +37,7 @@ from . import encoding
 from .contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Isa, Verdict
 
 ENCODING_TEMPLATE = "kinst_encoding.h.j2"
+FIELDS_TEMPLATE = "kk_fields.h.j2"
 GENERIC_DIR = Path(__file__).resolve().parent / "accel"  # kk_host.c, kk_host.h
 CACHE_DIR = CACHE / "host"
 LIB_NAME = "kk.so"
@@ -52,6 +53,23 @@ def render_encoding(isa: Isa, out_dir: Path) -> Path:
 
     (path,) = render_tree("kinst", out_dir, encoding.context(isa), [], f"kinstkit's host build of the {isa.name} core",
                           only=(ENCODING_TEMPLATE,))
+    return path
+
+
+def md_fields(isa: Isa) -> List[Dict[str, Any]]:
+    """The fields of the core's ``struct kinst_md`` Python reads from a row: the table kind, then the
+    ``Accelerator.md_fields`` of the struct, each read signed (1) or not (0)."""
+    acc = isa.accelerator
+    names = dict.fromkeys(["km_kind", *(f for f in acc.md_fields if f.startswith("km_"))])
+    return [{"name": n, "signed": int(n in acc.signed_fields)} for n in names]
+
+
+def render_fields(isa: Isa, out_dir: Path) -> Path:
+    """``kk_fields.h`` for ``isa`` in ``out_dir``: the row fields ``kk_layout()`` describes to Python."""
+    from ..render import render_tree
+
+    (path,) = render_tree("accel", out_dir, {"fields": md_fields(isa)}, [],
+                          f"kinstkit's host build of the {isa.name} core", only=(FIELDS_TEMPLATE,))
     return path
 
 
@@ -105,13 +123,15 @@ def library_path(isa: Isa) -> Path:
     cc = _compiler()
     parts: List[Any] = [" ".join(compile_command(isa, cc, Path("."))),
                         (TEMPLATE_DIR / "kinst" / ENCODING_TEMPLATE).read_bytes(),
-                        repr(sorted(encoding.context(isa).items()))]
+                        repr(sorted(encoding.context(isa).items())),
+                        (TEMPLATE_DIR / "accel" / FIELDS_TEMPLATE).read_bytes(), repr(md_fields(isa))]
     parts += [p.read_bytes() for p in _sources(isa)]
 
     def make(tmp: Path) -> None:
         from ..common.tools import checked, run_tool
 
         render_encoding(isa, tmp)
+        render_fields(isa, tmp)
         checked(run_tool, compile_command(isa, cc, tmp), f"compiling kinstkit's {isa.name} analysis core")
 
     return compile_cached(CACHE_DIR, f"{isa.name}-{content_key(parts)}", make, marker=LIB_NAME) / LIB_NAME

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "kk_host.h"
+#include "kk_fields.h"
 
 static int kk_words(void);
 
@@ -112,6 +113,9 @@ static const struct kk_field kk_fields[] = {
 	KK_FIELD(kr_class, 0),
 	{ NULL, 0, 0, 0 }
 };
+
+/* The parts of the ISA's struct kinst_md Python reads (kk_fields.h). */
+static const struct kk_field kk_isa_fields[] = { KK_ISA_FIELDS };
 
 /* Field i of the row (the generic ones, then the ISA's), or NULL past the last. */
 const struct kk_field *

@@ -57,4 +57,4 @@ def _init(lib: Any) -> List[Any]:
 
 
 ACCELERATOR = accelerator(__file__, T, reasons=REASONS, md_fields=_FIELDS, md_record=_md_record, classes=T.KINST_TYPES,
-                          init=_init)
+                          init=_init, signed_fields=frozenset({"km_imm", "km_reg", "km_cond", "km_bit"}))

@@ -34,4 +34,5 @@ def _md_record(row: Dict[str, Any]) -> M.ProbeMd:
 
 
 ACCELERATOR = accelerator(__file__, T, reasons=tuple(r.reason for r in T.CORE_REFUSALS), md_fields=_FIELDS,
-                          md_record=_md_record)
+                          md_record=_md_record,
+                          signed_fields=frozenset({"km_imm", "km_rd", "km_rs1", "km_rs2", "km_funct3"}))

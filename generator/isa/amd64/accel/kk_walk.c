@@ -36,21 +36,6 @@ static int kk_prologue_opcode = -1;	/* push %rbp */
 static const char *const *kk_fixed;	/* mnemonics decode.py re-sizes */
 static unsigned kk_nfixed;
 
-/* The parts of struct kinst_md Python reads (generic ones: kk_host.c). */
-const struct kk_field kk_isa_fields[] = {
-	KK_FIELD(kr_md.km_kind, 0),
-	KK_FIELD(kr_md.km_flags, 0),
-	KK_FIELD(kr_md.km_instlen, 0),
-	KK_FIELD(kr_md.km_tinstlen, 0),
-	KK_FIELD(kr_md.km_dispoff, 0),
-	KK_FIELD(kr_md.km_reg1, 1),
-	KK_FIELD(kr_md.km_reg2, 1),
-	KK_FIELD(kr_md.km_scale, 0),
-	KK_FIELD(kr_md.km_disp, 1),
-	KK_FIELD(kr_md.km_template, 0),
-	{ NULL, 0, 0, 0 }
-};
-
 /* How many instructions capstone decoded for the walks: the tests check the table carries them. */
 unsigned long
 kk_amd64_decoded(void)

@@ -35,20 +35,6 @@ static uint8_t kk_first[KK_NRF];
 static uint8_t kk_by[KK_NRF];
 static unsigned kk_nrf;
 
-/* The parts of struct kinst_md Python reads (generic ones: kk_host.c). */
-const struct kk_field kk_isa_fields[] = {
-	KK_FIELD(kr_md.km_insn, 0),
-	KK_FIELD(kr_md.km_imm, 1),
-	KK_FIELD(kr_md.km_kind, 0),
-	KK_FIELD(kr_md.km_reg, 1),
-	KK_FIELD(kr_md.km_cond, 1),
-	KK_FIELD(kr_md.km_bit, 1),
-	KK_FIELD(kr_md.km_size, 0),
-	KK_FIELD(kr_md.km_flags, 0),
-	KK_FIELD(kr_md.km_class, 0),
-	{ NULL, 0, 0, 0 }
-};
-
 int
 kk_arm64_init(const uint8_t *first, const uint8_t *by, unsigned n)
 {

@@ -23,19 +23,6 @@
 const cs_arch kk_dbp_arch = CS_ARCH_RISCV;
 const cs_mode kk_dbp_mode = (cs_mode)(CS_MODE_RISCV64 | CS_MODE_RISCVC);
 
-/* The parts of struct kinst_md Python reads (generic ones: kk_host.c). */
-const struct kk_field kk_isa_fields[] = {
-	KK_FIELD(kr_md.km_insn, 0),
-	KK_FIELD(kr_md.km_imm, 1),
-	KK_FIELD(kr_md.km_kind, 0),
-	KK_FIELD(kr_md.km_instlen, 0),
-	KK_FIELD(kr_md.km_rd, 1),
-	KK_FIELD(kr_md.km_rs1, 1),
-	KK_FIELD(kr_md.km_rs2, 1),
-	KK_FIELD(kr_md.km_funct3, 1),
-	{ NULL, 0, 0, 0 }
-};
-
 /* capstone's mnemonics of each emulated kind. */
 static const char *const kk_m_jal[] = { "jal", "j", NULL };
 static const char *const kk_m_jalr[] = { "jalr", "jr", "ret", NULL };
