@@ -73,6 +73,12 @@ def render_fields(isa: Isa, out_dir: Path) -> Path:
     return path
 
 
+def render_headers(isa: Isa, out_dir: Path) -> None:
+    """The headers the host build renders into its folder: ``kinst_encoding.h`` and ``kk_fields.h``."""
+    render_encoding(isa, out_dir)
+    render_fields(isa, out_dir)
+
+
 def _compiler() -> str:
     for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if cc and shutil.which(cc):
@@ -107,8 +113,8 @@ FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
 
 
 def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLAGS) -> List[str]:
-    """The command that builds ``isa``'s library into ``out_dir`` (which must hold the rendered
-    ``kinst_encoding.h``): the generic walk, the ISA's step and its portable core, linked to capstone."""
+    """The command that builds ``isa``'s library into ``out_dir`` (which must hold the rendered headers,
+    ``render_headers``): the generic walk, the ISA's step and its portable core, linked to capstone."""
     inc, lib = _capstone()
     sources = _sources(isa)
     dirs = sorted({str(p.parent) for p in sources})
@@ -130,8 +136,7 @@ def library_path(isa: Isa) -> Path:
     def make(tmp: Path) -> None:
         from ..common.tools import checked, run_tool
 
-        render_encoding(isa, tmp)
-        render_fields(isa, tmp)
+        render_headers(isa, tmp)
         checked(run_tool, compile_command(isa, cc, tmp), f"compiling kinstkit's {isa.name} analysis core")
 
     return compile_cached(CACHE_DIR, f"{isa.name}-{content_key(parts)}", make, marker=LIB_NAME) / LIB_NAME

@@ -20,26 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from generator.analysis import report, summary
-from generator.analysis.probes import analyse, code_runs
+from generator.analysis.probes import code_runs
 from generator.image.elf import KernelImage
 from generator.isa import by_name, hostcore
 from helpers import cross
+from helpers.hostwalk import summary_mismatches
 
 WHY = "the walk is checked on the ISA's cross C library"
-
-
-def _mismatches(img, funcs, rule: str):
-    fast = summary.fast_chunk(img, funcs, rule, img.isa)
-    lines = summary.fast_json_chunk(img, funcs, rule, img.isa)
-    bad = []
-    for f, got, line in zip(funcs, fast, lines):
-        rep = analyse(img, f, rule, img.isa)
-        if got != summary.from_report(rep):
-            bad.append((f.name, got, summary.from_report(rep)))
-        elif line != summary.from_report(rep, report.summary_json_fields):
-            bad.append((f.name, line, summary.from_report(rep, report.summary_json_fields)))
-    return bad
 
 
 def _deferred(img, funcs) -> tuple:
@@ -62,7 +49,7 @@ def test_cross_libc(name, rule):
     img = KernelImage.open(str(Path(arch.sysroot) / "lib" / "libc.so.6"))
     funcs = img.functions()[:1200]
     assert len(funcs) == 1200
-    bad = _mismatches(img, funcs, rule)
+    bad = summary_mismatches(img, funcs, rule)
     assert not bad, bad[:3]
 
 
@@ -77,7 +64,7 @@ def test_freebsd_module(name):
         funcs = img.functions()
         assert len(funcs) > 15
         for rule in ("any", "first"):
-            bad = _mismatches(img, funcs, rule)
+            bad = summary_mismatches(img, funcs, rule)
             assert not bad, (kind, rule, bad[:3])
 
 

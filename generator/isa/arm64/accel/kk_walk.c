@@ -204,23 +204,19 @@ kk_dbp_verdict(struct kk_row *row, int rf, uint64_t address)
 		row->kr_flags |= KK_R_CACHEABLE;
 }
 
-/* Does the word need the whole function's context (Python's)? */
+/*
+ * Does the word need the whole function's context (Python's)?  The core
+ * refuses a load- or store-exclusive and an access to an EL1 exception
+ * register by itself; Python refuses the regions around them.
+ */
 int
 kk_dbp_context(const uint8_t *p, size_t len)
 {
-	static const uint32_t regs[] = KINST_EXC_SYSREGS;
-	uint32_t w;
-	unsigned i;
+	struct kinst_md md;
+	int rf;
 
-	w = kinst_core_get(p, (int)len);
-	if (KK_IS(w, LDX) || KK_IS(w, STX))
-		return (1);
-	if (!KK_IS(w, MRS) && !KK_IS(w, MSR))
-		return (0);
-	for (i = 0; i < KINST_EXC_SYSREGS_N; i++)
-		if (((w >> 5) & 0x7fff) == regs[i])
-			return (1);
-	return (0);
+	rf = kinst_core_dissect(p, (kc_uint32_t)len, &md);
+	return (rf == KINST_RF_LDX_BLOCK || rf == KINST_RF_EXCEPTION_REGISTER);
 }
 
 /*
