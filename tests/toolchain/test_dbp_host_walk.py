@@ -20,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from generator.analysis.probes import code_runs
+from generator.analysis import summary
+from generator.analysis.probes import analyse, code_runs
+from generator.common.errors import ClassifierError
 from generator.image.elf import KernelImage
 from generator.isa import by_name, hostcore
 from helpers import cross
 from helpers.hostwalk import summary_mismatches
+from helpers.textimage import lay_out, mutated_bodies
 
 WHY = "the walk is checked on the ISA's cross C library"
 
@@ -110,3 +113,32 @@ def test_misaligned_function_is_handed_back():
     code = _words(0xA9BF7BFD, RET_ARM64)
     assert lib.summarise(code + b"\0" * 8, 0x1002, [0], [len(code)])[lay.n] == lay.deferred
     assert lib.summarise(code + b"\0" * 8, 0x1000, [0], [len(code)])[lay.n] == 2
+
+
+@pytest.mark.parametrize("name", ["arm64", "riscv"])
+def test_mutated_code(name):
+    """Real functions of the cross libc with bytes changed (and, in some, bytes inserted that shift every
+    boundary after them): the walk's summary is the report's, or the walk handed the function back; where
+    the report stops (capstone and the core disagree), the walk must have handed it back too."""
+    arch = cross.require_cross(name, WHY)
+    isa = by_name(name)
+    bodies = mutated_bodies(str(Path(arch.sysroot) / "lib" / "libc.so.6"), 1500, seed=20261203)
+    # Each function starts where an instruction may (an inserted byte would misalign every function after it).
+    align = 4 if name == "arm64" else 2
+    bodies = [b + bytes(-len(b) % align) for b in bodies]
+    img, funcs = lay_out(isa, bodies)
+    lib = hostcore.for_isa(isa)
+    lay = lib.summary_layout()
+    walked = 0
+    for run, span, first in code_runs(img, funcs):
+        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        for k, n in zip(run, counts[lay.n :: lay.columns]):
+            f = funcs[k]
+            try:
+                rep = analyse(img, f, "any", isa)
+            except ClassifierError:
+                assert n == lay.deferred, bodies[k].hex()
+                continue
+            walked += n != lay.deferred
+            assert summary.fast(img, f, "any", isa) == summary.from_report(rep), bodies[k].hex()
+    assert walked > 0.25 * len(funcs), walked
