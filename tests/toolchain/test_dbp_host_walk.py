@@ -20,13 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from generator.analysis import summary
-from generator.analysis.probes import analyse, code_runs
-from generator.common.errors import ClassifierError
+from generator.analysis.probes import code_runs
 from generator.image.elf import KernelImage
 from generator.isa import by_name, hostcore
 from helpers import cross
-from helpers.hostwalk import summary_mismatches
+from helpers.hostwalk import mutated_walk, summary_mismatches
 from helpers.textimage import lay_out, mutated_bodies
 
 WHY = "the walk is checked on the ISA's cross C library"
@@ -127,18 +125,5 @@ def test_mutated_code(name):
     align = 4 if name == "arm64" else 2
     bodies = [b + bytes(-len(b) % align) for b in bodies]
     img, funcs = lay_out(isa, bodies)
-    lib = hostcore.for_isa(isa)
-    lay = lib.summary_layout()
-    walked = 0
-    for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
-        for k, n in zip(run, counts[lay.n :: lay.columns]):
-            f = funcs[k]
-            try:
-                rep = analyse(img, f, "any", isa)
-            except ClassifierError:
-                assert n == lay.deferred, bodies[k].hex()
-                continue
-            walked += n != lay.deferred
-            assert summary.fast(img, f, "any", isa) == summary.from_report(rep), bodies[k].hex()
+    walked = mutated_walk(img, funcs, bodies, lambda f, rep: None)
     assert walked > 0.25 * len(funcs), walked

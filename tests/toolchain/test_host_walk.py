@@ -22,15 +22,14 @@ import sys
 
 import pytest
 
-from generator.analysis import summary
 from generator.analysis.plan import plan_function
 from generator.analysis.probes import analyse, code_runs
-from generator.common.errors import ClassifierError, UserError
+from generator.common.errors import UserError
 from generator.image.elf import KernelImage
 from generator.isa import by_name, hostcore
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.amd64 import opmap
-from helpers.hostwalk import summary_mismatches
+from helpers.hostwalk import mutated_walk, summary_mismatches
 from helpers.skips import require_system_library, require_tool
 from helpers.textimage import lay_out, mutated_bodies
 
@@ -82,20 +81,11 @@ def test_mutated_code():
     bodies = mutated_bodies(str(require_system_library("libcrypto.so.3")), 3000, seed=20261203)
     img, funcs = lay_out(amd64, bodies)
     lib = _lib()
-    lay = lib.summary_layout()
-    walked = 0
-    for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
-        for k, n in zip(run, counts[lay.n :: lay.columns]):
-            f = funcs[k]
-            try:
-                rep = analyse(img, f, "any", amd64)
-            except ClassifierError:
-                assert n == lay.deferred, bodies[k].hex()
-                continue
-            walked += n != lay.deferred
-            assert summary.fast(img, f, "any", amd64) == summary.from_report(rep), bodies[k].hex()
-            assert plan_function(img, f, "any", lib) == plan_function(img, f, "any", None, rep), bodies[k].hex()
+
+    def same_plan(f, rep):
+        assert plan_function(img, f, "any", lib) == plan_function(img, f, "any", None, rep), f.name
+
+    walked = mutated_walk(img, funcs, bodies, same_plan)
     assert walked > 0.3 * len(funcs)
 
 
