@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.analysis.probes import code_runs
+from generator.analysis import summary
+from generator.analysis.probes import analyse, code_runs
 from generator.image.elf import KernelImage
 from generator.isa import by_name, hostcore
 from helpers import cross
@@ -127,3 +128,15 @@ def test_mutated_code(name):
     img, funcs = lay_out(isa, bodies)
     walked = mutated_walk(img, funcs, bodies, lambda f, rep: None)
     assert walked > 0.25 * len(funcs), walked
+
+
+@pytest.mark.parametrize("after, eligible", [(RET_RISCV, True), (b"\x01\x00", False)])
+def test_riscv_prologue_reads_past_the_function_as_kinst_does(after, eligible):
+    """kinst reads a riscv function as whole words, so its last word runs into the bytes after it: a c.ret
+    there passes the "first" rule.  The walk (a summary) and the report read the same bytes."""
+    isa = by_name("riscv")
+    body = bytes.fromhex("06e4" "0100" "0100")  # c.sdsp ra, 8(sp); c.nop; c.nop: 6 bytes, the last word half out
+    img, funcs = lay_out(isa, [body, after + b"\x01\x00"])
+    rep = analyse(img, funcs[0], "first", isa)
+    assert rep.eligible is eligible, rep.reason
+    assert summary.fast(img, funcs[0], "first", isa) == summary.from_report(rep)

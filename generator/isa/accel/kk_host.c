@@ -463,7 +463,8 @@ kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
 			continue;
 		}
 		col[KK_COL_N] = (uint32_t)kk_nrows;
-		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k], limit[k],
+		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k],
+		    buflen - start[k], limit[k],
 		    kk_rows, kk_nrows);
 		for (i = 0, r = kk_rows; i < kk_nrows; i++, r++) {
 			if (r->kr_reason != 0)
@@ -567,7 +568,7 @@ kk_function_rows(const uint8_t *code, size_t len, size_t limit,
 		return (rv);
 	*rows = kk_rows;
 	*nrows = kk_nrows;
-	*prologue = kk_isa_prologue(code, limit, kk_rows, kk_nrows);
+	*prologue = kk_isa_prologue(code, len, limit, kk_rows, kk_nrows);
 	return (0);
 }
 
@@ -601,7 +602,7 @@ kk_prologue(const uint8_t *code, size_t limit, const uint32_t *offs, size_t n)
 	}
 	for (i = 0; i < n; i++)
 		kk_rows[i].kr_off = offs[i];
-	return (kk_isa_prologue(code, limit, kk_rows, n));
+	return (kk_isa_prologue(code, limit, limit, kk_rows, n));
 }
 
 /* A row's text: 'which' 0 mnemonic, 1 operands; NULL without. */
@@ -1004,7 +1005,7 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 		return (rv);
 	refused = excluded;
 	if (refused == NULL &&
-	    (kk_isa_prologue(code, limit, kk_rows, kk_nrows) & rule) == 0)
+	    (kk_isa_prologue(code, len, limit, kk_rows, kk_nrows) & rule) == 0)
 		refused = prologue;
 	*eligible = refused == NULL;
 	if (*eligible ? head_ok != NULL : head_refused != NULL)

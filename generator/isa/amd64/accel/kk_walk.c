@@ -420,11 +420,12 @@ kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
  * ("first", kinst 14.0), the first one does.
  */
 unsigned
-kk_isa_prologue(const uint8_t *code, size_t limit, const struct kk_row *rows,
-    size_t n)
+kk_isa_prologue(const uint8_t *code, size_t len, size_t limit,
+    const struct kk_row *rows, size_t n)
 {
 	size_t i;
 
+	(void)len;
 	if (limit > 0 && code[0] == kk_prologue_opcode)
 		return (3);
 	for (i = 0; i < n; i++)

@@ -226,12 +226,13 @@ kk_dbp_context(const uint8_t *p, size_t len)
  * sub sp, sp, #N.
  */
 unsigned
-kk_isa_prologue(const uint8_t *code, size_t limit, const struct kk_row *rows,
-    size_t n)
+kk_isa_prologue(const uint8_t *code, size_t len, size_t limit,
+    const struct kk_row *rows, size_t n)
 {
 	uint32_t w;
 	size_t i, k, first;
 
+	(void)len;
 	first = 0;	/* the word a leading nop is: after a BTI, the 2nd */
 	for (i = k = 0; i < n; i++) {
 		if (rows[i].kr_off + KINST_INSN_SIZE > limit)

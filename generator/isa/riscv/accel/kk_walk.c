@@ -184,43 +184,46 @@ kk_dbp_context(const uint8_t *p, size_t len)
 	return (0);
 }
 
-/* The 32-bit little-endian value at code[p, limit), zeros past limit. */
+/* The 32-bit little-endian value at code[p, len), zeros past len. */
 static uint32_t
-kk_word(const uint8_t *code, size_t limit, size_t p)
+kk_word(const uint8_t *code, size_t len, size_t p)
 {
 	uint32_t v;
 	int i;
 
 	v = 0;
 	for (i = 3; i >= 0; i--)
-		v = v << 8 | (p + (size_t)i < limit ? code[p + (size_t)i] : 0);
+		v = v << 8 | (p + (size_t)i < len ? code[p + (size_t)i] : 0);
 	return (v);
 }
 
 /*
  * kinst's prologue rules (kinst_make_probe()), over the function read as
- * 32-bit words from its start up to the end of its last instruction: bit
- * 0 ("any"), some word is sd ra, N(sp) or holds c.sdsp ra, N(sp) in a
- * halfword; bit 1 ("first", kinst's first riscv rule), that and a ret or
- * c.ret the same way.  A compressed match leaves kinst's word pointer on
- * the halfword that matched, so the words after it are read 2 bytes on.
+ * 32-bit words from its start up to the end of its last instruction, the
+ * last word running on into the bytes after the function as kinst reads
+ * them (code[limit, len), zeros past that): bit 0 ("any"), some word is
+ * sd ra, N(sp) or holds c.sdsp ra, N(sp) in a halfword; bit 1 ("first",
+ * kinst's first riscv rule), that and a ret or c.ret the same way.  A
+ * compressed match leaves kinst's word pointer on the halfword that
+ * matched, so the words after it are read 2 bytes on.
  */
 unsigned
-kk_isa_prologue(const uint8_t *code, size_t limit, const struct kk_row *rows,
-    size_t n)
+kk_isa_prologue(const uint8_t *code, size_t len, size_t limit,
+    const struct kk_row *rows, size_t n)
 {
 	size_t p, size, last;
 	uint32_t w;
 	int store, ret;
 
+	(void)limit;
 	if (n == 0)
 		return (0);
 	last = rows[n - 1].kr_off;
-	size = last + ((kk_word(code, limit, last) & 3) != 3 ||
-	    (kk_word(code, limit, last) & 0x1f) == 0x1f ? 2 : 4);
+	w = kk_word(code, len, last);
+	size = last + ((w & 3) != 3 || (w & 0x1f) == 0x1f ? 2 : 4);
 	store = ret = 0;
 	for (p = 0; p < size && !(store && ret); p += 4) {
-		w = kk_word(code, limit, p);
+		w = kk_word(code, len, p);
 		if (KK_IS(w, SD_RA_SP))
 			store = 1;
 		else if (KK_IS(w & 0xffff, C_SDSP_RA) ||
