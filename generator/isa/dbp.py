@@ -4,8 +4,9 @@
 holds the shapes their packages share, so that ``isa/arm64/`` and
 ``isa/riscv/`` keep only their facts: an encoding as ``(mask, match)``,
 the host step's shared C (``isa/accel/kk_dbp.c``), the ``Accelerator`` and
-the ``Isa`` fields every such ISA fills alike, the probe metadata's table
-row and JSON, and the compact table's record codes.
+the ``Isa`` fields every such ISA fills alike, the probe metadata's JSON,
+the compact table's record codes, and the two region refusals that span
+instructions (exclusive blocks, trap-register regions).
 """
 
 from __future__ import annotations

@@ -23,8 +23,6 @@ from typing import Dict, FrozenSet, Tuple
 from ..contract import CConst, CoreRefusal, WordSet
 from ..dbp import Encoding, encoding_consts
 
-
-
 # kinst's classes of an instruction word (enum kinst_instr), in kinst's order.
 # NOTE: kinst's b.cond mask ignores bit 4, so FEAT_HBC's bc.cond is a b.cond
 # to it; the two branch the same way.
@@ -47,8 +45,7 @@ STX = Encoding(0x3FC00000, 0x08000000)  # store exclusive: ends it (and is itsel
 # Load register (literal): LDR Wt/Xt, LDRSW, PRFM and the SIMD&FP LDR St/Dt/Qt;
 # opc is bits 31-30, V bit 26.  kinst (since D56988) refuses them all.
 LDR_LITERAL = Encoding(0x3B000000, 0x18000000)
-# opc -> (bytes loaded, sign-extended) for V = 0; opc 3 is PRFM (loads nothing).
-LDR_LITERAL_SIZES: Dict[int, Tuple[int, bool]] = {0: (4, False), 1: (8, False), 2: (4, True), 3: (0, False)}
+# What each opc loads (4 or 8 bytes, ldrsw sign-extended, prfm nothing) is the core's (kinst_core_dissect()).
 
 # Unconditional branch (register): br, blr, ret are emulated by kinstkit
 # (kinst copies them into the trampoline, from which they leave without
