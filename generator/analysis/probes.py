@@ -30,13 +30,18 @@ def code_runs(img: KernelImage, funcs: Sequence[Function]) -> Iterator[Tuple[Lis
     The bytes go from the run's first function to ``MAX_INSN`` past the end
     of its last (or the section's end): each function's bytes as
     ``function_code`` reads them, with no copy per function.  A function
-    that does not fit its section (or is in none) is in no run.
+    that does not fit its section (or is in none), or that holds bytes a
+    ``$d`` mapping symbol marks as data (``refused_regions``), is in no run:
+    the caller analyses it with ``analyse``.
     """
     sec: Optional[Section] = None
     lo = hi = 0
     run: List[int] = []
+    data = img.data_in_code() if img.isa.mapping_symbols else []
     for k, f in enumerate(funcs):
         a = f.address
+        if data and _holds_data(data, a, a + f.size):
+            continue
         if not lo <= a < hi:
             if run:
                 yield _run_code(img, funcs, run, sec, hi)
@@ -47,6 +52,12 @@ def code_runs(img: KernelImage, funcs: Sequence[Function]) -> Iterator[Tuple[Lis
             run.append(k)
     if run:
         yield _run_code(img, funcs, run, sec, hi)
+
+
+def _holds_data(data: Sequence[Tuple[int, int]], lo: int, hi: int) -> bool:
+    """Does ``[lo, hi)`` overlap one of the sorted, disjoint ranges ``data``?"""
+    i = bisect.bisect_right(data, (lo, 0)) - 1  # the last range starting at or before lo, then the next
+    return any(0 <= j < len(data) and data[j][0] < hi and data[j][1] > lo for j in (i, i + 1))
 
 
 def _run_code(img: KernelImage, funcs: Sequence[Function], run: List[int], sec: Section,

@@ -79,7 +79,8 @@ def fast_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa: Isa,
         # A summary lists its kinds in name order.
         kinds_by_name = sorted((k.kind, lay.first_kind + i) for i, k in enumerate(isa.table_kinds))
         for run, span, first in code_runs(img, funcs):
-            vals = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run]).tolist()
+            vals = lib.summarise(span, first, [funcs[k].address - first for k in run],
+                                 [funcs[k].size for k in run]).tolist()
             cols = [vals[i :: lay.columns] for i in range(lay.columns)]
             for k, n, rules, counts in zip(run, cols[lay.n], cols[lay.prologue],
                                            zip(*(cols[i] for _, i in kinds_by_name))):
@@ -110,7 +111,7 @@ def fast_json_chunk(img: KernelImage, funcs: Sequence[Function], rule: str, isa:
     md_excluded, isa_name, head = for_image(img), isa.name, report.summary_json_head
     out: List[Optional[str]] = [None] * len(funcs)
     for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
         tails = lib.summary_json(counts, bit, prologue, kinds)
         for k, n, tail in zip(run, counts[lay.n :: lay.columns], tails):
             if tail:

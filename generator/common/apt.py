@@ -89,7 +89,7 @@ def download_binary(name: str, version: str, into: Path) -> Path:
                 f"move the pin in generator/run/ring0/packages.py to a version it has, with the SHA256 "
                 f"`apt-cache show {name}=VERSION` prints") from None
         raise
-    debs = sorted(into.glob(f"{name}_*.deb"))
+    debs = sorted(into.glob(f"{name.partition(':')[0]}_*.deb"))  # "libllvm15:arm64" is saved as libllvm15_*_arm64.deb
     if not debs:
         raise UserError(f"{what}: apt-get download left no .deb")
     return debs[0]

@@ -95,6 +95,15 @@ class ByteSet(NamedTuple):
     doc: str
 
 
+class WordSet(NamedTuple):
+    """A list of values the portable core looks a field up in (an encoding fact), rendered into kinst_encoding.h
+    as an initialiser ``{ a, b, ... }`` and its length ``<c_name>_N``."""
+
+    c_name: str  # the initialiser's macro: KINST_EXC_SYSREGS
+    members: Tuple[int, ...]  # in the order the core reports an index of
+    doc: str
+
+
 class CoreRefusal(NamedTuple):
     """An instruction the portable core itself refuses: a ``KINST_RF_*`` code of ``kinst_core_dissect()``.
 
@@ -136,8 +145,11 @@ class Accelerator(NamedTuple):
     md_record: Callable[[Dict[str, Any]], Any]  # those fields -> the ISA's probe-metadata record
     md_json: Tuple[Tuple[str, str, str], ...]  # the metadata in a probe's JSON: (key, row field, how written)
     byte_fields: FrozenSet[str] = frozenset()  # row fields that are bytes, not numbers
+    # row fields read as signed numbers: a C signed field, or a byte whose 0xff means "none" (-1)
+    signed_fields: FrozenSet[str] = frozenset()
     classes: Tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
     init: Callable[[Any], List[Any]] = lambda lib: []  # the step's own set-up with the loaded library
+    sources: Tuple[Path, ...] = ()  # other C the step is built with: a step ISAs share (isa/accel/kk_dbp.c), its header
 
     @property
     def json_fields(self) -> Tuple[Tuple[str, str, str], ...]:
@@ -297,6 +309,9 @@ class Isa(NamedTuple):
     accelerator: Optional[Accelerator] = None  # the host walk around the ISA's portable core
     byte_sets: Tuple[ByteSet, ...] = ()  # opcode facts the portable core tests, as byte sets
     refusals: Tuple[CoreRefusal, ...] = ()  # what the portable core refuses by itself, in KINST_RF_* order
+    # Encoding facts the portable core tests, as constants (a word's mask and match) and lists of field values.
+    core_consts: Tuple[CConst, ...] = ()
+    word_sets: Tuple[WordSet, ...] = ()
     # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the
     # RISC-V psABI): bytes kinst must not patch as instructions.
     mapping_symbols: bool = False

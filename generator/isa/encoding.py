@@ -55,6 +55,10 @@ def context(isa: Isa) -> Dict[str, Any]:
         "kinds": [{"name": k.c_name, "value": i, "doc": k.doc} for i, k in enumerate(isa.table_kinds)],
         "record_codes": [{"name": c.c_name, "value": c.value, "doc": c.doc} for c in isa.record_codes],
         "byte_sets": [{"name": s.c_name, "words": byte_set_words(s.members), "doc": s.doc} for s in isa.byte_sets],
+        "consts": [{"name": c.c_name, "value": f"{c.value:#x}" if c.value > 9 else str(c.value), "doc": c.doc}
+                   for c in isa.core_consts],
+        "word_sets": [{"name": w.c_name, "members": ", ".join(f"{v:#x}" for v in w.members), "n": len(w.members),
+                       "doc": w.doc} for w in isa.word_sets],
         "refusals": [{"name": r.c_name, "value": i + 1, "doc": r.key} for i, r in enumerate(isa.refusals)],
         "func_recsize": FUNC_RECORD.size,
         "func_fields": _field_offsets(),

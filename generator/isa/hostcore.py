@@ -26,6 +26,7 @@ import ctypes
 import functools
 import os
 import shutil
+import struct
 from array import array
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -37,6 +38,7 @@ from . import encoding
 from .contract import BAD, KIND_SKIP, STATUS_OK, STATUS_SKIP, Insn, Isa, Verdict
 
 ENCODING_TEMPLATE = "kinst_encoding.h.j2"
+FIELDS_TEMPLATE = "kk_fields.h.j2"
 GENERIC_DIR = Path(__file__).resolve().parent / "accel"  # kk_host.c, kk_host.h
 CACHE_DIR = CACHE / "host"
 LIB_NAME = "kk.so"
@@ -54,6 +56,29 @@ def render_encoding(isa: Isa, out_dir: Path) -> Path:
     (path,) = render_tree("kinst", out_dir, encoding.context(isa), [], f"kinstkit's host build of the {isa.name} core",
                           only=(ENCODING_TEMPLATE,))
     return path
+
+
+def md_fields(isa: Isa) -> List[Dict[str, Any]]:
+    """The fields of the core's ``struct kinst_md`` Python reads from a row: the table kind, then the
+    ``Accelerator.md_fields`` of the struct, each read signed (1) or not (0)."""
+    acc = isa.accelerator
+    names = dict.fromkeys(["km_kind", *(f for f in acc.md_fields if f.startswith("km_"))])
+    return [{"name": n, "signed": int(n in acc.signed_fields)} for n in names]
+
+
+def render_fields(isa: Isa, out_dir: Path) -> Path:
+    """``kk_fields.h`` for ``isa`` in ``out_dir``: the row fields ``kk_layout()`` describes to Python."""
+    from ..render import render_tree
+
+    (path,) = render_tree("accel", out_dir, {"fields": md_fields(isa)}, [],
+                          f"kinstkit's host build of the {isa.name} core", only=(FIELDS_TEMPLATE,))
+    return path
+
+
+def render_headers(isa: Isa, out_dir: Path) -> None:
+    """The headers the host build renders into its folder: ``kinst_encoding.h`` and ``kk_fields.h``."""
+    render_encoding(isa, out_dir)
+    render_fields(isa, out_dir)
 
 
 def _compiler() -> str:
@@ -78,19 +103,20 @@ def _capstone() -> Tuple[Path, Path]:
 
 
 def _sources(isa: Isa) -> List[Path]:
+    """The generic walk, the ISA's step, and the portable core in the ISA's C folders (``Kmod.kinst_dirs``:
+    its own, then what it shares, e.g. ``dbp/kinst_core_dbp.c``)."""
     acc = isa.accelerator
-    core = SYS_MODULES / "kinst" / isa.name
-    return [GENERIC_DIR / "kk_host.c", GENERIC_DIR / "kk_host.h", acc.walk_c, *acc.headers,
-            core / "kinst_core.c", core / "kinst_core.h", SYS_MODULES / "kinst" / "kinst_funcs.c",
-            SYS_MODULES / "kinst" / "kinst_funcs.h"]
+    core = [p for d in isa.kmod.kinst_dirs for p in sorted((SYS_MODULES / "kinst" / d).glob("kinst_core*.[ch]"))]
+    return [GENERIC_DIR / "kk_host.c", GENERIC_DIR / "kk_host.h", acc.walk_c, *acc.headers, *acc.sources, *core,
+            SYS_MODULES / "kinst" / "kinst_funcs.c", SYS_MODULES / "kinst" / "kinst_funcs.h"]
 
 
 FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
 
 
 def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLAGS) -> List[str]:
-    """The command that builds ``isa``'s library into ``out_dir`` (which must hold the rendered
-    ``kinst_encoding.h``): the generic walk, the ISA's step and its portable core, linked to capstone."""
+    """The command that builds ``isa``'s library into ``out_dir`` (which must hold the rendered headers,
+    ``render_headers``): the generic walk, the ISA's step and its portable core, linked to capstone."""
     inc, lib = _capstone()
     sources = _sources(isa)
     dirs = sorted({str(p.parent) for p in sources})
@@ -105,13 +131,14 @@ def library_path(isa: Isa) -> Path:
     cc = _compiler()
     parts: List[Any] = [" ".join(compile_command(isa, cc, Path("."))),
                         (TEMPLATE_DIR / "kinst" / ENCODING_TEMPLATE).read_bytes(),
-                        repr(sorted(encoding.context(isa).items()))]
+                        repr(sorted(encoding.context(isa).items())),
+                        (TEMPLATE_DIR / "accel" / FIELDS_TEMPLATE).read_bytes(), repr(md_fields(isa))]
     parts += [p.read_bytes() for p in _sources(isa)]
 
     def make(tmp: Path) -> None:
         from ..common.tools import checked, run_tool
 
-        render_encoding(isa, tmp)
+        render_headers(isa, tmp)
         checked(run_tool, compile_command(isa, cc, tmp), f"compiling kinstkit's {isa.name} analysis core")
 
     return compile_cached(CACHE_DIR, f"{isa.name}-{content_key(parts)}", make, marker=LIB_NAME) / LIB_NAME
@@ -153,6 +180,7 @@ class Host:
         self._keep: List[Any] = []
         self._json_args: Dict[Tuple[str, Tuple[str, ...]], Tuple[Any, ...]] = {}  # summary_json()'s C arrays
         self._init()
+        self._reader, self._read_names, self._read_at = self._row_reader()
         self.row = ctypes.create_string_buffer(self.rowsize)
         self.text = ctypes.create_string_buffer(4096)
 
@@ -170,8 +198,8 @@ class Host:
             "kk_prologue": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t), ctypes.c_uint),
             "kk_summary_columns": ((), ctypes.c_uint),
             "kk_summary_layout": ((*[ctypes.POINTER(ctypes.c_uint)] * 4, ctypes.POINTER(ctypes.c_uint32)), None),
-            "kk_summarise": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
-                              ctypes.c_void_p), None),
+            "kk_summarise": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p,
+                              ctypes.c_void_p, ctypes.c_void_p), None),
             "kk_summary_json": ((ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_char_p, ctypes.c_void_p,
                                  ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)), ctypes.c_size_t),
             "kk_function_rows": ((ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int,
@@ -233,10 +261,20 @@ class Host:
 
     # -- one row, read out ----------------------------------------------------
 
-    def value(self, buf, name: str, base: int = 0) -> Any:
-        f = self.fields[name]
-        raw = bytes(buf[base + f.offset : base + f.offset + f.size])
-        return raw if name in self.acc.byte_fields else int.from_bytes(raw, "little", signed=f.signed)
+    def _row_reader(self) -> Tuple[struct.Struct, Tuple[str, ...], int]:
+        """One ``struct`` format that reads every field ``verdict`` needs from a row at once (a field at a time
+        was most of a per-instruction report's time): the format, the names in its order, where it starts."""
+        want = dict.fromkeys([*self.acc.md_fields, "kr_reason", "kr_target", "kr_flags", "km_kind"])
+        names = sorted(want, key=lambda n: self.fields[n].offset)
+        start = pos = self.fields[names[0]].offset
+        fmt = "<"
+        for n in names:
+            f = self.fields[n]
+            fmt += "x" * (f.offset - pos)
+            code = {1: "b", 2: "h", 4: "i", 8: "q"}[f.size] if n not in self.acc.byte_fields else ""
+            fmt += f"{f.size}s" if not code else (code if f.signed else code.upper())
+            pos = f.offset + f.size
+        return struct.Struct(fmt), tuple(names), start
 
     def row_reason(self, row_addr: int) -> str:
         self.lib.kk_row_reason(row_addr, self.text, len(self.text))
@@ -247,19 +285,19 @@ class Host:
         row = self.row
         if self.lib.kk_classify(b, len(b), address & 0xFFFFFFFFFFFFFFFF, mnemonic.encode(), operands.encode(),
                                 row) != NEXT:
-            raise ClassifierError(f"{address:#x}: {b.hex()} ({mnemonic} {operands}): the core's rip-relative "
-                                  "displacement and capstone's operands disagree, or the core cannot read the "
-                                  "instruction")
+            raise ClassifierError(f"{address:#x}: {b.hex()} ({mnemonic} {operands}): the portable core's reading "
+                                  "of the instruction (its kind, a rip-relative displacement, a branch's address) "
+                                  "and capstone's text disagree, or the core cannot read it")
         return self.verdict(row, 0, ctypes.addressof(row))
 
     def verdict(self, buf, base: int, addr: int) -> Verdict:
         """The ``Verdict`` of the row at ``buf[base:]`` (``addr`` its address, for its text)."""
-        md = self.acc.md_record({n: self.value(buf, n, base) for n in self.acc.md_fields})
-        reason = self.value(buf, "kr_reason", base)
-        target = self.value(buf, "kr_target", base) if self.value(buf, "kr_flags", base) & 1 else None
-        if reason:
+        row = dict(zip(self._read_names, self._reader.unpack_from(buf, base + self._read_at)))
+        md = self.acc.md_record(row)
+        target = row["kr_target"] if row["kr_flags"] & 1 else None
+        if row["kr_reason"]:
             return Verdict(STATUS_SKIP, self.row_reason(addr), KIND_SKIP, md, target)
-        return Verdict(STATUS_OK, "", self.isa.table_kinds[self.value(buf, "km_kind", base)].kind, md, target)
+        return Verdict(STATUS_OK, "", self.isa.table_kinds[row["km_kind"]].kind, md, target)
 
     def prologue(self, code: bytes, offsets: Sequence[int]) -> int:
         """The prologue rules (bit i: ``Accelerator.prologue_rules[i]``) a function of instructions at
@@ -275,13 +313,14 @@ class Host:
         self.lib.kk_summary_layout(*(ctypes.byref(c) for c in cols), ctypes.byref(deferred))
         return SummaryLayout(self.lib.kk_summary_columns(), *(c.value for c in cols), deferred.value)
 
-    def summarise(self, span: bytes, starts: Sequence[int], limits: Sequence[int]) -> array:
-        """``kk_summarise()``'s counters (``summary_layout()``) of each function ``span[start : start + limit]``."""
+    def summarise(self, span: bytes, base: int, starts: Sequence[int], limits: Sequence[int]) -> array:
+        """``kk_summarise()``'s counters (``summary_layout()``) of each function ``span[start : start + limit]``,
+        ``span`` being at address ``base`` (a step checks alignment, and what capstone prints, by it)."""
         n = len(starts)
         starts_a, limits_a = array("Q", starts), array("Q", limits)
         out = array("I", bytes(4 * self.lib.kk_summary_columns() * n))
         if n:
-            self.lib.kk_summarise(span, len(span), n, starts_a.buffer_info()[0], limits_a.buffer_info()[0],
+            self.lib.kk_summarise(span, len(span), base & 0xFFFFFFFFFFFFFFFF, n, starts_a.buffer_info()[0], limits_a.buffer_info()[0],
                                   out.buffer_info()[0])
         return out
 

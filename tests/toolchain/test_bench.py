@@ -41,6 +41,19 @@ def test_arch_analysis_bench_runs(name: str, monkeypatch) -> None:
     assert res["ratio_ours_over_objdump"] > 0 and res["ratio_full_over_objdump"] > 0
 
 
+@pytest.mark.parametrize("name", ["arm64", "riscv"])
+def test_arch_large_bench_runs(name: str, monkeypatch) -> None:
+    """The large-library step on a small module (the real one is Debian's libLLVM-15): the summary and the cross
+    objdump counted, turns taken."""
+    cross.require_cross(name, "the arch benchmark compares with the cross objdump")
+    ko = cross.freebsd_module(name)["ko"]
+    monkeypatch.setattr(arch.bigimage, "library", lambda _isa: ko)
+    res = arch.bench_large_arch(name, rounds=2)
+    assert res["image"] == str(ko) and res["rounds"] == 2
+    assert res["runs"]["ours"]["instructions"] > 400 and res["runs"]["objdump"]["instructions"] > 400
+    assert res["ratio_ours_over_objdump"] > 0
+
+
 def test_image_bench_compares_the_summary_with_objdump(sample_kernel) -> None:
     """One image: the summary and objdump each counted; the budget follows."""
     res = analysis.bench_image(str(sample_kernel), full=False, rounds=2)

@@ -22,14 +22,14 @@ import sys
 
 import pytest
 
-from generator.analysis import report, summary
 from generator.analysis.plan import plan_function
 from generator.analysis.probes import analyse, code_runs
-from generator.common.errors import ClassifierError, UserError
+from generator.common.errors import UserError
 from generator.image.elf import KernelImage
-from generator.isa import hostcore
+from generator.isa import by_name, hostcore
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.amd64 import opmap
+from helpers.hostwalk import mutated_walk, summary_mismatches
 from helpers.skips import require_system_library, require_tool
 from helpers.textimage import lay_out, mutated_bodies
 
@@ -42,16 +42,10 @@ def _mismatches(img, funcs, rule: str):
     """Functions whose summary (record and ``--json`` line, which the library formats itself) or table records
     differ between the walk and the report."""
     lib = _lib()
-    fast = summary.fast_chunk(img, funcs, rule, img.isa)
-    lines = summary.fast_json_chunk(img, funcs, rule, img.isa)
-    bad = []
-    for f, got, line in zip(funcs, fast, lines):
+    bad = summary_mismatches(img, funcs, rule)
+    for f in funcs:
         rep = analyse(img, f, rule, img.isa)
-        if got != summary.from_report(rep):
-            bad.append((f.name, got, summary.from_report(rep)))
-        elif line != summary.from_report(rep, report.summary_json_fields):
-            bad.append((f.name, line, summary.from_report(rep, report.summary_json_fields)))
-        elif plan_function(img, f, rule, lib) != plan_function(img, f, rule, None, rep):
+        if plan_function(img, f, rule, lib) != plan_function(img, f, rule, None, rep):
             bad.append((f.name, "table records", plan_function(img, f, rule, None, rep)))
     return bad
 
@@ -87,20 +81,11 @@ def test_mutated_code():
     bodies = mutated_bodies(str(require_system_library("libcrypto.so.3")), 3000, seed=20261203)
     img, funcs = lay_out(amd64, bodies)
     lib = _lib()
-    lay = lib.summary_layout()
-    walked = 0
-    for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
-        for k, n in zip(run, counts[lay.n :: lay.columns]):
-            f = funcs[k]
-            try:
-                rep = analyse(img, f, "any", amd64)
-            except ClassifierError:
-                assert n == lay.deferred, bodies[k].hex()
-                continue
-            walked += n != lay.deferred
-            assert summary.fast(img, f, "any", amd64) == summary.from_report(rep), bodies[k].hex()
-            assert plan_function(img, f, "any", lib) == plan_function(img, f, "any", None, rep), bodies[k].hex()
+
+    def same_plan(f, rep):
+        assert plan_function(img, f, "any", lib) == plan_function(img, f, "any", None, rep), f.name
+
+    walked = mutated_walk(img, funcs, bodies, same_plan)
     assert walked > 0.3 * len(funcs)
 
 
@@ -115,7 +100,7 @@ def test_the_table_carries_the_work():
     before, n, deferred = decoded(), 0, 0
     funcs = img.functions()
     for run, span, first in code_runs(img, funcs):
-        counts = lib.summarise(span, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
+        counts = lib.summarise(span, first, [funcs[k].address - first for k in run], [funcs[k].size for k in run])
         col = counts[lay.n :: lay.columns]
         deferred += sum(1 for x in col if x == lay.deferred)
         n += sum(x for x in col if x != lay.deferred)
@@ -133,7 +118,7 @@ def test_hands_back_what_python_decides(hexcode, why):
     code = bytes.fromhex(hexcode)
     lib = _lib()
     lay = lib.summary_layout()
-    counts = lib.summarise(code + b"\xcc" * 15, [0], [len(code)])
+    counts = lib.summarise(code + b"\xcc" * 15, 0, [0], [len(code)])
     assert counts[lay.n] == lay.deferred, why
 
 
@@ -147,11 +132,14 @@ def test_a_table_record_needs_no_capstone_text():
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
-def test_compiles_cleanly(cc, tmp_path):
-    """The whole library, warnings as errors, C99, as isa/hostcore.py builds it (capstone's own header included)."""
+@pytest.mark.parametrize("arch", ["amd64", "arm64", "riscv"])
+def test_compiles_cleanly(cc, arch, tmp_path):
+    """The whole library of each ISA, warnings as errors, C99, as isa/hostcore.py builds it (capstone's own
+    header included)."""
     require_tool(cc, cc, "compile the host library with warnings as errors")
-    hostcore.render_encoding(amd64, tmp_path)
-    cmd = hostcore.compile_command(amd64, cc, tmp_path, (*hostcore.FLAGS, "-Wall", "-Wextra", "-Werror"))
+    isa = by_name(arch)
+    hostcore.render_headers(isa, tmp_path)
+    cmd = hostcore.compile_command(isa, cc, tmp_path, (*hostcore.FLAGS, "-Wall", "-Wextra", "-Werror"))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / hostcore.LIB_NAME).stat().st_size > 0

@@ -547,7 +547,7 @@ def host_summary(code: bytes) -> HostSummary:
 
     lib = hostcore.for_isa(amd64)
     lay = lib.summary_layout()
-    cols = lib.summarise(code, [0], [len(code)]).tolist()
+    cols = lib.summarise(code, 0, [0], [len(code)]).tolist()
     assert cols[lay.n] not in (lay.deferred, 0), "the walk handed the function back"
     kinds = {k.kind: cols[lay.first_kind + i] for i, k in enumerate(amd64.table_kinds) if cols[lay.first_kind + i]}
     return HostSummary(cols[lay.refused], kinds)

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "kk_host.h"
+#include "kk_fields.h"
 
 static int kk_words(void);
 
@@ -112,6 +113,9 @@ static const struct kk_field kk_fields[] = {
 	KK_FIELD(kr_class, 0),
 	{ NULL, 0, 0, 0 }
 };
+
+/* The parts of the ISA's struct kinst_md Python reads (kk_fields.h). */
+static const struct kk_field kk_isa_fields[] = { KK_ISA_FIELDS };
 
 /* Field i of the row (the generic ones, then the ISA's), or NULL past the last. */
 const struct kk_field *
@@ -407,8 +411,9 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 }
 
 /*
- * The summary of nfunc functions of buf: function k is buf[start[k],
- * start[k] + limit[k]), with the section's bytes after it to buf's end.
+ * The summary of nfunc functions of buf, which is at address 'base':
+ * function k is buf[start[k], start[k] + limit[k]), with the section's
+ * bytes after it to buf's end.
  * out[] receives kk_summary_columns() counters per function: how many
  * instructions (KK_DEFERRED when Python must do the function), the
  * prologue rules it passes (bit i: the ISA's rule i), how many are
@@ -441,7 +446,7 @@ kk_summary_layout(unsigned *n, unsigned *prologue, unsigned *refused,
 }
 
 void
-kk_summarise(const uint8_t *buf, size_t buflen, size_t nfunc,
+kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
     const uint64_t *start, const uint64_t *limit, uint32_t *out)
 {
 	const struct kk_row *r;
@@ -453,12 +458,13 @@ kk_summarise(const uint8_t *buf, size_t buflen, size_t nfunc,
 		col = out + k * ncol;
 		memset(col, 0, ncol * sizeof(*col));
 		if (kk_walk(buf + start[k], buflen - start[k], limit[k],
-		    0, KK_TEXT_NONE) != KK_NEXT) {
+		    base + start[k], KK_TEXT_NONE) != KK_NEXT) {
 			col[KK_COL_N] = KK_DEFERRED;
 			continue;
 		}
 		col[KK_COL_N] = (uint32_t)kk_nrows;
-		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k], limit[k],
+		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k],
+		    buflen - start[k], limit[k],
 		    kk_rows, kk_nrows);
 		for (i = 0, r = kk_rows; i < kk_nrows; i++, r++) {
 			if (r->kr_reason != 0)
@@ -562,7 +568,7 @@ kk_function_rows(const uint8_t *code, size_t len, size_t limit,
 		return (rv);
 	*rows = kk_rows;
 	*nrows = kk_nrows;
-	*prologue = kk_isa_prologue(code, limit, kk_rows, kk_nrows);
+	*prologue = kk_isa_prologue(code, len, limit, kk_rows, kk_nrows);
 	return (0);
 }
 
@@ -596,7 +602,7 @@ kk_prologue(const uint8_t *code, size_t limit, const uint32_t *offs, size_t n)
 	}
 	for (i = 0; i < n; i++)
 		kk_rows[i].kr_off = offs[i];
-	return (kk_isa_prologue(code, limit, kk_rows, n));
+	return (kk_isa_prologue(code, limit, limit, kk_rows, n));
 }
 
 /* A row's text: 'which' 0 mnemonic, 1 operands; NULL without. */
@@ -999,7 +1005,7 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 		return (rv);
 	refused = excluded;
 	if (refused == NULL &&
-	    (kk_isa_prologue(code, limit, kk_rows, kk_nrows) & rule) == 0)
+	    (kk_isa_prologue(code, len, limit, kk_rows, kk_nrows) & rule) == 0)
 		refused = prologue;
 	*eligible = refused == NULL;
 	if (*eligible ? head_ok != NULL : head_refused != NULL)

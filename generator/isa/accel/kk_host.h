@@ -77,20 +77,19 @@ void	kk_cache_add(const uint8_t *, size_t, struct kk_row *);
 
 
 /*
- * The ISA's step (<arch>/accel/kk_walk.c): the fields of its struct
- * kinst_md; opening its decoder; a function's instructions (code[0, len),
- * its own bytes ending at limit, at address) into rows[0, cap), with or
- * without text (KK_TEXT_*), *n of them; one
- * instruction with capstone's text for it; the prologue rules a function
- * passes, bit i the ISA's rule i (Isa.prologue_reasons, in order).
+ * The ISA's step (<arch>/accel/kk_walk.c): opening its decoder; a
+ * function's instructions (code[0, len), its own bytes ending at limit, at
+ * address) into rows[0, cap), with or without text (KK_TEXT_*), *n of
+ * them; one instruction with capstone's text for it; the prologue rules a
+ * function (code[0, len), its own bytes ending at limit) of n rows passes,
+ * bit i the ISA's rule i (Isa.prologue_reasons, in order).
  */
-extern const struct kk_field kk_isa_fields[];
 int	kk_isa_open(void);
 int	kk_isa_walk(const uint8_t *, size_t, size_t, uint64_t, int,
 	    struct kk_row *, size_t, size_t *);
 int	kk_isa_classify(const uint8_t *, size_t, uint64_t, const char *,
 	    const char *, struct kk_row *);
-unsigned kk_isa_prologue(const uint8_t *, size_t, const struct kk_row *,
-	    size_t);
+unsigned kk_isa_prologue(const uint8_t *, size_t, size_t,
+	    const struct kk_row *, size_t);
 
 #endif

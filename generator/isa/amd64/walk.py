@@ -67,5 +67,6 @@ ACCELERATOR = Accelerator(
     md_record=_md_record,
     md_json=tuple((key, field, how) for key, (field, how) in _MD.items()),
     byte_fields=frozenset({"km_template"}),
+    signed_fields=frozenset({"km_reg1", "km_reg2", "km_disp"}),
     init=_init,
 )

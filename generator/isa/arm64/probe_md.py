@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
-from ..contract import TableKind
+from ..dbp import NO_DISPOFF, md_json
+from ..contract import FlagBit, TableKind
 
 KIND_TRAMPOLINE = "trampoline"
 KIND_B = "b"
@@ -41,6 +42,13 @@ TABLE_KINDS = (
     TableKind(KIND_LDR_LITERAL, "KINST_K_LDR_LITERAL", "ldr, ldrsw, prfm (literal): emulated"),
     TableKind(KIND_BR_REG, "KINST_K_BR_REG", "br, blr, ret: emulated"),
 )
+# struct kinst_md's km_flags (the core's C has them from kinst_encoding.h).
+FLAG_NONZERO, FLAG_LINK, FLAG_SIGNED = 0x01, 0x02, 0x04
+FLAG_BITS = (
+    FlagBit("KINST_MD_NONZERO", FLAG_NONZERO, "cbnz, tbnz"),
+    FlagBit("KINST_MD_LINK", FLAG_LINK, "bl, blr: x30 gets the return address"),
+    FlagBit("KINST_MD_SIGNED", FLAG_SIGNED, "ldrsw"),
+)
 CONDITIONAL_KINDS = (KIND_BCOND, KIND_CBZ, KIND_TBZ)
 
 
@@ -60,15 +68,10 @@ class ProbeMd(NamedTuple):
     size: int  # ldr literal: bytes loaded (4 or 8; 0 for prfm)
     signed: bool  # ldrsw
 
-    @property
-    def dispoff(self) -> int:
-        """What the plan hands ``stream_record`` (amd64's rel32 position): no such field here."""
-        return 0
+    dispoff = NO_DISPOFF
 
     def to_json(self) -> Dict[str, Any]:
-        d = self._asdict()
-        d["insn"] = f"{self.insn:#010x}"
-        return d
+        return md_json(self, self.instlen)
 
 
 def skip_md(length: int) -> ProbeMd:

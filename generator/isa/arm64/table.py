@@ -23,18 +23,17 @@ from typing import Iterator, Optional, Sequence, Tuple
 from ...common.errors import ClassifierError
 from .probe_md import TABLE_KINDS
 from ..contract import CConst, StreamInsn
+from ..dbp import record_codes
 
 _KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
 REFUSED = 15
 MASKED = 0x10
 INSN_SIZE = 4
 
-RECORD_CODES = (
-    CConst("KINST_NKINDS", len(TABLE_KINDS), "record codes below this are enum kinst_kind"),
-    CConst("KINST_R_REFUSED", REFUSED, "no probe: the instruction is refused"),
+RECORD_CODES = record_codes(len(TABLE_KINDS), REFUSED, (
     CConst("KINST_R_MASKED", MASKED, "record bit: a relocation fills part of the word"),
     CConst("KINST_R_CODE", 15, "record bits of the code"),
-)
+))
 _WORD_MASK = ((0, INSN_SIZE),)
 
 

@@ -10,21 +10,18 @@ Grammar: an ``Encoding`` is ``(mask, match)``; a word ``w`` is of the class
 when ``w & mask == match``.  ``KINST_CLASSES`` is kinst's own test order
 (``kinst_instr_dissect()`` and ``kinst_make_probe()``); the other tables are
 kinstkit's additions, each with the reason a refused instruction carries.
-Nothing here is an if-chain: ``classify.py`` only looks these up.
+Nothing here is an if-chain: the portable core
+(``sys/modules/kinst/arm64/kinst_core.c``, ``kinst_core_dissect()``) tests
+them through the constants ``CORE_CONSTS`` and ``CORE_WORD_SETS`` render into
+``kinst_encoding.h``, and ``classify.py`` looks up what spans words.
 """
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, NamedTuple, Tuple
+from typing import Dict, FrozenSet, Tuple
 
-
-class Encoding(NamedTuple):
-    mask: int
-    match: int
-
-    def has(self, word: int) -> bool:
-        return word & self.mask == self.match
-
+from ..contract import CConst, CoreRefusal, WordSet
+from ..dbp import Encoding, encoding_consts
 
 # kinst's classes of an instruction word (enum kinst_instr), in kinst's order.
 # NOTE: kinst's b.cond mask ignores bit 4, so FEAT_HBC's bc.cond is a b.cond
@@ -48,8 +45,7 @@ STX = Encoding(0x3FC00000, 0x08000000)  # store exclusive: ends it (and is itsel
 # Load register (literal): LDR Wt/Xt, LDRSW, PRFM and the SIMD&FP LDR St/Dt/Qt;
 # opc is bits 31-30, V bit 26.  kinst (since D56988) refuses them all.
 LDR_LITERAL = Encoding(0x3B000000, 0x18000000)
-# opc -> (bytes loaded, sign-extended) for V = 0; opc 3 is PRFM (loads nothing).
-LDR_LITERAL_SIZES: Dict[int, Tuple[int, bool]] = {0: (4, False), 1: (8, False), 2: (4, True), 3: (0, False)}
+# What each opc loads (4 or 8 bytes, ldrsw sign-extended, prfm nothing) is the core's (kinst_core_dissect()).
 
 # Unconditional branch (register): br, blr, ret are emulated by kinstkit
 # (kinst copies them into the trampoline, from which they leave without
@@ -145,3 +141,30 @@ ERET = Encoding(0xFFFFF3E0, 0xD69F03E0)  # eret, eretaa, eretab
 NOP = 0xD503201F
 STP_PRE_64 = Encoding(0xFFC00000, 0xA9800000)  # LDP_STP_MASK / STP_64; Rn (bits 9-5) must be sp
 SUB_SP_IMM = Encoding(0xFFC00000, 0xD1000000)  # SUB_MASK / SUB_INSTR; Rd and Rn must be sp
+
+# kinst's classes as the core numbers them (km_class; the report's "type"): KINST_CLASSES, then the rest.
+KINST_TYPES: Tuple[str, ...] = (*(name for name, _ in KINST_CLASSES), "ldx", "stx", "ldr_literal", "common")
+
+# What the portable core refuses by itself, in KINST_RF_* order: the reason after the mnemonic.  {reg} and
+# {sysreg} are filled from the word (the host walk has one reason code per register, isa/arm64/walk.py).
+CORE_REFUSALS: Tuple[CoreRefusal, ...] = tuple(
+    CoreRefusal(f"KINST_RF_{key.upper().replace('-', '_')}", key, REASONS[key])
+    for key in ("adr-callee-saved", "ldr-literal-callee-saved", "ldr-literal-simd", "ldx-block", "branch-reg",
+                "exception", "bti", "exception-register"))
+
+# The encodings the core tests, by the name its macros use (KINST_<name>_MASK, KINST_<name>_MATCH).
+_CORE_ENCODINGS: Dict[str, Encoding] = {
+    **{name.upper(): enc for name, enc in KINST_CLASSES},
+    "LDX": LDX, "STX": STX, "LDR_LITERAL": LDR_LITERAL, "BRANCH_REG": BRANCH_REG, "BR": BR, "BLR": BLR, "RET": RET,
+    "EXCEPTION": EXCEPTION, "UDF": UDF, "BTI": BTI, "PACIXSP": PACIXSP, "MRS": MRS, "MSR": MSR,
+    "STP_PRE_64": STP_PRE_64, "SUB_SP_IMM": SUB_SP_IMM, "SVE_ADR": NOT_PC_RELATIVE[0],
+}
+CORE_CONSTS: Tuple[CConst, ...] = (
+    *encoding_consts(_CORE_ENCODINGS),
+    CConst("KINST_NOP", NOP, "nop: a leading one marks an asm function for the prologue rule"),
+    CConst("KINST_WRITABLE_REGS", sum(1 << r for r in WRITABLE_REGS), "WRITABLE_REGS as a mask of x0-x31"),
+    *(CConst(f"KINST_C_{name.upper()}", i, f"kinst's class {name}") for i, name in enumerate(KINST_TYPES)),
+)
+CORE_WORD_SETS: Tuple[WordSet, ...] = (
+    WordSet("KINST_EXC_SYSREGS", tuple(EXCEPTION_SYSREGS), "EXCEPTION_SYSREGS: o0:op1:CRn:CRm:op2"),
+)

@@ -1,9 +1,13 @@
 """riscv: FreeBSD's ``sys/cddl/dev/kinst/riscv/kinst_isa.c``, ahead of time.
 
 - ``decode``: the capstone walk over 2- and 4-byte instructions;
-- ``classify``: kinst's instlen, emulation and fields per instruction,
-  kinstkit's verdict, the LR/SC blocks and trap-CSR regions, the prologue
-  rule over the function's words;
+- kinst's instlen, emulation and fields per instruction, kinstkit's verdict
+  and the prologue rule over the function's words: the portable core,
+  ``sys/modules/kinst/riscv/kinst_core.c``, with the host step
+  ``accel/kk_walk.c`` (built and driven by ``isa/hostcore.py``; ``walk``:
+  its data);
+- ``classify``: the functions refused by name, the LR/SC blocks and
+  trap-CSR regions;
 - ``probe_md``: the metadata record and the table kinds;
 - ``table``: the compact table's per-instruction records;
 - ``tables``: encodings as data;
@@ -14,11 +18,14 @@
 from __future__ import annotations
 
 from ..contract import Isa, Kmod, package_parts
+from ..dbp import isa_parts
 from . import classify as _classify
 from . import decode as _decode
 from . import probe_md as _md
 from . import relocs as _relocs
 from . import table as _table
+from . import tables as _tables
+from .walk import ACCELERATOR
 from .oracle import QUIRKS
 from .dwarfregs import DWARF_REGS
 
@@ -43,10 +50,7 @@ ISA = Isa(
         include_links=(("machine", "riscv"),), kinst_dirs=("riscv", "dbp"),
     ),
     **package_parts(_decode, _classify, _md, _table),
-    classify=_classify.classify,
-    frame_verdict=_classify.frame_verdict,
-    reloc_insert=_relocs.insert,
-    branch_reloc=_relocs.branch_field,
-    mapping_symbols=True,
+    # kinst's verdict and the prologue rule are the portable core's, run on the host (isa/hostcore.py).
+    **isa_parts("riscv", _tables, _relocs, ACCELERATOR),
     dwarf_regs=DWARF_REGS,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple
 
+from ..dbp import NO_DISPOFF, md_json
 from ..contract import TableKind
 
 KIND_TRAMPOLINE = "trampoline"
@@ -48,15 +49,10 @@ class ProbeMd(NamedTuple):
     imm: int  # sign-extended offset from the instruction (auipc: imm20 << 12; jalr: from rs1)
     funct3: int  # branch: the condition (beq 0, bne 1, blt 4, bge 5, bltu 6, bgeu 7); -1 otherwise
 
-    @property
-    def dispoff(self) -> int:
-        """What the plan hands ``stream_record`` (amd64's rel32 position): no such field here."""
-        return 0
+    dispoff = NO_DISPOFF
 
     def to_json(self) -> Dict[str, Any]:
-        d = self._asdict()
-        d["insn"] = f"{self.insn:#0{2 + 2 * self.instlen}x}"
-        return d
+        return md_json(self, self.instlen)
 
 
 def skip_md(length: int) -> ProbeMd:

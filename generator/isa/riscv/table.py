@@ -23,6 +23,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from ...common.errors import ClassifierError
 from ..contract import CConst, StreamInsn
+from ..dbp import record_codes
 from .probe_md import TABLE_KINDS
 
 _KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
@@ -30,13 +31,11 @@ REFUSED = 15
 MASKED = 0x20
 LONG = 0x01
 
-RECORD_CODES = (
-    CConst("KINST_NKINDS", len(TABLE_KINDS), "record codes below this are enum kinst_kind"),
-    CConst("KINST_R_REFUSED", REFUSED, "no probe: the instruction is refused"),
+RECORD_CODES = record_codes(len(TABLE_KINDS), REFUSED, (
     CConst("KINST_R_LONG", LONG, "record bit: a 4-byte instruction (else 2)"),
     CConst("KINST_R_CODE_SHIFT", 1, "the code's position in a record"),
     CConst("KINST_R_MASKED", MASKED, "record bit: a relocation fills part of the instruction"),
-)
+))
 
 
 def record(length: int, kind: Optional[str], dispoff: int = 0, masks: Sequence[Tuple[int, int]] = ()) -> bytes:

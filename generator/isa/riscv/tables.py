@@ -12,20 +12,19 @@ tests, which are kept exactly).
 Grammar: an ``Encoding`` is ``(mask, match)``: a 32-bit value ``w`` is of
 the class when ``w & mask == match``; for a 16-bit one, the low halfword.
 ``REASONS`` gives the reason a refused instruction carries.  Nothing here
-is an if-chain: ``classify.py`` only looks these up.
+is an if-chain: the portable core (``sys/modules/kinst/riscv/kinst_core.c``,
+``kinst_core_dissect()``) and the host step test them through the
+constants ``CORE_CONSTS`` and ``CORE_WORD_SETS`` render into
+``kinst_encoding.h``, and ``classify.py`` looks up what spans instructions.
 """
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet, NamedTuple
+from typing import Dict, FrozenSet, Tuple
 
+from ..contract import CConst, CoreRefusal, WordSet
+from ..dbp import Encoding, encoding_consts
 
-class Encoding(NamedTuple):
-    mask: int
-    match: int
-
-    def has(self, value: int) -> bool:
-        return value & self.mask == self.match
 
 
 # 32-bit major opcodes kinst emulates (kinst_instr_dissect()): value & 0x7f.
@@ -87,3 +86,25 @@ REASONS: Dict[str, str] = {
     "undecodable": "capstone cannot decode this instruction: an extension kinstkit does not know, or data",
     "lost": "follows bytes no decoder could size at +{at}: instruction boundaries after them are unknown",
 }
+
+# What the portable core refuses by itself, in KINST_RF_* order: the reason after the mnemonic.
+CORE_REFUSALS: Tuple[CoreRefusal, ...] = (
+    CoreRefusal("KINST_RF_SYSTEM", "system", REASONS["system"]),
+    CoreRefusal("KINST_RF_LR_SC", "lr-sc", REASONS["lr-sc"]),
+)
+
+# The encodings the core and the host step test, by the name their macros use.
+_CORE_ENCODINGS: Dict[str, Encoding] = {
+    "C_J": C_J, "C_BEQZ": C_BEQZ, "C_BNEZ": C_BNEZ, "C_JR_FAMILY": C_JR_FAMILY, "C_EBREAK": C_EBREAK,
+    "LR_W": LR[0], "LR_D": LR[1], "SC_W": SC[0], "SC_D": SC[1],
+    "SD_RA_SP": SD_RA_SP, "C_SDSP_RA": C_SDSP_RA, "RET": RET, "C_RET": C_RET,
+}
+CORE_CONSTS: Tuple[CConst, ...] = (
+    *(CConst(f"KINST_OP_{name.upper()}", op, f"major opcode of {name}") for op, name in
+      ((OPCODE_JAL, "jal"), (OPCODE_JALR, "jalr"), (OPCODE_BRANCH, "branch"), (OPCODE_AUIPC, "auipc"),
+       (OPCODE_SYSTEM, "system"))),
+    *encoding_consts(_CORE_ENCODINGS),
+)
+CORE_WORD_SETS: Tuple[WordSet, ...] = (
+    WordSet("KINST_TRAP_CSRS", tuple(TRAP_CSRS), "TRAP_CSRS: the CSR numbers a trap overwrites"),
+)

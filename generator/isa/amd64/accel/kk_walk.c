@@ -36,21 +36,6 @@ static int kk_prologue_opcode = -1;	/* push %rbp */
 static const char *const *kk_fixed;	/* mnemonics decode.py re-sizes */
 static unsigned kk_nfixed;
 
-/* The parts of struct kinst_md Python reads (generic ones: kk_host.c). */
-const struct kk_field kk_isa_fields[] = {
-	KK_FIELD(kr_md.km_kind, 0),
-	KK_FIELD(kr_md.km_flags, 0),
-	KK_FIELD(kr_md.km_instlen, 0),
-	KK_FIELD(kr_md.km_tinstlen, 0),
-	KK_FIELD(kr_md.km_dispoff, 0),
-	KK_FIELD(kr_md.km_reg1, 1),
-	KK_FIELD(kr_md.km_reg2, 1),
-	KK_FIELD(kr_md.km_scale, 0),
-	KK_FIELD(kr_md.km_disp, 1),
-	KK_FIELD(kr_md.km_template, 0),
-	{ NULL, 0, 0, 0 }
-};
-
 /* How many instructions capstone decoded for the walks: the tests check the table carries them. */
 unsigned long
 kk_amd64_decoded(void)
@@ -435,11 +420,12 @@ kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
  * ("first", kinst 14.0), the first one does.
  */
 unsigned
-kk_isa_prologue(const uint8_t *code, size_t limit, const struct kk_row *rows,
-    size_t n)
+kk_isa_prologue(const uint8_t *code, size_t len, size_t limit,
+    const struct kk_row *rows, size_t n)
 {
 	size_t i;
 
+	(void)len;
 	if (limit > 0 && code[0] == kk_prologue_opcode)
 		return (3);
 	for (i = 0; i < n; i++)

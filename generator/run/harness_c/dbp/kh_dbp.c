@@ -4,8 +4,9 @@
  * kh_dbp.c: the part of the harness glue (../kh_isa.h) that arm64 and
  * riscv share, the "double breakpoint" ISAs whose programs run under
  * qemu-user: the SIGTRAP handler, trampolines, and writing the probe's
- * breakpoint (kinst_core_patch: brk #0x40d; c.ebreak).  What differs
- * between the two, raw system calls and the signal frame's registers, is
+ * breakpoint (kinst_core_patch: brk #0x40d; c.ebreak), and raw system
+ * calls (in the convention <arch>/kh_syscall.h names).  What differs
+ * between the two, the signal frame's registers, is
  * <arch>/kh_isa_<arch>.c (kh_dbp.h).
  *
  * The handler tells the two breakpoints apart by address: at a probe's
@@ -31,6 +32,24 @@
 #include "kinst_core.h"
 #include "kh_isa.h"
 #include "kh_dbp.h"
+#include "kh_syscall.h"
+
+/* A raw system call, in the ISA's convention (<arch>/kh_syscall.h). */
+long
+kh_isa_syscall4(long nr, long a1, long a2, long a3, long a4)
+{
+	register long r_nr __asm__(KH_SYSCALL_NR) = nr;
+	register long r0 __asm__(KH_SYSCALL_A0) = a1;
+	register long r1 __asm__(KH_SYSCALL_A1) = a2;
+	register long r2 __asm__(KH_SYSCALL_A2) = a3;
+	register long r3 __asm__(KH_SYSCALL_A3) = a4;
+
+	__asm__ volatile(KH_SYSCALL_TRAP
+	    : "+r" (r0)
+	    : "r" (r_nr), "r" (r1), "r" (r2), "r" (r3)
+	    : "memory");
+	return (r0);
+}
 
 /* The si_code of a SIGTRAP from a real breakpoint (brk, ebreak, c.ebreak). */
 const int kh_isa_trap_code = TRAP_BRKPT;

@@ -2,9 +2,9 @@
  * SPDX-License-Identifier: BSD-2-Clause
  *
  * kh_isa_riscv.c: what the harness glue needs of riscv64 Linux besides the
- * double-breakpoint handler it shares with arm64 (../dbp/kh_dbp.c): raw
- * system calls (../kh_isa.h), and the signal frame's registers mapped onto
- * the core's struct kinst_regs (../dbp/kh_dbp.h).
+ * double-breakpoint handler it shares with arm64 (../dbp/kh_dbp.c): the
+ * signal frame's registers mapped onto the core's struct kinst_regs
+ * (../dbp/kh_dbp.h); its system call convention is kh_syscall.h.
  */
 
 #include <signal.h>
@@ -15,22 +15,6 @@
 #include "kinst_core.h"
 #include "kh_isa.h"
 #include "kh_dbp.h"
-
-long
-kh_isa_syscall4(long nr, long a1, long a2, long a3, long a4)
-{
-	register long a7 __asm__("a7") = nr;
-	register long a0 __asm__("a0") = a1;
-	register long r1 __asm__("a1") = a2;
-	register long r2 __asm__("a2") = a3;
-	register long r3 __asm__("a3") = a4;
-
-	__asm__ volatile("ecall"
-	    : "+r" (a0)
-	    : "r" (a7), "r" (r1), "r" (r2), "r" (r3)
-	    : "memory");
-	return (a0);
-}
 
 /* x1-x31 and pc from the signal frame (__gregs[0] is pc, [n] is xn). */
 void

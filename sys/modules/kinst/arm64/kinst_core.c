@@ -1,27 +1,31 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kinst_core.c: the table's word records, the emulation data derived from
- * the live word, the trampoline fill and the emulation of every PC-relative
- * and register-branch class over a register file, for arm64; the rest of
- * the core is ../dbp/kinst_core_dbp.c.  Freestanding C99, no headers, no
- * library calls: the kernel glue runs the trap-time part in probe context
- * and the user-space harness in a SIGTRAP handler, and neither may call
- * into code that could itself be probed (kinst's kinst_memcpy() rule).
+ * kinst_core.c: kinst's rule for one word (kinst_core_dissect(), which
+ * the kernel runs on the live word and the analysis on the host), the
+ * table's word records, the trampoline fill and the emulation of every
+ * PC-relative and register-branch class over a register file, for arm64;
+ * the rest of the core is ../dbp/kinst_core_dbp.c.  Freestanding C99, no
+ * headers, no library calls: the kernel glue runs the trap-time part in
+ * probe context and the user-space harness in a SIGTRAP handler, and
+ * neither may call into code that could itself be probed (kinst's
+ * kinst_memcpy() rule).  The encodings it tests are kinst_encoding.h's,
+ * rendered from generator/isa/arm64/tables.py.
  *
  * The classes are kinst's (sys/cddl/dev/kinst/aarch64/kinst_isa.c), with
- * the corrections generator/isa/arm64/classify.py makes and
- * docs/refusals.md lists: br, blr and ret are emulated; adr, adrp and ldr
- * (literal) are emulated into the registers FreeBSD's EL1 exception return
- * restores; cbz and cbnz on a W register compare 32 bits; tbz and tbnz test
- * any of the 64 bits; x30 and xzr are registers of their own.
+ * the corrections docs/refusals.md lists: br, blr and ret are emulated;
+ * adr, adrp and ldr (literal) are emulated into the registers FreeBSD's
+ * EL1 exception return restores; cbz and cbnz on a W register compare 32
+ * bits; tbz and tbnz test any of the 64 bits; x30 and xzr are registers
+ * of their own; exception-generating words, BTI landing pads and accesses
+ * to the EL1 exception registers are refused.
  */
 
 #include "kinst_core.h"
 
 #define	KINST_NONE		0xff	/* km_reg, km_cond, km_bit: not used */
 #define	KINST_XZR		31
-#define	KINST_NOT_RESTORED(r)	((r) >= 18 && (r) <= 28)
+#define	KINST_RESTORED(r)	((KINST_WRITABLE_REGS >> (r) & 1) != 0)
 
 /* A record byte: its code in the low bits, and the masked bit. */
 int
@@ -34,118 +38,156 @@ kinst_core_record_byte(kc_uint8_t b, kc_uint8_t *len)
 	return (b & KINST_R_CODE);
 }
 
-/*
- * The kind a word is emulated as, KINST_K_TRAMPOLINE for one that runs in
- * a trampoline, or KINST_R_REFUSED for a register branch that can do
- * neither.  Only the classes; the registers are checked by the caller.
- */
-static int
-kinst_core_kind_of(kc_uint32_t w)
-{
+#define	KINST_IS(w, c)	(((w) & KINST_##c##_MASK) == KINST_##c##_MATCH)
 
-	if ((w & 0x1f000000) == 0x10000000)
-		return ((w >> 31) != 0 ? KINST_K_ADRP : KINST_K_ADR);
-	if ((w & 0xfc000000) == 0x14000000)
-		return (KINST_K_B);
-	if ((w & 0xff000000) == 0x54000000)
-		return (KINST_K_BCOND);
-	if ((w & 0xfc000000) == 0x94000000)
-		return (KINST_K_BL);
-	if ((w & 0x7e000000) == 0x34000000)
-		return (KINST_K_CBZ);
-	if ((w & 0x7e000000) == 0x36000000)
-		return (KINST_K_TBZ);
-	if ((w & 0x3b000000) == 0x18000000)
-		return (KINST_K_LDR_LITERAL);
-	if ((w & 0xfe000000) == 0xd6000000) {
-		if ((w & 0xfffffc1f) == 0xd61f0000 ||	/* br */
-		    (w & 0xfffffc1f) == 0xd63f0000 ||	/* blr */
-		    (w & 0xfffffc1f) == 0xd65f0000)	/* ret */
-			return (KINST_K_BR_REG);
-		return (KINST_R_REFUSED);
-	}
-	return (KINST_K_TRAMPOLINE);
+/* Is the word an MRS or MSR of an EL1 exception register? */
+static int
+kinst_core_exc_sysreg(kc_uint32_t w)
+{
+	static const kc_uint32_t regs[] = KINST_EXC_SYSREGS;
+	int i;
+
+	if (!KINST_IS(w, MRS) && !KINST_IS(w, MSR))
+		return (0);
+	for (i = 0; i < KINST_EXC_SYSREGS_N; i++)
+		if (((w >> 5) & 0x7fff) == regs[i])
+			return (1);
+	return (0);
 }
 
 /*
- * The emulation data for the live word 'b' that record 'ki' describes.
- * The word must be of the recorded kind, and an emulated write must go to
- * a register the EL1 exception return restores.
+ * A word kinst copies into its trampoline (enum kinst_instr's COMMON):
+ * kinstkit emulates br, blr and ret, and refuses what cannot run in a
+ * trampoline or must not trap.
+ */
+static int
+kinst_core_common(kc_uint32_t w, struct kinst_md *md)
+{
+
+	if (KINST_IS(w, BRANCH_REG)) {
+		if (!KINST_IS(w, BR) && !KINST_IS(w, BLR) && !KINST_IS(w, RET))
+			return (KINST_RF_BRANCH_REG);
+		md->km_kind = KINST_K_BR_REG;
+		md->km_reg = (w >> 5) & 31;
+		if (KINST_IS(w, BLR))
+			md->km_flags = KINST_MD_LINK;
+		return (0);
+	}
+	if (KINST_IS(w, EXCEPTION) || KINST_IS(w, UDF))
+		return (KINST_RF_EXCEPTION);
+	if (KINST_IS(w, BTI) || KINST_IS(w, PACIXSP))
+		return (KINST_RF_BTI);
+	if (kinst_core_exc_sysreg(w))
+		return (KINST_RF_EXCEPTION_REGISTER);
+	return (0);
+}
+
+/* ldr (literal): emulated into a register the exception return restores. */
+static int
+kinst_core_literal(kc_uint32_t w, struct kinst_md *md)
+{
+	kc_uint32_t opc;
+
+	md->km_kind = KINST_K_LDR_LITERAL;
+	md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
+	if (((w >> 26) & 1) != 0) {
+		md->km_reg = w & 31;
+		return (KINST_RF_LDR_LITERAL_SIMD);	/* SIMD&FP */
+	}
+	opc = w >> 30;
+	if (opc == 3)
+		return (0);			/* prfm: loads nothing */
+	md->km_reg = w & 31;
+	md->km_size = opc == 1 ? 8 : 4;
+	md->km_flags = opc == 2 ? KINST_MD_SIGNED : 0;
+	return (KINST_RESTORED(md->km_reg) ? 0 : KINST_RF_LDR_LITERAL_CALLEE_SAVED);
+}
+
+/*
+ * kinst's rule for the word at b[0, len): its class, how a hit on it
+ * resumes and what the emulation needs (kinst_instr_dissect() of
+ * aarch64/kinst_isa.c, with kinstkit's corrections), or why it cannot be
+ * probed at all.  0, a KINST_RF_* code (the metadata is still filled), or
+ * -1 when 'len' is not a word.  The analysis runs this on the host; the
+ * kernel on the live word (kinst_core_derive()).
  */
 int
-kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
+kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
     struct kinst_md *md)
 {
-	kc_uint32_t w, opc;
+	kc_uint32_t w;
 
-	if (ki->ki_kind >= KINST_NKINDS || ki->ki_len != KINST_INSN_SIZE)
-		return (KINST_E_TABLE);
+	if (len != KINST_INSN_SIZE)
+		return (-1);
 	w = kinst_core_get(b, KINST_INSN_SIZE);
-	if (kinst_core_kind_of(w) != ki->ki_kind)
-		return (KINST_E_TABLE);
 	md->km_insn = w;
-	md->km_kind = ki->ki_kind;
+	md->km_kind = KINST_K_TRAMPOLINE;
 	md->km_imm = 0;
 	md->km_reg = md->km_cond = md->km_bit = KINST_NONE;
 	md->km_size = 0;
 	md->km_flags = 0;
-	switch (ki->ki_kind) {
-	case KINST_K_TRAMPOLINE:
-		break;
-	case KINST_K_ADR:
-	case KINST_K_ADRP:
+	if (KINST_IS(w, ADR)) {
+		md->km_class = KINST_C_ADR;
+		md->km_kind = (w >> 31) != 0 ? KINST_K_ADRP : KINST_K_ADR;
 		md->km_reg = w & 31;
 		md->km_imm = kinst_core_sext((((w >> 5) & 0x7ffff) << 2) |
 		    ((w >> 29) & 3), 21);
-		if (ki->ki_kind == KINST_K_ADRP)
+		if (md->km_kind == KINST_K_ADRP)
 			md->km_imm *= 4096;
-		if (KINST_NOT_RESTORED(md->km_reg))
-			return (KINST_E_TABLE);
-		break;
-	case KINST_K_BL:
-		md->km_flags = KINST_MD_LINK;
-		/* FALLTHROUGH */
-	case KINST_K_B:
+		return (KINST_RESTORED(md->km_reg) ? 0 :
+		    KINST_RF_ADR_CALLEE_SAVED);
+	}
+	if (KINST_IS(w, B) || KINST_IS(w, BL)) {
+		md->km_class = KINST_IS(w, B) ? KINST_C_B : KINST_C_BL;
+		md->km_kind = KINST_IS(w, B) ? KINST_K_B : KINST_K_BL;
+		md->km_flags = KINST_IS(w, B) ? 0 : KINST_MD_LINK;
 		md->km_imm = kinst_core_sext(w & 0x3ffffff, 26) * 4;
-		break;
-	case KINST_K_BCOND:
+		return (0);
+	}
+	if (KINST_IS(w, BCOND)) {
+		md->km_class = KINST_C_BCOND;
+		md->km_kind = KINST_K_BCOND;
 		md->km_cond = w & 15;
 		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
-		break;
-	case KINST_K_CBZ:
+		return (0);
+	}
+	if (KINST_IS(w, CBZ)) {
+		md->km_class = KINST_C_CBZ;
+		md->km_kind = KINST_K_CBZ;
 		md->km_reg = w & 31;
 		md->km_size = (w >> 31) != 0 ? 8 : 4;
 		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
 		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
-		break;
-	case KINST_K_TBZ:
+		return (0);
+	}
+	if (KINST_IS(w, TBZ)) {
+		md->km_class = KINST_C_TBZ;
+		md->km_kind = KINST_K_TBZ;
 		md->km_reg = w & 31;
 		md->km_bit = (kc_uint8_t)((w >> 31) << 5 | ((w >> 19) & 31));
 		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
 		md->km_imm = kinst_core_sext((w >> 5) & 0x3fff, 14) * 4;
-		break;
-	case KINST_K_LDR_LITERAL:
-		if (((w >> 26) & 1) != 0)
-			return (KINST_E_TABLE);	/* SIMD&FP: not emulated */
-		opc = w >> 30;
-		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
-		if (opc == 3)
-			break;			/* prfm: loads nothing */
-		md->km_reg = w & 31;
-		md->km_size = opc == 1 ? 8 : 4;
-		md->km_flags = opc == 2 ? KINST_MD_SIGNED : 0;
-		if (KINST_NOT_RESTORED(md->km_reg))
-			return (KINST_E_TABLE);
-		break;
-	case KINST_K_BR_REG:
-		md->km_reg = (w >> 5) & 31;
-		if ((w & 0xfffffc1f) == 0xd63f0000)
-			md->km_flags = KINST_MD_LINK;
-		break;
-	default:
-		return (KINST_E_TABLE);
+		return (0);
 	}
-	return (0);
+	if (KINST_IS(w, LDX) || KINST_IS(w, STX)) {
+		md->km_class = KINST_IS(w, LDX) ? KINST_C_LDX : KINST_C_STX;
+		return (KINST_RF_LDX_BLOCK);
+	}
+	if (KINST_IS(w, LDR_LITERAL)) {
+		md->km_class = KINST_C_LDR_LITERAL;
+		return (kinst_core_literal(w, md));
+	}
+	md->km_class = KINST_C_COMMON;
+	return (kinst_core_common(w, md));
+}
+
+/* The length the word at 'b' announces: always a word. */
+int
+kinst_core_length(const volatile kc_uint8_t *b)
+{
+
+	(void)b;
+	return (KINST_INSN_SIZE);
 }
 
 /*

@@ -26,12 +26,11 @@
 #include "kinst_funcs.h"
 
 #define	KINST_INSN_SIZE		4
+#define	KINST_MAX_INSN		4
+#define	KINST_INSN_ALIGN	4	/* where an instruction may start */
 #define	KINST_PATCH_SIZE	4	/* brk over the whole word */
 
-/* struct kinst_md km_flags */
-#define	KINST_MD_NONZERO	0x01	/* cbnz, tbnz */
-#define	KINST_MD_LINK		0x02	/* bl, blr: x30 gets the return address */
-#define	KINST_MD_SIGNED		0x04	/* ldrsw */
+/* struct kinst_md km_flags: KINST_MD_* of kinst_encoding.h (FLAG_BITS). */
 
 /*
  * The registers an emulation reads or writes: x0-x30, sp, pc and the
@@ -57,6 +56,7 @@ struct kinst_md {
 	kc_uint8_t	km_bit;		/* tbz, tbnz: 0-63 */
 	kc_uint8_t	km_size;	/* cbz: 4 or 8 bytes compared; ldr: loaded */
 	kc_uint8_t	km_flags;	/* KINST_MD_* */
+	kc_uint8_t	km_class;	/* kinst's enum kinst_instr: KINST_C_* */
 };
 
 #include "kinst_core_dbp.h"

@@ -33,6 +33,23 @@ kinst_core_record(struct kinst_walk *kw, struct kinst_insn *ki)
 	return (code);
 }
 
+/*
+ * The emulation data for the live instruction 'b' that record 'ki'
+ * describes: its length must be the one its encoding announces, and
+ * kinst_core_dissect() must accept it as of the recorded kind.
+ */
+int
+kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
+    struct kinst_md *md)
+{
+
+	if (ki->ki_kind >= KINST_NKINDS || kinst_core_length(b) != ki->ki_len ||
+	    kinst_core_dissect(b, ki->ki_len, md) != 0 ||
+	    md->km_kind != ki->ki_kind)
+		return (KINST_E_TABLE);
+	return (0);
+}
+
 int
 kinst_core_is_emulated(const struct kinst_md *md)
 {

@@ -52,8 +52,15 @@ void	kinst_core_put(volatile kc_uint8_t *, kc_uint32_t, int);
  * <arch>/kinst_core.c.  kinst_core_record_byte(): the kind or
  * KINST_R_REFUSED a record byte holds, and in *len the length of its
  * instruction; -1 for a byte with bits the ISA's records never set.
+ * kinst_core_length(): the length the instruction at a pointer announces
+ * (0: none this ISA has).  kinst_core_dissect(): kinst's rule for one
+ * instruction (0, a KINST_RF_* refusal, or -1 for a length it is not).
+ * dbp/kinst_core_dbp.c: kinst_core_derive(), on top of both.
  */
 int	kinst_core_record_byte(kc_uint8_t, kc_uint8_t *);
+int	kinst_core_length(const volatile kc_uint8_t *);
+int	kinst_core_dissect(const volatile kc_uint8_t *, kc_uint32_t,
+	    struct kinst_md *);
 int	kinst_core_derive(const struct kinst_insn *,
 	    const volatile kc_uint8_t *, struct kinst_md *);
 int	kinst_core_tramp_fill(const struct kinst_md *, volatile kc_uint8_t *);

@@ -1,18 +1,19 @@
 /*-
  * SPDX-License-Identifier: BSD-2-Clause
  *
- * kinst_core.c: the table's instruction records, the emulation data
- * derived from the live instruction, the trampoline fill and the emulation
- * of every PC-relative and register-jump class over a register file, for
- * riscv; the rest of the core is ../dbp/kinst_core_dbp.c.  Freestanding
- * C99, no headers, no library calls: the kernel glue runs the trap-time
- * part in probe context and the user-space harness in a SIGTRAP handler,
- * and neither may call into code that could itself be probed (kinst's
- * kinst_memcpy() rule).
+ * kinst_core.c: kinst's rule for one instruction (kinst_core_dissect(),
+ * which the kernel runs on the live instruction and the analysis on the
+ * host), the table's instruction records, the trampoline fill and the
+ * emulation of every PC-relative and register-jump class over a register
+ * file, for riscv; the rest of the core is ../dbp/kinst_core_dbp.c.
+ * Freestanding C99, no headers, no library calls: the kernel glue runs the
+ * trap-time part in probe context and the user-space harness in a SIGTRAP
+ * handler, and neither may call into code that could itself be probed
+ * (kinst's kinst_memcpy() rule).  The encodings it tests are
+ * kinst_encoding.h's, rendered from generator/isa/riscv/tables.py.
  *
  * The classes are kinst's (sys/cddl/dev/kinst/riscv/kinst_isa.c), with the
- * correction generator/isa/riscv/classify.py makes and docs/refusals.md
- * lists: auipc with rd = x0 writes nothing.
+ * correction docs/refusals.md lists: auipc with rd = x0 writes nothing.
  */
 
 #include "kinst_core.h"
@@ -31,19 +32,21 @@ kinst_core_record_byte(kc_uint8_t b, kc_uint8_t *len)
 	return ((b >> KINST_R_CODE_SHIFT) & 15);
 }
 
+#define	KINST_IS(v, c)	(((v) & KINST_##c##_MASK) == KINST_##c##_MATCH)
+
 /* The kind a 4-byte instruction is emulated as, or KINST_K_TRAMPOLINE. */
 static int
 kinst_core_kind32(kc_uint32_t w)
 {
 
 	switch (w & 0x7f) {
-	case 0x6f:
+	case KINST_OP_JAL:
 		return (KINST_K_JAL);
-	case 0x67:
+	case KINST_OP_JALR:
 		return (KINST_K_JALR);
-	case 0x63:
+	case KINST_OP_BRANCH:
 		return (KINST_K_BRANCH);
-	case 0x17:
+	case KINST_OP_AUIPC:
 		return (KINST_K_AUIPC);
 	default:
 		return (KINST_K_TRAMPOLINE);
@@ -55,14 +58,11 @@ static int
 kinst_core_kind16(kc_uint32_t h)
 {
 
-	switch (h & 0xe003) {
-	case 0xa001:
+	if (KINST_IS(h, C_J))
 		return (KINST_K_C_J);
-	case 0xc001:
-	case 0xe001:
+	if (KINST_IS(h, C_BEQZ) || KINST_IS(h, C_BNEZ))
 		return (KINST_K_C_BRANCH);
-	}
-	if ((h & 0xe07f) == 0x8002 && ((h >> 7) & 31) != 0)
+	if (KINST_IS(h, C_JR_FAMILY) && ((h >> 7) & 31) != 0)
 		return (KINST_K_C_JR);
 	return (KINST_K_TRAMPOLINE);
 }
@@ -114,7 +114,7 @@ kinst_core_derive16(kc_uint32_t h, struct kinst_md *md)
 		break;
 	case KINST_K_C_BRANCH:
 		md->km_rs1 = 8 + ((h >> 7) & 7);
-		md->km_funct3 = (h & 0xe003) == 0xe001 ? 1 : 0;
+		md->km_funct3 = KINST_IS(h, C_BNEZ) ? 1 : 0;
 		imm = ((h >> 12) & 1) << 8 | ((h >> 10) & 3) << 3 |
 		    ((h >> 5) & 3) << 6 | ((h >> 3) & 3) << 1 |
 		    ((h >> 2) & 1) << 5;
@@ -128,40 +128,52 @@ kinst_core_derive16(kc_uint32_t h, struct kinst_md *md)
 }
 
 /*
- * The emulation data for the live instruction 'b' that record 'ki'
- * describes.  Its length and class must be the recorded ones.
+ * kinst's rule for the instruction b[0, len), len being 2 or 4 (where the
+ * decoder says it ends): how a hit on it resumes and what the emulation
+ * needs (kinst_instr_dissect() of riscv/kinst_isa.c), or why kinst skips
+ * it (kinst_make_probe()).  0, a KINST_RF_* code (the metadata is still
+ * filled), or -1 for another length.  The analysis runs this on the host;
+ * the kernel on the live instruction (kinst_core_derive()).
  */
 int
-kinst_core_derive(const struct kinst_insn *ki, const volatile kc_uint8_t *b,
+kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
     struct kinst_md *md)
 {
 	kc_uint32_t v;
-	int kind;
 
-	if (ki->ki_kind >= KINST_NKINDS)
-		return (KINST_E_TABLE);
-	v = kinst_core_get(b, KINST_INSN_C_SIZE);
-	if (((v & 3) == 3) != (ki->ki_len == KINST_INSN_SIZE))
-		return (KINST_E_TABLE);
-	if (ki->ki_len == KINST_INSN_SIZE) {
-		if ((v & 0x1f) == 0x1f)
-			return (KINST_E_TABLE);	/* 6 bytes or more */
-		v = kinst_core_get(b, KINST_INSN_SIZE);
-		kind = kinst_core_kind32(v);
-	} else
-		kind = kinst_core_kind16(v);
-	if (kind != ki->ki_kind)
-		return (KINST_E_TABLE);
+	if (len != KINST_INSN_SIZE && len != KINST_INSN_C_SIZE)
+		return (-1);
+	v = kinst_core_get(b, (int)len);
 	md->km_insn = v;
-	md->km_kind = ki->ki_kind;
-	md->km_instlen = ki->ki_len;
+	md->km_instlen = (kc_uint8_t)len;
 	md->km_imm = 0;
 	md->km_rd = md->km_rs1 = md->km_rs2 = md->km_funct3 = KINST_NONE;
-	if (ki->ki_len == KINST_INSN_SIZE)
+	if (len == KINST_INSN_SIZE) {
+		md->km_kind = (kc_uint8_t)kinst_core_kind32(v);
 		kinst_core_derive32(v, md);
-	else
-		kinst_core_derive16(v, md);
-	return (0);
+		if ((v & 0x7f) == KINST_OP_SYSTEM)
+			return (KINST_RF_SYSTEM);
+		if (KINST_IS(v, LR_W) || KINST_IS(v, LR_D) ||
+		    KINST_IS(v, SC_W) || KINST_IS(v, SC_D))
+			return (KINST_RF_LR_SC);
+		return (0);
+	}
+	md->km_kind = (kc_uint8_t)kinst_core_kind16(v);
+	kinst_core_derive16(v, md);
+	return (KINST_IS(v, C_EBREAK) ? KINST_RF_SYSTEM : 0);
+}
+
+/*
+ * The length the instruction at 'b' announces (its low bits): 2, 4, or 0
+ * for 6 bytes or more, which no RV64GC instruction is.
+ */
+int
+kinst_core_length(const volatile kc_uint8_t *b)
+{
+
+	if ((b[0] & 3) != 3)
+		return (KINST_INSN_C_SIZE);
+	return ((b[0] & 0x1f) != 0x1f ? KINST_INSN_SIZE : 0);
 }
 
 /*

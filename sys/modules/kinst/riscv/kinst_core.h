@@ -34,6 +34,8 @@
 
 #define	KINST_INSN_SIZE		4
 #define	KINST_INSN_C_SIZE	2
+#define	KINST_MAX_INSN		4
+#define	KINST_INSN_ALIGN	2	/* where an instruction may start */
 #define	KINST_C_NOP		0x0001
 #define	KINST_PATCH_SIZE	2	/* c.ebreak over the first halfword */
 

@@ -1,0 +1,118 @@
+/*-
+ * SPDX-License-Identifier: BSD-2-Clause
+ *
+ * kk_dbp.c: the walk of the "double breakpoint" ISAs (kk_dbp.h) -- one
+ * instruction at a time, its length from its encoding, its row from the
+ * cache of rows by bytes or from capstone and the core -- and what it
+ * hands back to Python (KK_DEFER): bytes capstone cannot decode to the
+ * announced length, an instruction that needs its function's context, a
+ * function that does not start at an instruction boundary (the walk
+ * error is Python's) or whose last instruction runs past its end.
+ */
+
+#include <string.h>
+
+#include "kk_dbp.h"
+
+static csh kk_cs;
+static cs_insn *kk_insn;
+
+int
+kk_dbp_among(const char *s, const char *const *list)
+{
+
+	for (; *list != NULL; list++)
+		if (strcmp(s, *list) == 0)
+			return (1);
+	return (0);
+}
+
+int
+kk_isa_open(void)
+{
+
+	if (kk_insn != NULL)
+		return (0);
+	if (cs_open(kk_dbp_arch, kk_dbp_mode, &kk_cs) != CS_ERR_OK ||
+	    (kk_insn = cs_malloc(kk_cs)) == NULL)
+		return (-1);
+	return (0);
+}
+
+int
+kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
+    const char *mnemonic, const char *operands, struct kk_row *row)
+{
+	int rf;
+
+	row->kr_len = (uint8_t)len;
+	row->kr_flags = 0;
+	row->kr_cache = 0;
+	row->kr_target = 0;
+	row->kr_class = 0;
+	row->kr_text = KK_NO_TEXT;
+	rf = kinst_core_dissect(b, (kc_uint32_t)len, &row->kr_md);
+	if (rf < 0 || !kk_dbp_agrees(&row->kr_md, rf, address, mnemonic,
+	    operands))
+		return (KK_ERROR);
+	kk_dbp_verdict(row, rf, address);
+	row->kr_text = kk_text_add(mnemonic, operands, mnemonic);
+	return (KK_NEXT);
+}
+
+static inline int
+kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
+    uint64_t address, int text, struct kk_row *row)
+{
+	const uint8_t *p;
+	uint64_t a;
+	size_t n, ilen;
+	int rv;
+
+	p = code + off;
+	ilen = (size_t)kinst_core_length(p);
+	if (ilen == 0 || off + ilen > len || off + ilen > limit ||
+	    kk_dbp_context(p, ilen))
+		return (KK_DEFER);
+	if (kk_cache_get(p, ilen, text != KK_TEXT_NONE, row)) {
+		row->kr_off = (uint32_t)off;
+		if ((row->kr_flags & KK_R_TARGET) != 0)
+			row->kr_target = address + off +
+			    (uint64_t)row->kr_md.km_imm;
+		return (KK_NEXT);
+	}
+	n = len - off;
+	a = address + off;
+	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
+	    kk_insn->size != ilen)
+		return (KK_DEFER);	/* undecodable: Python says so */
+	rv = kk_isa_classify(code + off, ilen, address + off,
+	    kk_insn->mnemonic, kk_insn->op_str, row);
+	if (rv != KK_NEXT)
+		return (rv);
+	row->kr_off = (uint32_t)off;
+	kk_cache_add(code + off, ilen, row);
+	if (text == KK_TEXT_NONE)
+		row->kr_text = KK_NO_TEXT;
+	return (KK_NEXT);
+}
+
+int
+kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
+    int text, struct kk_row *rows, size_t cap, size_t *n)
+{
+	size_t off;
+	int rv;
+
+	*n = 0;
+	if (address % KINST_INSN_ALIGN != 0)
+		return (KK_DEFER);
+	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
+		if (*n == cap)
+			return (KK_FULL);
+		rv = kk_step(code, len, off, limit, address, text, rows);
+		if (rv != KK_NEXT)
+			return (rv);
+	}
+	return (KK_NEXT);
+}

@@ -1,0 +1,134 @@
+"""What the "double breakpoint" ISAs, arm64 and riscv, share on the generator's side.
+
+``sys/modules/kinst/dbp/`` holds what their kernel parts share; this module
+holds the shapes their packages share, so that ``isa/arm64/`` and
+``isa/riscv/`` keep only their facts: an encoding as ``(mask, match)``,
+the host step's shared C (``isa/accel/kk_dbp.c``), the ``Accelerator`` and
+the ``Isa`` fields every such ISA fills alike, the probe metadata's JSON,
+the compact table's record codes, and the two region refusals that span
+instructions (exclusive blocks, trap-register regions).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import hostcore
+from .contract import Accelerator, CConst
+
+ACCEL_DIR = Path(__file__).resolve().parent / "accel"
+STEP_SOURCES = (ACCEL_DIR / "kk_dbp.c", ACCEL_DIR / "kk_dbp.h")  # the shared walk, over the ISA's hooks
+
+
+class Encoding(NamedTuple):
+    """An instruction class: a value ``v`` is of it when ``v & mask == match``."""
+
+    mask: int
+    match: int
+
+    def has(self, value: int) -> bool:
+        return value & self.mask == self.match
+
+
+def encoding_consts(encodings: Dict[str, Encoding]) -> Tuple[CConst, ...]:
+    """``KINST_<name>_MASK`` and ``_MATCH`` of each encoding, for ``kinst_encoding.h`` (``Isa.core_consts``)."""
+    return tuple(c for name, enc in encodings.items()
+                 for c in (CConst(f"KINST_{name}_MASK", enc.mask, name.lower()),
+                           CConst(f"KINST_{name}_MATCH", enc.match, name.lower())))
+
+
+def accelerator(package_file: str, tables: Any, **fields: Any) -> Accelerator:
+    """The ISA's ``Accelerator``: its step ``accel/kk_walk.c`` beside ``package_file``, over the shared walk,
+    with the prologue rules ``any`` and ``first`` and no mnemonic refused by name."""
+    return Accelerator(walk_c=Path(package_file).resolve().parent / "accel" / "kk_walk.c", headers=(),
+                       sources=STEP_SOURCES, names={}, undecodable=tables.REASONS["undecodable"],
+                       prologue_rules=("any", "first"),
+                       md_json=(),  # the JSON fast path is not used on an ISA with mapping symbols (fastjson.py)
+                       **fields)
+
+
+def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[str, Any]:
+    """The ``Isa`` fields a double-breakpoint ISA fills alike: its rule is its portable core's, run on the
+    host (``isa/hostcore.py``), over the encodings of its ``tables``; relocations fill bit fields of an
+    instruction (``relocs``); mapping symbols mark data in code."""
+    return dict(
+        classify=functools.partial(hostcore.classify, name),
+        frame_verdict=functools.partial(hostcore.frame_verdict, name),
+        accelerator=accel,
+        refusals=tables.CORE_REFUSALS,
+        core_consts=tables.CORE_CONSTS,
+        word_sets=tables.CORE_WORD_SETS,
+        reloc_insert=relocs.insert,
+        branch_reloc=relocs.branch_field,
+        mapping_symbols=True,
+    )
+
+
+def md_json(md: Any, length: int) -> Dict[str, Any]:
+    """A probe metadata record's JSON: its fields, the instruction (``length`` bytes) in hex."""
+    d = md._asdict()
+    d["insn"] = f"{d['insn']:#0{2 + 2 * length}x}"
+    return d
+
+
+# What the plan hands ``stream_record`` as a probe metadata record's ``dispoff`` (amd64's rel32 position):
+# these ISAs have no such field.
+NO_DISPOFF = property(lambda md: 0, doc="amd64's rel32 position in the instruction: none here")
+
+
+def record_codes(kinds: int, refused: int, extra: Iterable[CConst]) -> Tuple[CConst, ...]:
+    """The compact table's record codes: the kinds, the refusal, then the ISA's own bits."""
+    return (CConst("KINST_NKINDS", kinds, "record codes below this are enum kinst_kind"),
+            CConst("KINST_R_REFUSED", refused, "no probe: the instruction is refused"), *extra)
+
+
+def blocks(items: Sequence[Tuple[int, Any]], opens: Callable[[Any], bool], closes: Callable[[Any], bool],
+           inside: str, unterminated: str, out: Dict[int, str]) -> None:
+    """kinst's exclusive blocks (arm64's LDX/STX, riscv's LR/SC): each instruction ``(offset, value)`` from one
+    that ``opens`` a block up to the next that ``closes`` it is refused with ``inside`` (the two ends are
+    refused by the core already), and after an open block with no end, with ``unterminated``."""
+    block: List[int] = []
+    is_open = False
+    for off, v in items:
+        if opens(v):
+            is_open = True
+        elif closes(v):
+            for o in block:
+                out.setdefault(o, inside)
+            block, is_open = [], False
+            continue
+        if is_open:
+            block.append(off)
+    for o in block:
+        out.setdefault(o, unterminated)
+
+
+def trap_register_regions(items: Sequence[Tuple[int, Any]], reads: Callable[[Any], Optional[str]],
+                          writes: Callable[[Any], Optional[str]], returns: Callable[[Any], bool],
+                          entry: Callable[[str, int], str], leaving: Callable[[str, int], str],
+                          out: Dict[int, str]) -> None:
+    """The regions a breakpoint trap would corrupt the registers of a trap of its own in (arm64's EL1
+    exception registers, riscv's trap CSRs): every instruction up to the function's last that ``reads`` one
+    (refused with ``entry(name, its offset)``), and from one that ``writes`` a register the exception return
+    consumes through the return (``leaving(name, offset)``)."""
+    last: Optional[Tuple[int, str]] = None
+    for off, v in items:
+        name = reads(v)
+        if name is not None:
+            last = (off, name)
+    if last is not None:
+        why = entry(last[1], last[0])
+        for off, _ in items:
+            if off <= last[0]:
+                out.setdefault(off, why)
+    live: Optional[str] = None
+    for off, v in items:
+        name = writes(v)
+        if name is not None and live is None:
+            live = leaving(name, off)
+        if live is not None:
+            out.setdefault(off, live)
+            if returns(v):
+                live = None
