@@ -607,6 +607,9 @@ def test_bench_harness_smoke(tmp_path, gcc):
     assert all(v["hits"] == 5 * 2000 for v in r["harness"].values())
     assert json.loads((tmp_path / "harness.json").read_text())["ratio"] == r["ratio"]
     assert "bare SIGTRAP" in (tmp_path / "harness.md").read_text()
+    j = r["jump"]
+    assert {k: v["hits"] for k, v in j["runs"].items()} == {"breakpoint": 5 * 2000, "jump": 5 * 2000}
+    assert 0 < j["jump_over_breakpoint"] < 1 and "## Jump probes" in (tmp_path / "harness.md").read_text()
 
 
 @pytest.mark.slow
