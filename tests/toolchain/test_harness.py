@@ -513,13 +513,11 @@ def test_missing_valgrind_is_one_line(kfix, monkeypatch):
 # -- the library itself ------------------------------------------------------------------------------
 
 
-def test_handler_calls_nothing_but_the_core(kfix):
-    """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
-    from generator.run.harness import build
-
+def _reached(lib: Path, root: str) -> set:
+    """The functions ``root`` reaches by direct calls and jumps in ``lib``, asserting none is a PLT entry and
+    no indirect call is made but kh_pass_on's (handing a foreign trap to the previous handler)."""
     objdump = require_tool("objdump", "binutils", "the check disassembles the library")
-    b = build(str(kfix["lib"]), all_functions=True)
-    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(b.lib)], capture_output=True, text=True).stdout
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True).stdout
     bodies: Dict[str, List[str]] = {}
     cur = None
     for line in text.splitlines():
@@ -529,25 +527,40 @@ def test_handler_calls_nothing_but_the_core(kfix):
             bodies[cur] = []
         elif cur and "\t" in line:
             bodies[cur].append(line.split("\t", 1)[1])
-    seen, todo = set(), ["kh_isa_trap"]
+    seen, todo = set(), [root]
     while todo:
         fn = todo.pop()
         if fn in seen:
             continue
         seen.add(fn)
-        assert fn in bodies, f"{fn} not found in {b.lib}"
+        assert fn in bodies, f"{fn} not found in {lib}"
         for insn in bodies[fn]:
             if not insn.startswith(("call", "jmp")):
                 continue
             if "<" not in insn:
-                # Indirect: only kh_pass_on, handing a foreign trap to the previous handler.
                 assert not insn.startswith("call") or fn == "kh_pass_on", f"{fn}: {insn!r} in probe context"
                 continue
             target = insn.split("<", 1)[1].rstrip(">").split("+")[0]
             assert "@plt" not in target, f"{fn} reaches {target} from probe context"
             if target != fn:
                 todo.append(target)
+    return seen
+
+
+def test_handler_calls_nothing_but_the_core(kfix):
+    """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
+    from generator.run.harness import build
+
+    seen = _reached(build(str(kfix["lib"]), all_functions=True).lib, "kh_isa_trap")
     assert {"kh_isa_trap", "kh_probe_at", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
+
+
+def test_jump_handler_calls_nothing_but_the_core(kfix):
+    """The detour's handler is probe context too: no PLT, no indirect call; it reaches kh_hit() as the trap's does."""
+    from generator.run.harness import build
+
+    seen = _reached(build(str(kfix["lib"]), all_functions=True, jump=True).lib, "kh_jump_hit")
+    assert "kh_hit" in seen and "kh_probe_at" not in seen, seen
 
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
