@@ -75,15 +75,16 @@ def choose(plan: ProbePlan, img: KernelImage, rule: str) -> JumpChoice:
             raise UserError(f"--jump: {pf.qualified} is not a function of {img.path}; the proof needs the table's image")
         fj = jumpreport.of_function(img, func, rule)
         proven = {v.offset: v.code for v in fj.verdicts}
+        unproven = "function" if fj.reason else "unproven"  # the proof refused the function, or has no verdict
         i = 0
         while i < len(fprobes):
-            code = proven.get(fprobes[i].offset, fj.reason and "function" or "unproven")
+            code = proven.get(fprobes[i].offset, unproven)
             n = _window(fprobes, i, size) if code == "" else 0
             last = fprobes[i + n - 1].kind if n else ""
             if n and last in img.isa.jump.call_kinds and last not in DETOUR_CALLS:
                 code, n = "call-kind", 0
             if not n:
-                traps[code or "unproven"] += 1
+                traps[code or "unproven"] += 1  # proven, but its window is not contiguous probes
                 i += 1
                 continue
             fires[fprobes[i].index] = n

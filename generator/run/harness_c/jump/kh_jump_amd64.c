@@ -15,9 +15,9 @@
  *
  *   [kh_jstub: save, call kh_jump_hit(probe), restore]
  *   [the instruction relocated by kinst_core_tramp_fill_to(), resuming at
- *    the next chunk; the last one by kinst_core_tramp_fill(), resuming
- *    after the displaced bytes -- or, a direct call, emulated by
- *    kinst_core_call()'s target and return address: kh_jcall]
+ *    the next chunk, or for the last one after the displaced bytes -- or,
+ *    a last direct call, emulated with kinst_core_call()'s target and
+ *    return address: kh_jcall]
  *
  * so each displaced probe fires just before its own instruction runs, and
  * a taken branch among them leaves the detour as the original would have
@@ -30,7 +30,7 @@
  *
  * The harness writes every jump while rtld maps the image, before any of
  * its code can run, so the five bytes are written at once.  A live kernel
- * needs the patching protocol of docs/jump-probes.md instead.
+ * needs issue 22's breakpoint-first patching protocol instead.
  */
 
 #define	_GNU_SOURCE
