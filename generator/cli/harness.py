@@ -30,7 +30,7 @@ def add_parsers(sub) -> None:
     which.add_argument("--all", action="store_true", help="every eligible instruction of every function")
     A.add_prologue_rule(p)
     p.add_argument("--jump", action="store_true", help="a jump to a detour instead of a breakpoint wherever the "
-                   "ahead-of-time proof allows (amd64; docs/jump-probes.md), breakpoints elsewhere")
+                   "ahead-of-time proof allows (ISAs with jump probes; docs/jump-probes.md), breakpoints elsewhere")
     p.add_argument("--json", action="store_true", help="one JSON object: probes placed, hits, hits per emulation "
                    "class, refusals, identical runs")
     p.add_argument(

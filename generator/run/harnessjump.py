@@ -13,7 +13,7 @@ detour.  Every other probe keeps its breakpoint.
 The detour (``harness_c/jump/kh_jump_amd64.c``) relocates the displaced
 instructions with the core's trampoline rule and emulates a last displaced
 call with the core's call rule when the call's target is fixed
-(``DETOUR_CALLS``); a window that ends in any other call keeps its
+(the ISA's ``JumpFacts.detour_calls``); a window that ends in any other call keeps its
 breakpoint, with a reason.
 """
 
@@ -27,13 +27,10 @@ from ..analysis.plan import ProbePlan, TableProbe
 from ..common.cstring import c_blob
 from ..common.errors import UserError
 from ..image.elf import KernelImage
-from ..isa.amd64.probe_md import KIND_CALL_DIRECT
 
 GLUE = "jump"  # the optional folder of harness_c/ compiled in
 HEADER = "kinst_harness_jump.h"
 TEMPLATE = "harness_jump/kinst_harness_jump.h.j2"
-# Calls the detour can run as the last displaced instruction: those whose target the core computes ahead.
-DETOUR_CALLS = frozenset((KIND_CALL_DIRECT,))
 
 
 class JumpChoice(NamedTuple):
@@ -42,7 +39,7 @@ class JumpChoice(NamedTuple):
     fires: Tuple[int, ...]  # per table probe: how many probes its detour fires (0: not a head)
     heads: int  # jumps chosen
     jumped: int  # probes their detours fire (heads included)
-    traps: Dict[str, int]  # probes left to a breakpoint, by the proof's reason code ("call-kind": its window ends in a call not in DETOUR_CALLS)
+    traps: Dict[str, int]  # probes left to a breakpoint, by the proof's reason code ("call-kind": its window ends in a call not in JumpFacts.detour_calls)
 
 
 def _window(probes: Sequence[TableProbe], i: int, size: int) -> int:
@@ -81,7 +78,7 @@ def choose(plan: ProbePlan, img: KernelImage, rule: str) -> JumpChoice:
             code = proven.get(fprobes[i].offset, unproven)
             n = _window(fprobes, i, size) if code == "" else 0
             last = fprobes[i + n - 1].kind if n else ""
-            if n and last in img.isa.jump.call_kinds and last not in DETOUR_CALLS:
+            if n and last in img.isa.jump.call_kinds and last not in img.isa.jump.detour_calls:
                 code, n = "call-kind", 0
             if not n:
                 traps[code or "unproven"] += 1  # proven, but its window is not contiguous probes

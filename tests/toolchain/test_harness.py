@@ -666,7 +666,7 @@ def test_jump_fixture_every_class_matches_callgrind(kfix, valgrind):
     for head, n in enumerate(fires):
         in_detour.update(range(head, head + n))
     kinds = {res.kinds[i] for i in in_detour if res.hits[i]}
-    # Calls other than direct ones never run displaced (harnessjump.DETOUR_CALLS); the rest all did.
+    # Calls other than direct ones never run displaced (JumpFacts.detour_calls); the rest all did.
     assert kinds >= set(ALL_KINDS) - {"call-reg", "call-mem", "call-riprel"}, sorted(kinds)
     assert any(n > 1 and res.hits[h + n - 1] for h, n in enumerate(fires)), "no detour ran a displaced probe"
 
@@ -726,7 +726,6 @@ def test_jump_placement_follows_the_proof(kfix):
     from generator.analysis import jumpreport
     from generator.run.harness import build
     from generator.common.defaults import DEFAULT_PROLOGUE_RULE
-    from generator.run.harnessjump import DETOUR_CALLS
 
     b = build(str(kfix["lib"]), all_functions=True, jump=True)
     img = KernelImage.open(str(kfix["lib"]))
@@ -743,7 +742,7 @@ def test_jump_placement_follows_the_proof(kfix):
         assert (p.func, p.offset) in proven and p.index > end
         assert all(probes[i + j].func == p.func for j in range(k))
         assert last.offset < p.offset + 5 <= last.offset + last.length
-        assert not last.kind.startswith("call") or last.kind in DETOUR_CALLS
+        assert not last.kind.startswith("call") or last.kind in img.isa.jump.detour_calls
         end = i + k - 1
     assert b.jump.jumped == sum(fires) and b.jump.heads == sum(1 for k in fires if k)
     assert sum(b.jump.traps.values()) + b.jump.jumped == len(probes)
