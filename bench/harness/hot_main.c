@@ -2,7 +2,7 @@
  * hot_main.c: times N calls of one function of libhot.so (hot.c) and prints
  * the time per call; run once plain and once under the harness.
  *
- * usage: hot_main hot_lea|hot_call N
+ * usage: hot_main hot_lea|hot_call|hot_jump N
  */
 
 #include <stdio.h>
@@ -12,6 +12,7 @@
 
 long	hot_lea(long);
 long	hot_call(long);
+long	hot_jump(long);
 
 int
 main(int argc, char **argv)
@@ -23,7 +24,12 @@ main(int argc, char **argv)
 
 	if (argc < 3)
 		return (2);
-	f = strcmp(argv[1], "hot_call") == 0 ? hot_call : hot_lea;
+	if (strcmp(argv[1], "hot_call") == 0)
+		f = hot_call;
+	else if (strcmp(argv[1], "hot_jump") == 0)
+		f = hot_jump;
+	else
+		f = hot_lea;
 	n = atol(argv[2]);
 	s = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -29,6 +29,8 @@ def add_parsers(sub) -> None:
     which.add_argument("--function", action="append", default=[], help="a function to probe (repeatable)")
     which.add_argument("--all", action="store_true", help="every eligible instruction of every function")
     A.add_prologue_rule(p)
+    p.add_argument("--jump", action="store_true", help="a jump to a detour instead of a breakpoint wherever the "
+                   "ahead-of-time proof allows (ISAs with jump probes; docs/jump-probes.md), breakpoints elsewhere")
     p.add_argument("--json", action="store_true", help="one JSON object: probes placed, hits, hits per emulation "
                    "class, refusals, identical runs")
     p.add_argument(
@@ -55,7 +57,7 @@ def cmd_harness(args: argparse.Namespace) -> int:
     if not args.function and not args.all:
         raise UserError("name the probes: --function F (repeatable) or --all")
     res = run_harness(args.elf, command, args.function, args.all, verify=args.verify, timeout=args.timeout,
-                      table_from=args.table_from, rule=args.prologue_rule)
+                      table_from=args.table_from, rule=args.prologue_rule, jump=args.jump)
     if args.json:
         sys.stdout.write(json.dumps(res.to_json(), indent=None, sort_keys=False) + "\n")
     else:

@@ -277,6 +277,9 @@ class JumpFacts(NamedTuple):
     indirect_jump: Callable[[bytes], str]  # an instruction's bytes -> "reg" or "mem" for an indirect jump, else ""
     code_tables: Tuple[CodeTable, ...]  # tables of code addresses a kernel may have, read by the proof
     unread_tables: Mapping[str, str]  # sections naming code that the proof does not read -> what they are
+    # call kinds a detour may run as its last displaced instruction: those whose target is known when the detour
+    # is filled (the harness's jump part emulates them with the core's call rule)
+    detour_calls: FrozenSet[str] = frozenset()
 
 
 class Isa(NamedTuple):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -69,6 +69,8 @@ class Dump:
     refused: List[Tuple[int, int, str]]  # (entry, instance, reason)
     notes: List[str]
     complete: bool
+    # per instance that placed jump probes (harness --jump): (jumps placed, probes their detours fire)
+    jumps: Dict[int, Tuple[int, int]] = field(default_factory=dict)
 
 
 def read_dumps(prefix: Path) -> List[Dump]:
@@ -91,6 +93,9 @@ def read_dumps(prefix: Path) -> List[Dump]:
                 d.instances.append(
                     {"bias": int(f[2], 16), "tramp": int(f[4], 16), "placed": int(f[6]), "closed": int(f[8])}
                 )
+            elif word == "jumps":
+                f = rest.split()
+                d.jumps[int(f[0])] = (int(f[2]), int(f[4]))
             elif word == "refused":
                 idx, inst, why = rest.split(" ", 2)
                 d.refused.append((int(idx), int(inst), why))

@@ -48,7 +48,7 @@ from ..common.tools import checked, run_tool
 from ..image.elf import KernelImage
 from ..providers.kinst import generate as kinst
 from ..render import Input, render_tree
-from . import callgrind, qemu
+from . import callgrind, harnessjump, qemu
 from .audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
 from .process import DEFAULT_TIMEOUT, Run, run_command
 from ..image import open_image
@@ -123,6 +123,7 @@ class Build:
     probes: Tuple[TableProbe, ...]  # the table's probes, in table order
     target_addr: Tuple[int, ...]  # per plan function: its link address in the target, 0 if absent
     notes: Tuple[str, ...]  # table functions that could not be placed in the target, and why
+    jump: Optional["harnessjump.JumpChoice"] = None  # harness --jump: the jumps chosen from the proof
 
     def probe_name(self, idx: int) -> str:
         return self.plan.probe_name(self.probes[idx])
@@ -134,9 +135,10 @@ class Build:
 
 
 def command_line(elf: str, functions: Sequence[str], all_functions: bool, table_from: Optional[str] = None,
-                 rule: str = DEFAULT_PROLOGUE_RULE) -> str:
+                 rule: str = DEFAULT_PROLOGUE_RULE, jump: bool = False) -> str:
     words = ["python", "-m", "generator", "harness", "--elf", elf]
     words += ["--table-from", table_from] if table_from else []
+    words += ["--jump"] if jump else []
     words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
     words += ["--prologue-rule", rule] if rule != DEFAULT_PROLOGUE_RULE else []
     return " ".join(shlex.quote(w) for w in words)
@@ -241,7 +243,7 @@ def optional_sources(folders: Sequence[str]) -> List[Path]:
 
 def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, plan: Optional[ProbePlan] = None,
           table_from: Optional[str] = None, rule: str = DEFAULT_PROLOGUE_RULE,
-          generated: Sequence[Tuple[str, str]] = (), optional: Sequence[str] = ()) -> Build:
+          generated: Sequence[Tuple[str, str]] = (), optional: Sequence[str] = (), jump: bool = False) -> Build:
     """Render and compile the audit library for ``elf`` (cached by content).
 
     The table is made from ``elf`` itself, or from ``table_from`` (another
@@ -251,7 +253,9 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     the (file name, text) headers another stage rendered for them: the
     variable readings of ``generator.run.varsprobe`` (``vars/kh_vars.c``
     and its ``kinst_harness_vars.h``), whose ``kh_hit()`` replaces the
-    glue's empty one the trap handler calls.
+    glue's empty one the trap handler calls.  ``jump`` places jump
+    probes where the proof allows (``generator/run/harnessjump.py``: the
+    ``jump/`` part and its ``kinst_harness_jump.h``).
     """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")
@@ -259,6 +263,9 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
         raise UserError(f"{elf}: no such file; pass --elf PATH of a program or shared library")
     if not functions and not all_functions and plan is None:
         raise UserError("name the probes: --function F (repeatable) or --all")
+    if jump and table_from:
+        raise UserError("--jump with --table-from: the jump proof reads the image the probes are placed in; "
+                        "drop one of them")
     img = open_image(elf)
     lay = layout(img)
     given = plan
@@ -266,8 +273,13 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
         plan = kinst.build_plan(open_image(table_from) if table_from else img, functions, all_functions, rule)
     cc = gcc(plan.arch)
     target_addr, notes = resolve_functions(plan, img)
-    command = command_line(elf, functions, all_functions, table_from, rule)
+    command = command_line(elf, functions, all_functions, table_from, rule, jump)
     command += "" if given is None else " (table supplied by the caller)"
+    choice = None
+    if jump:
+        choice = harnessjump.choose(plan, img, rule)
+        generated = [*generated, harnessjump.render(choice, command, [Input(plan.image, plan.build_id, plan.sha256)])]
+        optional = [*optional, harnessjump.GLUE]
     ctx = glue_context(elf, lay, target_addr)
     plain = plain_sources(plan.arch) + optional_sources(optional)
     sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c", TARGET_C]
@@ -287,7 +299,7 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
 
     out = compile_cached(BUILD_DIR, content_key(parts), make, marker=LIB_NAME)
     lib = out / LIB_NAME
-    return Build(elf, out, lib, plan, lay, tuple(plan.probes()), target_addr, tuple(notes))
+    return Build(elf, out, lib, plan, lay, tuple(plan.probes()), target_addr, tuple(notes), choice)
 
 
 # -- running ----------------------------------------------------------------------
@@ -316,6 +328,7 @@ class Result:
     differences: List[str]
     verify: Optional[dict] = None
     errors: List[str] = field(default_factory=list)
+    jump: Optional[dict] = None  # harness --jump: the placement chosen and the jumps placed (jump_report())
 
     @property
     def identical(self) -> bool:
@@ -359,6 +372,8 @@ class Result:
             v = {k: x for k, x in self.verify.items() if k not in ("per_entry", "jcc")}
             v["jcc_both_ways"] = sum(1 for j in self.verify["jcc"].values() if 0 < j["taken"] < j["executed"])
             obj[self.verify.get("counter", "callgrind")] = v
+        if self.jump is not None:
+            obj.update(self.jump)
         obj["ok"] = self.ok
         return obj
 
@@ -392,6 +407,7 @@ def run_harness(
     timeout: float = DEFAULT_TIMEOUT,
     table_from: Optional[str] = None,
     rule: str = DEFAULT_PROLOGUE_RULE,
+    jump: bool = False,
 ) -> Result:
     """Build, run plain and probed, compare; with ``verify`` also against callgrind."""
     if not command:
@@ -399,7 +415,7 @@ def run_harness(
     target = open_image(elf).isa if elf and os.path.exists(elf) else None
     if target is not None and target.oracle.qemu:  # checked before anything is built
         qemu.check_program(target.oracle, target.name, target.e_machine, command[0])
-    b = build(elf, functions, all_functions, plan, table_from, rule)
+    b = build(elf, functions, all_functions, plan, table_from, rule, jump=jump)
     quirks = isa_registry.by_name(b.plan.arch).oracle
     if quirks.qemu:  # a foreign program: both runs under the ISA's qemu-user, QEMU counts
         emulator = qemu.wrap(quirks, command)
@@ -417,6 +433,7 @@ def run_harness(
         dumps = [d for d in read_dumps(prefix) if d.mode == "probe"]
         hits, problems = read_hits(prefix, len(b.probes))
         res = _result(b, elf, command, plain, probed, dumps, hits, problems)
+        res.jump = None if b.jump is None else jump_report(b.jump, dumps, res.placed)
         if verify and not res.processes:
             res.verify = _not_compared(len(b.probes), f"{elf} was never mapped, so there is nothing to count")
         elif verify and quirks.qemu:
@@ -480,6 +497,15 @@ def _result(
     )
 
 
+def jump_report(choice: "harnessjump.JumpChoice", dumps: List[Dump], placed: int) -> dict:
+    """The ``--json`` fields of a ``--jump`` run: jumps and breakpoints placed (the most any copy placed, as
+    ``placed``), and the placement the proof allowed, with every breakpoint's reason counted."""
+    sites = max([0] + [s for d in dumps for s, _ in d.jumps.values()])
+    fired = max([0] + [n for d in dumps for _, n in d.jumps.values()])
+    return {"jump_sites": sites, "jump_probes": fired, "trap_probes": placed - fired,
+            "jump_plan": {"sites": choice.heads, "probes": choice.jumped, "trap_reasons": choice.traps}}
+
+
 def text_report(res: Result) -> str:
     by_kind = res.hits_by_kind()
     lines = [
@@ -495,6 +521,11 @@ def text_report(res: Result) -> str:
         f"hits {sum(res.hits)} on {sum(1 for n in res.hits if n)} probes: "
         + (", ".join(f"{k} {n}" for k, n in sorted(by_kind.items()) if n) or "none")
     )
+    if res.jump is not None:
+        j = res.jump
+        why = ", ".join(f"{k} {n}" for k, n in j["jump_plan"]["trap_reasons"].items()) or "none"
+        lines.append(f"jump probes {j['jump_probes']} ({j['jump_sites']} jumps), breakpoints {j['trap_probes']}; "
+                     f"breakpoints by reason: {why}")
     for n in res.notes:
         lines.append(f"note: {n}")
     for e in res.errors:

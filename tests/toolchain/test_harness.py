@@ -513,13 +513,11 @@ def test_missing_valgrind_is_one_line(kfix, monkeypatch):
 # -- the library itself ------------------------------------------------------------------------------
 
 
-def test_handler_calls_nothing_but_the_core(kfix):
-    """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
-    from generator.run.harness import build
-
+def _reached(lib: Path, root: str) -> set:
+    """The functions ``root`` reaches by direct calls and jumps in ``lib``, asserting none is a PLT entry and
+    no indirect call is made but kh_pass_on's (handing a foreign trap to the previous handler)."""
     objdump = require_tool("objdump", "binutils", "the check disassembles the library")
-    b = build(str(kfix["lib"]), all_functions=True)
-    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(b.lib)], capture_output=True, text=True).stdout
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(lib)], capture_output=True, text=True).stdout
     bodies: Dict[str, List[str]] = {}
     cur = None
     for line in text.splitlines():
@@ -529,25 +527,40 @@ def test_handler_calls_nothing_but_the_core(kfix):
             bodies[cur] = []
         elif cur and "\t" in line:
             bodies[cur].append(line.split("\t", 1)[1])
-    seen, todo = set(), ["kh_isa_trap"]
+    seen, todo = set(), [root]
     while todo:
         fn = todo.pop()
         if fn in seen:
             continue
         seen.add(fn)
-        assert fn in bodies, f"{fn} not found in {b.lib}"
+        assert fn in bodies, f"{fn} not found in {lib}"
         for insn in bodies[fn]:
             if not insn.startswith(("call", "jmp")):
                 continue
             if "<" not in insn:
-                # Indirect: only kh_pass_on, handing a foreign trap to the previous handler.
                 assert not insn.startswith("call") or fn == "kh_pass_on", f"{fn}: {insn!r} in probe context"
                 continue
             target = insn.split("<", 1)[1].rstrip(">").split("+")[0]
             assert "@plt" not in target, f"{fn} reaches {target} from probe context"
             if target != fn:
                 todo.append(target)
+    return seen
+
+
+def test_handler_calls_nothing_but_the_core(kfix):
+    """Probe context: the SIGTRAP handler reaches only the core and raw syscalls, never a PLT (libc, rtld)."""
+    from generator.run.harness import build
+
+    seen = _reached(build(str(kfix["lib"]), all_functions=True).lib, "kh_isa_trap")
     assert {"kh_isa_trap", "kh_probe_at", "kh_pass_on", "kinst_core_call", "kinst_core_is_call"} <= seen, seen
+
+
+def test_jump_handler_calls_nothing_but_the_core(kfix):
+    """The detour's handler is probe context too: no PLT, no indirect call; it reaches kh_hit() as the trap's does."""
+    from generator.run.harness import build
+
+    seen = _reached(build(str(kfix["lib"]), all_functions=True, jump=True).lib, "kh_jump_hit")
+    assert "kh_hit" in seen and "kh_probe_at" not in seen, seen
 
 
 def test_rendered_sources_are_deterministic(kfix, tmp_path):
@@ -607,6 +620,9 @@ def test_bench_harness_smoke(tmp_path, gcc):
     assert all(v["hits"] == 5 * 2000 for v in r["harness"].values())
     assert json.loads((tmp_path / "harness.json").read_text())["ratio"] == r["ratio"]
     assert "bare SIGTRAP" in (tmp_path / "harness.md").read_text()
+    j = r["jump"]
+    assert {k: v["hits"] for k, v in j["runs"].items()} == {"breakpoint": 5 * 2000, "jump": 5 * 2000}
+    assert 0 < j["jump_over_breakpoint"] < 1 and "## Jump probes" in (tmp_path / "harness.md").read_text()
 
 
 @pytest.mark.slow
@@ -621,3 +637,133 @@ def test_libcrypto_every_eligible_instruction_matches_callgrind(valgrind, gcc, m
         missing(f"{sys.executable}'s hashlib does not load {lib}")
     print(summary(res))
     assert_proved(res)
+
+
+# -- jump probes (harness --jump, issue 22) -------------------------------------------------------
+
+
+def assert_jumped(res) -> dict:
+    """A --jump run placed jumps and breakpoints both, and accounts for every placed probe."""
+    j = res.to_json()
+    assert j["jump_sites"] > 0 and j["jump_probes"] >= j["jump_sites"]
+    assert j["trap_probes"] > 0 and j["jump_probes"] + j["trap_probes"] == j["placed"]
+    assert j["jump_plan"]["probes"] == j["jump_probes"] and j["jump_plan"]["sites"] == j["jump_sites"]
+    assert sum(j["jump_plan"]["trap_reasons"].values()) == j["trap_probes"]
+    return j
+
+
+def test_jump_fixture_every_class_matches_callgrind(kfix, valgrind):
+    """--jump over every probe of the fixture: identical output, every count (jump and breakpoint) callgrind's,
+    and the instructions a detour displaced and ran include every class the fixture plants."""
+    from generator.run.harness import build
+
+    res = run(kfix["lib"], [kfix["linked"], 300], verify=True, jump=True)
+    print(summary(res), json.dumps({k: v for k, v in res.to_json().items() if k.startswith("jump")}))
+    assert_proved(res)
+    assert_jumped(res)
+    fires = build(str(kfix["lib"]), all_functions=True, jump=True).jump.fires
+    in_detour = set()
+    for head, n in enumerate(fires):
+        in_detour.update(range(head, head + n))
+    kinds = {res.kinds[i] for i in in_detour if res.hits[i]}
+    # Calls other than direct ones never run displaced (JumpFacts.detour_calls); the rest all did.
+    assert kinds >= set(ALL_KINDS) - {"call-reg", "call-mem", "call-riprel"}, sorted(kinds)
+    assert any(n > 1 and res.hits[h + n - 1] for h, n in enumerate(fires)), "no detour ran a displaced probe"
+
+
+def test_jump_zlib_matches_callgrind(gcc, valgrind, zlib):
+    """--jump over all of libz during a real round trip: identical output and callgrind-equal counts."""
+    res = run(zlib, [sys.executable, FIXTURES / "zlib_roundtrip.py", "1"], verify=True, timeout=300, jump=True)
+    print(summary(res), json.dumps({k: v for k, v in res.to_json().items() if k.startswith("jump")}))
+    assert_proved(res)
+    j = assert_jumped(res)
+    assert j["jump_probes"] > 0.9 * j["placed"]
+
+
+def test_jumps_are_in_the_text(kfix, tmp_path):
+    """Read back from the live process: each head starts with jmp rel32 into the copy's detour block, each other
+    probe with int3, and a probe a detour displaces keeps its original bytes after the jump's five."""
+    from generator.run.audit import audit_env, read_dumps
+    from generator.run.harness import build
+
+    b = build(str(kfix["lib"]), all_functions=True, jump=True)
+    img = KernelImage.open(str(kfix["lib"]))
+    code = ("import ctypes, sys\nctypes.CDLL(sys.argv[1])\nlib = sys.argv[1].encode()\n"
+            "base = min(int(l.split()[0].split(b'-')[0], 16) for l in open('/proc/self/maps', 'rb') "
+            "if l.rstrip().endswith(lib))\nmem = open('/proc/self/mem', 'rb')\n"
+            "for a in sys.argv[2:]:\n    mem.seek(base + int(a))\n    print(mem.read(16).hex())\n")
+    addrs = [b.link_address(i) for i in range(len(b.probes))]
+    prefix = tmp_path / "hits"
+    proc = subprocess.run([sys.executable, "-c", code, str(kfix["lib"]), *map(str, addrs)],
+                          env=audit_env(b.lib, prefix, "probe"), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    live = [bytes.fromhex(h) for h in proc.stdout.split()]
+    (dump,) = [d for d in read_dumps(prefix) if d.mode == "probe"]
+    tramp, n = dump.instances[0]["tramp"], len(b.probes)
+    base = dump.instances[0]["bias"]
+    covered = set()
+    for i, k in enumerate(b.jump.fires):
+        if not k:
+            continue
+        covered.update(range(i + 1, i + k))
+        assert live[i][0] == 0xE9, (b.probe_name(i), live[i].hex())
+        dest = base + addrs[i] + 5 + int.from_bytes(live[i][1:5], "little", signed=True)
+        assert tramp + 32 * n <= dest < tramp + 32 * n + 192 * n, b.probe_name(i)
+    for i in range(n):
+        if b.jump.fires[i] or i in covered:
+            continue
+        assert live[i][0] == 0xCC, (b.probe_name(i), live[i].hex())
+    for i in covered:
+        head = max(h for h in range(i) if b.jump.fires[h] and h + b.jump.fires[h] > i)
+        skip = addrs[head] + 5 - addrs[i]  # bytes of this instruction under the jump
+        orig = img.read(addrs[i], b.probes[i].length)
+        assert skip > 0 and live[i][skip:b.probes[i].length] == orig[skip:], b.probe_name(i)
+
+
+def test_jump_placement_follows_the_proof(kfix):
+    """Heads are proven sites, windows do not overlap, cover the jump and end in no call the detour cannot run;
+    every other probe is counted once under a reason."""
+    from generator.analysis import jumpreport
+    from generator.run.harness import build
+    from generator.common.defaults import DEFAULT_PROLOGUE_RULE
+
+    b = build(str(kfix["lib"]), all_functions=True, jump=True)
+    img = KernelImage.open(str(kfix["lib"]))
+    fires, probes = b.jump.fires, b.probes
+    proven = set()
+    for fi, pf in enumerate(b.plan.funcs):
+        func = next(f for f in img.functions() if (f.name, f.address) == (pf.name, pf.address))
+        proven |= {(fi, v.offset) for v in jumpreport.of_function(img, func, DEFAULT_PROLOGUE_RULE).verdicts if not v.code}
+    end = -1
+    for i, k in enumerate(fires):
+        if not k:
+            continue
+        p, last = probes[i], probes[i + k - 1]
+        assert (p.func, p.offset) in proven and p.index > end
+        assert all(probes[i + j].func == p.func for j in range(k))
+        assert last.offset < p.offset + 5 <= last.offset + last.length
+        assert not last.kind.startswith("call") or last.kind in img.isa.jump.detour_calls
+        end = i + k - 1
+    assert b.jump.jumped == sum(fires) and b.jump.heads == sum(1 for k in fires if k)
+    assert sum(b.jump.traps.values()) + b.jump.jumped == len(probes)
+    assert b.jump.traps.get("call-kind", 0) > 0  # the fixture's call *%r12 and kin sit in proven windows
+
+
+def test_jump_json_and_default_output(kfix, capsys):
+    """--jump adds its counts to --json; the default run's JSON has none of them."""
+    from generator.cli.harness import cmd_harness
+
+    base = ["harness", "--elf", str(kfix["lib"]), "--function", "kfix_asm_calls", "--json", "--", str(kfix["linked"]),
+            "30"]
+    assert cmd_harness(_cli(base)) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert not [k for k in plain if k.startswith("jump") or k == "trap_probes"]
+    assert cmd_harness(_cli(base[:1] + ["--jump"] + base[1:])) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["ok"] and obj["jump_probes"] > 0 and obj["jump_probes"] + obj["trap_probes"] == obj["placed"]
+    assert obj["hits"] == plain["hits"] and obj["hits_by_kind"] == plain["hits_by_kind"]
+
+
+def test_jump_with_table_from_is_one_line(kfix):
+    with pytest.raises(UserError, match="--jump with --table-from"):
+        run(kfix["lib"], ["true"], jump=True, table_from=str(kfix["lib"]))

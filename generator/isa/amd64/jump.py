@@ -110,4 +110,5 @@ FACTS = JumpFacts(
     indirect_jump=indirect_jump,
     code_tables=CODE_TABLES,
     unread_tables=UNREAD_TABLES,
+    detour_calls=frozenset((M.KIND_CALL_DIRECT,)),
 )

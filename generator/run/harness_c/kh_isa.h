@@ -47,7 +47,9 @@ struct kh_inst {
 	uintptr_t	*ki_addr;	/* per probe, its live patch point */
 	struct kh_site	*ki_sites;	/* placed probes, by address */
 	uint32_t	ki_nsites;
-	uint32_t	ki_placed;
+	uint32_t	ki_placed;	/* probes placed, breakpoint or jump */
+	uint32_t	ki_jumps;	/* jump probes placed (detours) */
+	uint32_t	ki_jumped;	/* probes a detour fires */
 	int		ki_closed;
 };
 
@@ -76,6 +78,22 @@ void	kh_pass_on(int, siginfo_t *, void *);
  * context.
  */
 void	kh_hit(uintptr_t, void *);
+
+/*
+ * Jump probes (harness --jump), an optional part of the library
+ * (jump/kh_jump_amd64.c); kinst_harness.c defines all three weak and
+ * empty, so that a build without it places breakpoints only.
+ * kh_jump_room(): the bytes its detours need after a copy's trampolines
+ * (KINST_TRAMP_SIZE per probe) in the same block.  kh_jump_prepare(): fill
+ * the detours of copy 'ki' once its probes are ready and before the block
+ * is made executable.  kh_jump_place(): with the text writable, place the
+ * jump of the ready probe 'probe' at 'live' if a detour was filled for it,
+ * mark every probe the detour fires placed, and return how many it fires;
+ * 0 leaves the probe to its breakpoint.
+ */
+size_t	kh_jump_room(uint32_t);
+void	kh_jump_prepare(struct kh_inst *);
+uint32_t kh_jump_place(struct kh_inst *, uint32_t, uintptr_t);
 
 /*
  * <arch>/kh_isa_<arch>.c, or dbp/kh_dbp.c.  kh_isa_trap_code: the si_code

@@ -176,6 +176,32 @@ kh_hit(uintptr_t pc, void *uc)
 	(void)uc;
 }
 
+/* kh_isa.h: no jump probes, unless the optional jump part is built in. */
+__attribute__((weak)) size_t
+kh_jump_room(uint32_t nprobes)
+{
+
+	(void)nprobes;
+	return (0);
+}
+
+__attribute__((weak)) void
+kh_jump_prepare(struct kh_inst *ki)
+{
+
+	(void)ki;
+}
+
+__attribute__((weak)) uint32_t
+kh_jump_place(struct kh_inst *ki, uint32_t probe, uintptr_t live)
+{
+
+	(void)ki;
+	(void)probe;
+	(void)live;
+	return (0);
+}
+
 long
 kh_probe_at(uintptr_t pc, struct kh_inst **kip)
 {
@@ -445,7 +471,7 @@ kh_patch_segment(struct kh_inst *ki, int s, uintptr_t pg)
 	const struct kh_site *ks;
 	char why[256];
 	uintptr_t start, end;
-	uint32_t i;
+	uint32_t i, n;
 
 	start = (kh_segments[s].ks_vaddr + ki->ki_bias) & ~(pg - 1);
 	end = (kh_segments[s].ks_vaddr + kh_segments[s].ks_memsz +
@@ -463,6 +489,13 @@ kh_patch_segment(struct kh_inst *ki, int s, uintptr_t pg)
 			continue;
 		if (why[0] != '\0') {
 			kh_refuse(ki, ks->ks_probe, why);
+			continue;
+		}
+		n = kh_jump_place(ki, ks->ks_probe, ks->ks_addr);
+		if (n > 0) {
+			ki->ki_jumps++;
+			ki->ki_jumped += n;
+			ki->ki_placed += n;
 			continue;
 		}
 		/* Ours before its breakpoint can fire. */
@@ -486,7 +519,8 @@ kh_place(struct kh_inst *ki)
 	int s;
 
 	kt = &kinst_table;
-	tlen = (size_t)kt->kt_nprobes * KINST_TRAMP_SIZE;
+	tlen = (size_t)kt->kt_nprobes * KINST_TRAMP_SIZE +
+	    kh_jump_room(kt->kt_nprobes);
 	ki->ki_tramp = kh_isa_tramp_alloc(kh_image_lo + ki->ki_bias,
 	    kh_image_hi + ki->ki_bias, tlen);
 	ki->ki_md = calloc(kt->kt_nprobes, sizeof(*ki->ki_md));
@@ -499,6 +533,8 @@ kh_place(struct kh_inst *ki)
 	}
 	for (f = 0; f < kt->kt_nfuncs; f++)
 		kh_prepare_func(ki, f);
+	if (ki->ki_tramp != NULL)
+		kh_jump_prepare(ki);
 	pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 	if (ki->ki_tramp != NULL) {
 		__builtin___clear_cache((char *)ki->ki_tramp,
@@ -657,6 +693,15 @@ kh_dump(void)
 		kh_putnum(&o, kh_insts[k].ki_placed, 0);
 		kh_putstr(&o, " closed ");
 		kh_putnum(&o, (uint64_t)kh_insts[k].ki_closed, 0);
+		kh_putstr(&o, "\n");
+		if (kh_insts[k].ki_jumps == 0)
+			continue;
+		kh_putstr(&o, "jumps ");
+		kh_putnum(&o, (uint64_t)k, 0);
+		kh_putstr(&o, " sites ");
+		kh_putnum(&o, kh_insts[k].ki_jumps, 0);
+		kh_putstr(&o, " probes ");
+		kh_putnum(&o, kh_insts[k].ki_jumped, 0);
 		kh_putstr(&o, "\n");
 	}
 	if (kh_notes != NULL)

@@ -441,7 +441,21 @@ int
 kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
     kc_uintptr_t tramp, volatile kc_uint8_t *buf)
 {
-	kc_uint64_t resume;
+
+	return (kinst_core_tramp_fill_to(md, patchpoint, tramp, buf,
+	    patchpoint + md->km_instlen));
+}
+
+/*
+ * kinst_core_tramp_fill(), resuming at 'resume' instead of the next original
+ * instruction: a jump probe's detour (the harness's jump part) runs several
+ * displaced instructions one after another, each relocated by this rule,
+ * and only the last resumes in the original code.
+ */
+int
+kinst_core_tramp_fill_to(const struct kinst_md *md, kc_uintptr_t patchpoint,
+    kc_uintptr_t tramp, volatile kc_uint8_t *buf, kc_uint64_t resume)
+{
 	kc_int64_t rel;
 	kc_uint32_t i, len;
 
@@ -459,7 +473,6 @@ kinst_core_tramp_fill(const struct kinst_md *md, kc_uintptr_t patchpoint,
 	buf[len + 0] = 0xff;
 	buf[len + 1] = 0x25;
 	kinst_core_put32(buf + len + 2, 0);
-	resume = patchpoint + md->km_instlen;
 	kinst_core_put32(buf + len + 6, (kc_uint32_t)resume);
 	kinst_core_put32(buf + len + 10, (kc_uint32_t)(resume >> 32));
 	for (i = len + 14; i < KINST_TRAMP_SIZE; i++)

@@ -78,6 +78,8 @@ int	kinst_core_derive(const struct kinst_insn *,
 kc_uint64_t kinst_core_branch_target(const struct kinst_md *, kc_uintptr_t);
 int	kinst_core_tramp_fill(const struct kinst_md *, kc_uintptr_t,
 	    kc_uintptr_t, volatile kc_uint8_t *);
+int	kinst_core_tramp_fill_to(const struct kinst_md *, kc_uintptr_t,
+	    kc_uintptr_t, volatile kc_uint8_t *, kc_uint64_t);
 int	kinst_core_call(const struct kinst_md *, kc_uintptr_t,
 	    const struct kinst_regs *, kc_uint64_t *, kc_uint64_t *);
 int	kinst_core_is_call(const struct kinst_md *);
