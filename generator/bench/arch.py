@@ -85,7 +85,7 @@ def bench_large_arch(arch: str, rounds: int = 2) -> dict:
     isa = isa_registry.by_name(arch)
     big = bigimage.library(isa)
     path = str(big) if big is not None else largest_image(arch)
-    img = KernelImage.open(path)
+    img = open_image(path)
     plan = (("ours", [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json", "--summary"],
              _count_ours),
             ("objdump", [isa.oracle.objdump, "-d", "--no-show-raw-insn", path], _count_objdump))
