@@ -248,8 +248,9 @@ def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None
     srcs = mk.expand("${SRCS}").split()
     c_files = [n for n in srcs if n.endswith(".c")]
     shared = ["kinst_dbp.c", "kinst_dbp_tramp.c", "kinst_core_dbp.c"] if "dbp" in folders else []
+    jump = ["kinst_core_jump.c"] if cpuarch == "amd64" else []  # jump probes: amd64 only
     assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_tramp.c", "kinst_isa.c", "kinst_core.c",
-                                      "kinst_target.c", "kinst_table.c", *shared])
+                                      "kinst_target.c", "kinst_table.c", *shared, *jump])
     assert "vnode_if.h" in srcs
     assert mk.search_path(".c") == [str(module / f) for f in folders]
     assert " ".join(f"-I{d}" for d in (module, *(module / f for f in folders))) in mk.expand("${CFLAGS}")
