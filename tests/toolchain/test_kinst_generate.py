@@ -656,3 +656,58 @@ def test_invoke_generate(sample_kernel: Path, tmp_path: Path) -> None:
     names = table_blobs(build_plan(KernelImage.open(str(sample_kernel)), ["vm_fault", "malloc"], False))["names"]
     assert sorted(names.split(b"\0")[:-1]) == [b"malloc", b"vm_fault"] and c_blob(names) in table
     assert " * 2 functions, " in table
+
+
+# --- generate --jump: the table carries the jump proof (issue 22) -------------------------------------------
+
+
+def c_bytes(text: str, name: str) -> bytes:
+    """The bytes of the C array ``name`` that ``c_blob`` wrote (adjacent string literals of octal escapes)."""
+    import ast
+
+    m = re.search(rf"^static const kc_uint8_t {name}\[(\d+)\] =\n((?:\t\".*\";?\n)+)", text, re.M)
+    assert m, f"no {name} in the table"
+    data = ast.literal_eval("b" + " b".join(line.strip() for line in m.group(2).splitlines()).rstrip(";"))
+    assert len(data) + 1 == int(m.group(1))
+    return data
+
+
+def test_jump_table_is_opt_in_deterministic_and_follows_the_proof(sample_kernel: Path, tmp_path: Path) -> None:
+    """``generate --jump``: the table says per probe how many probes a jump there fires; the same inputs give
+    the same bytes, the table differs from the default one only by that (and its command line), and every
+    head is a site ``probes --jump`` proves, whose window is the contiguous probes that cover 5 bytes."""
+    args = ["--kernel", str(sample_kernel), "--function", "vm_fault"]
+    plain = render(tmp_path / "plain", *args)
+    jumped = [render(tmp_path / f"jump{i}", *args, "--jump") for i in (1, 2)]
+    assert filecmp.cmp(jumped[0] / "kinst_table.c", jumped[1] / "kinst_table.c", shallow=False)
+    text = (jumped[0] / "kinst_table.c").read_text()
+    assert "kinst_jump_blob" not in (plain / "kinst_table.c").read_text() and "--jump`" in text
+    assert ".kt_jump = kinst_jump_blob," in text
+    for name in ("kinst_funcs_blob", "kinst_records_blob"):
+        assert c_bytes(text, name) == c_bytes((plain / "kinst_table.c").read_text(), name)
+    fires = c_bytes(text, "kinst_jump_blob")
+    import json
+
+    res = subprocess.run([sys.executable, "-m", "generator", "probes", *args, "--jump", "--json"], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr
+    probes = [p for p in json.loads(res.stdout)["probes"] if p["status"] == "ok"]
+    assert len(probes) == len(fires)
+    covered = 0
+    for i, k in enumerate(fires):
+        if not k:
+            continue
+        assert i >= covered, f"probe {i} heads a jump inside another's window"
+        window = probes[i : i + k]
+        assert probes[i]["jump"], probes[i]
+        assert all(b["offset"] == a["offset"] + a["length"] for a, b in zip(window, window[1:])), window
+        assert sum(p["length"] for p in window[:-1]) < 5 <= sum(p["length"] for p in window)
+        covered = i + k
+    assert fires[0] == 3 and sum(1 for k in fires if k) > 10  # pushq %rbp; movq %rsp,%rbp; pushq %r15
+
+
+def test_jump_option_is_in_the_build_stamp() -> None:
+    """The build's stamp (what decides whether sources are regenerated) tells the two tables apart."""
+    from generator.providers.contract import Selection
+
+    assert KINST.stamp(Selection(jump=True)) != KINST.stamp(Selection())
