@@ -711,3 +711,28 @@ def test_jump_option_is_in_the_build_stamp() -> None:
     from generator.providers.contract import Selection
 
     assert KINST.stamp(Selection(jump=True)) != KINST.stamp(Selection())
+
+
+def test_glue_places_jump_probes_by_the_protocol(sample_kernel: Path, tmp_path: Path) -> None:
+    """debug.kinst.jump over the stand-in kernel (glue_world's "jump" scenario): off, a head's enable and
+    disable write the breakpoint's byte and nothing else; on, the jump task places the jump by the core's
+    protocol (the exact writes and CPU syncs the stand-in records), keeps the breakpoint while a stopped
+    thread's saved PC is inside the tail or the head's trampoline, fires the same probe with the registers
+    a breakpoint hit gives, and removes it by the reverse sequence, also when a displaced probe is armed."""
+    gen = render(tmp_path / "gen", "--kernel", str(sample_kernel), "--function", "vm_fault", "--jump")
+    tree = module_dir(gen, tmp_path / "module")
+    plan = plan_of(sample_kernel, "single")
+    write_expectations(live_image(sample_kernel), plan, tmp_path / "expect")
+    out = run_world(tree, tmp_path / "world", "jump", live_image(sample_kernel), build_id(sample_kernel),
+                    expect=tmp_path / "expect")
+    log = dict(m.groups() for m in re.finditer(r"^world: jump ([a-z ]+):(.*)$", out, re.M))
+    assert re.search(r"^world: jump head vm_fault:0 displaces 3 probes$", out, re.M), out[-3000:]
+    live = live_image(sample_kernel)
+    img = KernelImage.open(str(sample_kernel))
+    at = img.lookup("vm_fault").address - live.base
+    orig = bytes(live.data[at : at + 5])  # objdump-independent: the image's own bytes
+    assert log["off"] == f" w0=cc w0={orig[0]:02x}"
+    assert log["busy"] == log["busy in the trampoline"] == " sync sync"
+    assert re.fullmatch(r" sync sync w1=[0-9a-f]{8} sync w0=e9 sync", log["placed"]), log
+    assert log["removed"] == f" w0=cc sync w1={orig[1:].hex()} sync w0={orig[0]:02x}"
+    assert log["inner armed"] == f" w0=cc sync w1={orig[1:].hex()} sync w1=cc"

@@ -69,9 +69,14 @@ static const kc_uint8_t kinst_js_jcall[] = {
 #define	KINST_JS_LEN(a)	(sizeof(a) / sizeof((a)[0]))
 
 const struct kinst_jstep kinst_jump_place[] = {
-	/* The int3 at byte 0 is seen by every CPU: none enters the rest. */
+	/* A breakpoint hit from now on resumes in the detour. */
+	{ KINST_JS_VIA, 0, 0, KINST_JV_DETOUR },
+	/*
+	 * Every CPU sees the int3 at byte 0 and has left any breakpoint
+	 * handler that chose the trampoline: none enters the tail now.
+	 */
 	{ KINST_JS_SYNC, 0, 0, 0 },
-	/* None is stopped inside bytes 1-4 either. */
+	/* None is stopped inside the tail or on its way there. */
 	{ KINST_JS_QUIET, 0, 0, 0 },
 	{ KINST_JS_WRITE, 1, KINST_JUMP_SIZE - 1, KINST_JB_JUMP },
 	{ KINST_JS_SYNC, 0, 0, 0 },
@@ -85,6 +90,7 @@ const struct kinst_jstep kinst_jump_remove[] = {
 	{ KINST_JS_SYNC, 0, 0, 0 },
 	{ KINST_JS_WRITE, 1, KINST_JUMP_SIZE - 1, KINST_JB_ORIG },
 	{ KINST_JS_SYNC, 0, 0, 0 },
+	{ KINST_JS_VIA, 0, 0, KINST_JV_TRAMP },
 	{ KINST_JS_END, 0, 0, 0 },
 };
 
@@ -213,22 +219,67 @@ kinst_core_jump_bytes(kc_uintptr_t pc, kc_uintptr_t detour,
 
 /*
  * The quiescence rule: 1 when none of the 'n' saved PCs lies inside the
- * bytes the jump's rel32 overwrites, (pc, pc + KINST_JUMP_SIZE); 0 when
- * one does (the thread would resume in the middle of the jump: the site
- * stays a breakpoint).  The first byte is not inside: a thread stopped
+ * bytes the jump's rel32 overwrites, (pc, pc + KINST_JUMP_SIZE), or inside
+ * the head's trampoline, [tramp, tramp + tlen) (it resumes after the
+ * head, inside the window, unless the head is 5 bytes or more); 0 when
+ * one does: the thread would resume in the middle of the jump, and the
+ * site stays a breakpoint.  The first byte is not inside: a thread stopped
  * there runs the jump when it resumes.  'saved' may hold more than PCs
  * (every word of a stack, say): a false match only keeps the breakpoint.
  */
 int
-kinst_core_jump_quiet(kc_uintptr_t pc, const kc_uint64_t *saved,
-    kc_uint32_t n)
+kinst_core_jump_quiet(kc_uintptr_t pc, kc_uintptr_t tramp, kc_uint32_t tlen,
+    const kc_uint64_t *saved, kc_uint32_t n)
 {
 	kc_uint32_t i;
 
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		if (saved[i] > pc && saved[i] < pc + KINST_JUMP_SIZE)
 			return (0);
+		if (saved[i] >= tramp && saved[i] - tramp < tlen)
+			return (0);
+	}
 	return (1);
+}
+
+/*
+ * Run a protocol, kinst_jump_place[] or kinst_jump_remove[], over one site
+ * whose jump is 'jump' and whose original bytes are 'orig': each step
+ * through the glue's 'ops'.  0 when every step ran; KINST_E_BUSY when the
+ * quiescence check failed, with the steps before it done (the breakpoint
+ * stays).
+ */
+int
+kinst_core_jump_run(const struct kinst_jstep *steps,
+    const kc_uint8_t jump[KINST_JUMP_SIZE],
+    const kc_uint8_t orig[KINST_JUMP_SIZE], const struct kinst_jops *ops,
+    void *ctx)
+{
+	static const kc_uint8_t trap = KINST_PATCHVAL;
+	const struct kinst_jstep *s;
+	const kc_uint8_t *src;
+
+	for (s = steps; s->js_op != KINST_JS_END; s++) {
+		switch (s->js_op) {
+		case KINST_JS_WRITE:
+			src = s->js_src == KINST_JB_TRAP ? &trap :
+			    (s->js_src == KINST_JB_JUMP ? jump : orig) +
+			    s->js_off;
+			ops->jo_write(ctx, s->js_off, src, s->js_len);
+			break;
+		case KINST_JS_SYNC:
+			ops->jo_sync(ctx);
+			break;
+		case KINST_JS_QUIET:
+			if (!ops->jo_quiet(ctx))
+				return (KINST_E_BUSY);
+			break;
+		case KINST_JS_VIA:
+			ops->jo_via(ctx, s->js_src);
+			break;
+		}
+	}
+	return (0);
 }
 
 /* The %rsp the probed code had when it entered the detour. */
