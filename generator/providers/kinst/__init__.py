@@ -82,9 +82,9 @@ PROVIDER = Provider(
                        "append", group="functions", metavar="F"),
         ProviderOption("--all", "all_functions", "every eligible function", "flag", group="functions"),
         ProviderOption("--prologue-rule", "prologue_rule", PROLOGUE_RULE_HELP, "value", choices=PROLOGUE_RULES),
-        ProviderOption("--jump", "jump", "the table says which probes may be jumps (the proof of probes --jump, "
-                       "amd64; about 20 CPU-s on a large image); the module places them only with "
-                       "debug.kinst.jump=1", "flag"),
+        ProviderOption("--jump", "jump", "the table says which probes may be jumps (the proof of probes --jump, on ISAs "
+                       "with jump facts; about 20 CPU-s on a large image); the module places them only "
+                       "with debug.kinst.jump=1", "flag"),
     ),
     generate=_generate,
     stamp=_stamp,
