@@ -192,7 +192,7 @@ kinst_patch(uint8_t *pc, uint8_t expect, uint8_t val)
  * kinst_isa_tpage_alloc(), kept as the trampolines' are) and places the
  * jump by the portable core's protocol (kinst_core_jump_run() over
  * kinst_jump_place[]): the quiescence check it asks for is
- * kinst_jump_quiet() below.  A busy check keeps the breakpoint and retries
+ * kinst_jop_quiet() below.  A busy check keeps the breakpoint and retries
  * later.  Disarming removes the jump first (kinst_jump_remove[]); arming a
  * probe inside a jump's window, whose byte the jump covers, removes that
  * jump first (kinst_isa_peek()).  Only the head's probe fires in its
@@ -216,6 +216,7 @@ static struct mtx	kinst_jump_mtx;
 MTX_SYSINIT(kinst_jump_mtx, &kinst_jump_mtx, "kinst jumps", MTX_DEF);
 
 static struct kinst_probe *kinst_jump_queue;
+static bool		kinst_jump_ever;	/* a jump was written */
 static struct timeout_task kinst_jump_tt;
 static bool		kinst_jump_tt_ready;
 
@@ -425,9 +426,13 @@ static const struct kinst_jops kinst_jops = {
 
 /*
  * A detour's probe handler (kinst_jump_handler_t), in the probed code's
- * context: the frame the stub pushed as the trapframe the breakpoint
- * handler would have had (%rip the probe's address), recorded for regs[]
- * as dtrace_invop() records it, and kinst_fire() as the breakpoint does.
+ * context, 'arg' the head's address (0 in the chunks of displaced
+ * instructions): the probe is found by address, as the breakpoint handler
+ * finds it, since a thread may sit in a detour while its probe is
+ * destroyed.  The frame the stub pushed becomes the trapframe the
+ * breakpoint handler would have had (%rip the probe's address), recorded
+ * for regs[] as dtrace_invop() records it, and kinst_fire() runs as the
+ * breakpoint's does, for an armed probe only.
  */
 static void
 kinst_jump_hit(const struct kinst_jframe *f, uint64_t arg, void *fx __unused)
@@ -439,7 +444,8 @@ kinst_jump_hit(const struct kinst_jframe *f, uint64_t arg, void *fx __unused)
 #endif
 	register_t intr;
 
-	if ((kp = (struct kinst_probe *)(uintptr_t)arg) == NULL)
+	if (arg == 0 || (kp = kinst_probe_at((uintptr_t)arg)) == NULL ||
+	    atomic_load_acq_int(&kp->kp_state) != KINST_S_ARMED)
 		return;
 	memset(&tf, 0, sizeof(tf));
 	tf.tf_rax = (register_t)f->jf_rax;
@@ -535,7 +541,7 @@ kinst_jump_detour(struct kinst_probe *kp, u_int n)
 		    (uint64_t)(uintptr_t)run + (j + 1) * KINST_JUMP_CHUNK :
 		    pc[j] + lens[j], j + 1 == n,
 		    (uint64_t)(uintptr_t)kinst_jump_hit,
-		    j == 0 ? (uint64_t)(uintptr_t)kp : 0, 0) != 0)
+		    j == 0 ? (uint64_t)pc[0] : 0, 0) != 0)
 			return (NULL);
 	}
 	kinst_jump_used += len;
@@ -591,6 +597,7 @@ kinst_jump_place_one(struct kinst_probe *kp)
 	    &kinst_jops, &jc);
 	if (rv == 0) {
 		kp->kp_jstate = KINST_J_JUMP;
+		kinst_jump_ever = true;
 		return;
 	}
 	/* Busy, or undone meanwhile: a breakpoint, through the detour. */
@@ -721,13 +728,21 @@ SYSINIT(kinst_jump, SI_SUB_DTRACE_PROVIDER, SI_ORDER_ANY, kinst_jump_init,
 /*
  * Unload, after every probe is disarmed and destroyed: nothing to wait for
  * (see the comment at the top), but the jump task, if it runs now (it
- * finds nothing to do; a later kldunload succeeds).  A pending run is
- * cancelled.
+ * finds nothing to do; a later kldunload succeeds); a pending run is
+ * cancelled.  Once a jump has been placed, never: a detour calls this
+ * module's kinst_jump_hit(), and a thread preempted in a detour's stub
+ * would call it after the module is gone.
  */
 bool
 kinst_tramp_quiesce(void)
 {
 
+	if (kinst_jump_ever) {
+		printf("kinst: jump probes were placed (debug.kinst.jump): a "
+		    "thread may be inside a detour, which calls this module; "
+		    "it stays loaded until reboot\n");
+		return (false);
+	}
 	return (!kinst_jump_tt_ready || taskqueue_cancel_timeout(
 	    taskqueue_thread, &kinst_jump_tt, NULL) == 0);
 }
