@@ -732,6 +732,7 @@ def test_glue_places_jump_probes_by_the_protocol(sample_kernel: Path, tmp_path: 
     at = img.lookup("vm_fault").address - live.base
     orig = bytes(live.data[at : at + 5])  # objdump-independent: the image's own bytes
     assert log["off"] == f" w0=cc w0={orig[0]:02x}"
+    assert log["requeued"] == f" w0={orig[0]:02x} w0=cc"
     assert log["busy"] == log["busy in the trampoline"] == " sync sync"
     assert re.fullmatch(r" sync sync w1=[0-9a-f]{8} sync w0=e9 sync", log["placed"]), log
     assert log["removed"] == f" w0=cc sync w1={orig[1:].hex()} sync w0={orig[0]:02x}"

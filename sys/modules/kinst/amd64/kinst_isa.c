@@ -215,7 +215,9 @@ SYSCTL_INT(_debug_kinst, OID_AUTO, jump, CTLFLAG_RWTUN, &kinst_jump_on, 0,
 static struct mtx	kinst_jump_mtx;
 MTX_SYSINIT(kinst_jump_mtx, &kinst_jump_mtx, "kinst jumps", MTX_DEF);
 
-static struct kinst_probe *kinst_jump_queue;
+/* A probe is on one of them exactly while its kp_jstate is QUEUED. */
+static struct kinst_probe *kinst_jump_queue;	/* for the next run */
+static struct kinst_probe *kinst_jump_later;	/* busy in this run */
 static bool		kinst_jump_ever;	/* a jump was written */
 static struct timeout_task kinst_jump_tt;
 static bool		kinst_jump_tt_ready;
@@ -611,31 +613,51 @@ kinst_jump_place_one(struct kinst_probe *kp)
 		return;
 	}
 	kp->kp_jstate = KINST_J_QUEUED;
-	kp->kp_jnext = kinst_jump_queue;
-	kinst_jump_queue = kp;
-	kinst_jump_kick(KINST_JUMP_RETRY);
+	kp->kp_jnext = kinst_jump_later;
+	kinst_jump_later = kp;
 }
 
 /* The jump task: every queued head, under kinst_sx. */
 static void
 kinst_jump_task(void *arg __unused, int pending __unused)
 {
-	struct kinst_probe *kp, *todo;
+	struct kinst_probe *kp;
 
 	sx_xlock(&kinst_sx);
 	mtx_lock(&kinst_jump_mtx);
-	todo = kinst_jump_queue;
-	kinst_jump_queue = NULL;
-	while ((kp = todo) != NULL) {
-		todo = kp->kp_jnext;
+	while ((kp = kinst_jump_queue) != NULL) {
+		kinst_jump_queue = kp->kp_jnext;
 		kp->kp_jnext = NULL;
-		if (kp->kp_jstate != KINST_J_QUEUED)
-			continue;
 		kp->kp_jstate = KINST_J_PLACING;
 		kinst_jump_place_one(kp);
 	}
+	if ((kinst_jump_queue = kinst_jump_later) != NULL) {
+		kinst_jump_later = NULL;
+		kinst_jump_kick(KINST_JUMP_RETRY);
+	}
 	mtx_unlock(&kinst_jump_mtx);
 	sx_xunlock(&kinst_sx);
+}
+
+/* Take queued kp off its queue (kinst_jump_mtx held). */
+static void
+kinst_jump_dequeue(struct kinst_probe *kp)
+{
+	struct kinst_probe **pp;
+
+	for (pp = &kinst_jump_queue; *pp != NULL; pp = &(*pp)->kp_jnext) {
+		if (*pp == kp) {
+			*pp = kp->kp_jnext;
+			break;
+		}
+	}
+	for (pp = &kinst_jump_later; *pp != NULL; pp = &(*pp)->kp_jnext) {
+		if (*pp == kp) {
+			*pp = kp->kp_jnext;
+			break;
+		}
+	}
+	kp->kp_jnext = NULL;
 }
 
 /*
@@ -652,6 +674,8 @@ kinst_jump_undo(struct kinst_probe *kp)
 	mtx_assert(&kinst_jump_mtx, MA_OWNED);
 	if (kp->kp_jstate == KINST_J_NONE)
 		return;
+	if (kp->kp_jstate == KINST_J_QUEUED)
+		kinst_jump_dequeue(kp);
 	jc.jc_kp = kp;
 	jc.jc_gen = kp->kp_jgen;
 	jc.jc_n = kinst_jump_window(kp);
