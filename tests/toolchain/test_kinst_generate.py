@@ -737,3 +737,14 @@ def test_glue_places_jump_probes_by_the_protocol(sample_kernel: Path, tmp_path: 
     assert re.fullmatch(r" sync sync w1=[0-9a-f]{8} sync w0=e9 sync", log["placed"]), log
     assert log["removed"] == f" w0=cc sync w1={orig[1:].hex()} sync w0={orig[0]:02x}"
     assert log["inner armed"] == f" w0=cc sync w1={orig[1:].hex()} sync w1=cc"
+
+
+def test_jump_on_an_isa_without_jump_facts_is_one_line(tmp_path: Path) -> None:
+    """``generate --jump`` for an ISA without jump probes: one line naming the option, exit 2, nothing written."""
+    lib = Path("/usr/aarch64-linux-gnu/lib/libc.so.6")  # libc6-arm64-cross (./bootstrap)
+    if not lib.is_file():
+        pytest.skip(f"{lib} is missing (an arm64 image; ./bootstrap installs libc6-dev-arm64-cross)")
+    res = generate("--provider", "kinst", "--kernel", str(lib), "--function", "malloc", "--jump",
+                   "--out", str(tmp_path / "out"))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "--jump" in res.stderr and "Traceback" not in res.stderr and not (tmp_path / "out").exists()
