@@ -28,6 +28,7 @@ class Selection(NamedTuple):
     functions: Tuple[str, ...] = ()  # kinst: functions to table ((): the default function)
     all_functions: bool = False  # kinst: every eligible function
     prologue_rule: str = ""  # kinst: kinst's frame-pointer rule ("": the default)
+    jump: bool = False  # kinst: the table carries the jump proof (analysis/jumpplan.py)
     malloc_modules: Tuple[str, ...] = ()  # dtmalloc: .ko files whose malloc types to include
 
 

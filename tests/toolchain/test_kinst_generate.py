@@ -248,8 +248,9 @@ def test_makefile_builds_the_module_sources(cpuarch: str, folders: list) -> None
     srcs = mk.expand("${SRCS}").split()
     c_files = [n for n in srcs if n.endswith(".c")]
     shared = ["kinst_dbp.c", "kinst_dbp_tramp.c", "kinst_core_dbp.c"] if "dbp" in folders else []
+    jump = ["kinst_core_jump.c"] if cpuarch == "amd64" else []  # jump probes: amd64 only
     assert sorted(c_files) == sorted(["kinst.c", "kinst_funcs.c", "kinst_tramp.c", "kinst_isa.c", "kinst_core.c",
-                                      "kinst_target.c", "kinst_table.c", *shared])
+                                      "kinst_target.c", "kinst_table.c", *shared, *jump])
     assert "vnode_if.h" in srcs
     assert mk.search_path(".c") == [str(module / f) for f in folders]
     assert " ".join(f"-I{d}" for d in (module, *(module / f for f in folders))) in mk.expand("${CFLAGS}")
@@ -655,3 +656,95 @@ def test_invoke_generate(sample_kernel: Path, tmp_path: Path) -> None:
     names = table_blobs(build_plan(KernelImage.open(str(sample_kernel)), ["vm_fault", "malloc"], False))["names"]
     assert sorted(names.split(b"\0")[:-1]) == [b"malloc", b"vm_fault"] and c_blob(names) in table
     assert " * 2 functions, " in table
+
+
+# --- generate --jump: the table carries the jump proof (issue 22) -------------------------------------------
+
+
+def c_bytes(text: str, name: str) -> bytes:
+    """The bytes of the C array ``name`` that ``c_blob`` wrote (adjacent string literals of octal escapes)."""
+    import ast
+
+    m = re.search(rf"^static const kc_uint8_t {name}\[(\d+)\] =\n((?:\t\".*\";?\n)+)", text, re.M)
+    assert m, f"no {name} in the table"
+    data = ast.literal_eval("b" + " b".join(line.strip() for line in m.group(2).splitlines()).rstrip(";"))
+    assert len(data) + 1 == int(m.group(1))
+    return data
+
+
+def test_jump_table_is_opt_in_deterministic_and_follows_the_proof(sample_kernel: Path, tmp_path: Path) -> None:
+    """``generate --jump``: the table says per probe how many probes a jump there fires; the same inputs give
+    the same bytes, the table differs from the default one only by that (and its command line), and every
+    head is a site ``probes --jump`` proves, whose window is the contiguous probes that cover 5 bytes."""
+    args = ["--kernel", str(sample_kernel), "--function", "vm_fault"]
+    plain = render(tmp_path / "plain", *args)
+    jumped = [render(tmp_path / f"jump{i}", *args, "--jump") for i in (1, 2)]
+    assert filecmp.cmp(jumped[0] / "kinst_table.c", jumped[1] / "kinst_table.c", shallow=False)
+    text = (jumped[0] / "kinst_table.c").read_text()
+    assert "kinst_jump_blob" not in (plain / "kinst_table.c").read_text() and "--jump`" in text
+    assert ".kt_jump = kinst_jump_blob," in text
+    for name in ("kinst_funcs_blob", "kinst_records_blob"):
+        assert c_bytes(text, name) == c_bytes((plain / "kinst_table.c").read_text(), name)
+    fires = c_bytes(text, "kinst_jump_blob")
+    import json
+
+    res = subprocess.run([sys.executable, "-m", "generator", "probes", *args, "--jump", "--json"], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0, res.stderr
+    probes = [p for p in json.loads(res.stdout)["probes"] if p["status"] == "ok"]
+    assert len(probes) == len(fires)
+    covered = 0
+    for i, k in enumerate(fires):
+        if not k:
+            continue
+        assert i >= covered, f"probe {i} heads a jump inside another's window"
+        window = probes[i : i + k]
+        assert probes[i]["jump"], probes[i]
+        assert all(b["offset"] == a["offset"] + a["length"] for a, b in zip(window, window[1:])), window
+        assert sum(p["length"] for p in window[:-1]) < 5 <= sum(p["length"] for p in window)
+        covered = i + k
+    assert fires[0] == 3 and sum(1 for k in fires if k) > 10  # pushq %rbp; movq %rsp,%rbp; pushq %r15
+
+
+def test_jump_option_is_in_the_build_stamp() -> None:
+    """The build's stamp (what decides whether sources are regenerated) tells the two tables apart."""
+    from generator.providers.contract import Selection
+
+    assert KINST.stamp(Selection(jump=True)) != KINST.stamp(Selection())
+
+
+def test_glue_places_jump_probes_by_the_protocol(sample_kernel: Path, tmp_path: Path) -> None:
+    """debug.kinst.jump over the stand-in kernel (glue_world's "jump" scenario): off, a head's enable and
+    disable write the breakpoint's byte and nothing else; on, the jump task places the jump by the core's
+    protocol (the exact writes and CPU syncs the stand-in records), keeps the breakpoint while a stopped
+    thread's saved PC is inside the tail or the head's trampoline, fires the same probe with the registers
+    a breakpoint hit gives, and removes it by the reverse sequence, also when a displaced probe is armed."""
+    gen = render(tmp_path / "gen", "--kernel", str(sample_kernel), "--function", "vm_fault", "--jump")
+    tree = module_dir(gen, tmp_path / "module")
+    plan = plan_of(sample_kernel, "single")
+    write_expectations(live_image(sample_kernel), plan, tmp_path / "expect")
+    out = run_world(tree, tmp_path / "world", "jump", live_image(sample_kernel), build_id(sample_kernel),
+                    expect=tmp_path / "expect")
+    log = dict(m.groups() for m in re.finditer(r"^world: jump ([a-z ]+):(.*)$", out, re.M))
+    assert re.search(r"^world: jump head vm_fault:0 displaces 3 probes$", out, re.M), out[-3000:]
+    live = live_image(sample_kernel)
+    img = KernelImage.open(str(sample_kernel))
+    at = img.lookup("vm_fault").address - live.base
+    orig = bytes(live.data[at : at + 5])  # objdump-independent: the image's own bytes
+    assert log["off"] == f" w0=cc w0={orig[0]:02x}"
+    assert log["requeued"] == f" w0={orig[0]:02x} w0=cc"
+    assert log["busy"] == log["busy in the trampoline"] == " sync sync"
+    assert re.fullmatch(r" sync sync w1=[0-9a-f]{8} sync w0=e9 sync", log["placed"]), log
+    assert log["removed"] == f" w0=cc sync w1={orig[1:].hex()} sync w0={orig[0]:02x}"
+    assert log["inner armed"] == f" w0=cc sync w1={orig[1:].hex()} sync w1=cc"
+
+
+def test_jump_on_an_isa_without_jump_facts_is_one_line(tmp_path: Path) -> None:
+    """``generate --jump`` for an ISA without jump probes: one line naming the option, exit 2, nothing written."""
+    lib = Path("/usr/aarch64-linux-gnu/lib/libc.so.6")  # libc6-arm64-cross (./bootstrap)
+    if not lib.is_file():
+        pytest.skip(f"{lib} is missing (an arm64 image; ./bootstrap installs libc6-dev-arm64-cross)")
+    res = generate("--provider", "kinst", "--kernel", str(lib), "--function", "malloc", "--jump",
+                   "--out", str(tmp_path / "out"))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "--jump" in res.stderr and "Traceback" not in res.stderr and not (tmp_path / "out").exists()

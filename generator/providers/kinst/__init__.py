@@ -59,14 +59,16 @@ def _generate(img: "KernelImage", sel: Selection, out: Optional[Path]) -> Genera
     from . import generate
 
     functions = sel.functions or (() if sel.all_functions else (DEFAULT_FUNCTION,))
-    plan, paths = generate.generate(img, functions, sel.all_functions, out, sel.prologue_rule or DEFAULT_PROLOGUE_RULE)
+    plan, paths, choice = generate.generate(img, functions, sel.all_functions, out,
+                                            sel.prologue_rule or DEFAULT_PROLOGUE_RULE, sel.jump)
+    jumps = "" if choice is None else f", {choice.heads} jump heads firing {choice.jumped} probes"
     return Generated(tuple(paths), f"{plan.nprobes} probes in {len(plan.funcs)} functions, "
-                                  f"{len(plan.refused)} refused")
+                                  f"{len(plan.refused)} refused{jumps}")
 
 
 def _stamp(sel: Selection) -> Dict[str, object]:
     return {"functions": list(sel.functions), "all": sel.all_functions,
-            "prologue_rule": sel.prologue_rule or DEFAULT_PROLOGUE_RULE}
+            "prologue_rule": sel.prologue_rule or DEFAULT_PROLOGUE_RULE, "jump": sel.jump}
 
 
 PROVIDER = Provider(
@@ -80,6 +82,9 @@ PROVIDER = Provider(
                        "append", group="functions", metavar="F"),
         ProviderOption("--all", "all_functions", "every eligible function", "flag", group="functions"),
         ProviderOption("--prologue-rule", "prologue_rule", PROLOGUE_RULE_HELP, "value", choices=PROLOGUE_RULES),
+        ProviderOption("--jump", "jump", "the table says which probes may be jumps (the proof of probes --jump, on ISAs "
+                       "with jump facts; about 20 CPU-s on a large image); the module places them only "
+                       "with debug.kinst.jump=1", "flag"),
     ),
     generate=_generate,
     stamp=_stamp,

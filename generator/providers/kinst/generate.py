@@ -21,7 +21,7 @@ import struct
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ... import isa as isa_registry
 from ...isa import encoding
@@ -33,6 +33,9 @@ from ...common.defaults import DEFAULT_PROLOGUE_RULE
 from ...common.paths import MODULES_OUT, TEMPLATE_DIR
 from ...image.elf import KernelImage
 from ...render import Input, remove_outdated, render_tree
+
+if TYPE_CHECKING:
+    from ...analysis.jumpplan import JumpChoice
 
 DEFAULT_OUT = MODULES_OUT / "kinst"
 # What kinstkit generated before the fixed C was committed; removed from the output directory.
@@ -75,11 +78,15 @@ def table_blobs(plan: ProbePlan) -> Dict[str, bytes]:
             "records": bytes(records)}
 
 
-def context(plan: ProbePlan) -> Dict[str, Any]:
-    """Template variables: every value pre-formatted, so templates stay logic-free."""
+def context(plan: ProbePlan, jump: Optional["JumpChoice"] = None) -> Dict[str, Any]:
+    """Template variables: every value pre-formatted, so templates stay logic-free.  ``jump``: the table
+    carries, per probe, how many probes its detour fires (0: a breakpoint; ``analysis/jumpplan.py``)."""
     isa = isa_registry.by_name(plan.arch)
     blobs = table_blobs(plan)
     return {
+        "jump_blob": "" if jump is None else c_blob(bytes(jump.fires)),
+        "jump_heads": 0 if jump is None else jump.heads,
+        "jump_probes": 0 if jump is None else jump.jumped,
         "image": plan.image,
         "build_id": plan.build_id,
         "nfuncs": len(plan.funcs),
@@ -131,17 +138,19 @@ def glue_context(plan: ProbePlan, md_excluded: Mapping[str, str]) -> Dict[str, A
 
 
 def command_line(kernel: str, functions: Sequence[str], all_functions: bool,
-                 rule: str = DEFAULT_PROLOGUE_RULE) -> str:
+                 rule: str = DEFAULT_PROLOGUE_RULE, jump: bool = False) -> str:
     """The canonical command for the header: inputs only, never the output directory."""
     words = ["python", "-m", "generator", "generate", "--provider", "kinst", "--kernel", kernel]
     words += ["--all"] if all_functions else [w for f in functions for w in ("--function", f)]
     words += ["--prologue-rule", rule] if rule != DEFAULT_PROLOGUE_RULE else []
+    words += ["--jump"] if jump else []
     return " ".join(shlex.quote(w) for w in words)
 
 
-def render_plan(plan: ProbePlan, out: Path, command: str, only: Sequence[str] = ()) -> List[Path]:
+def render_plan(plan: ProbePlan, out: Path, command: str, only: Sequence[str] = (),
+                jump: Optional["JumpChoice"] = None) -> List[Path]:
     inputs = [Input(plan.image, plan.build_id, plan.sha256)]
-    return render_tree("kinst", out, context(plan), inputs, command, only=only)
+    return render_tree("kinst", out, context(plan, jump), inputs, command, only=only)
 
 
 def core_key_parts(files: Sequence[Path], *template_dirs: str) -> List[bytes]:
@@ -160,9 +169,17 @@ def stage_core(plan: ProbePlan, out: Path, command: str, files: Sequence[Path]) 
 
 
 def generate(img: KernelImage, functions: Sequence[str], all_functions: bool, out: Optional[Path] = None,
-             rule: str = DEFAULT_PROLOGUE_RULE) -> Tuple[ProbePlan, List[Path]]:
-    """Analyse ``img``, plan its table and render the module sources into ``out``."""
+             rule: str = DEFAULT_PROLOGUE_RULE,
+             jump: bool = False) -> Tuple[ProbePlan, List[Path], Optional["JumpChoice"]]:
+    """Analyse ``img``, plan its table and render the module sources into ``out``; with ``jump``, the table
+    carries the jump heads the proof allows (``analysis/jumpplan.py``; the default path never runs it)."""
     plan = build_plan(img, functions, all_functions, rule)
-    paths = render_plan(plan, out or DEFAULT_OUT, command_line(img.path, functions, all_functions, rule))
+    choice = None
+    if jump:
+        from ...analysis import jumpplan
+
+        choice = jumpplan.choose(plan, img, rule)
+    paths = render_plan(plan, out or DEFAULT_OUT, command_line(img.path, functions, all_functions, rule, jump),
+                        jump=choice)
     remove_outdated(out or DEFAULT_OUT, OUTDATED)
-    return plan, paths
+    return plan, paths, choice

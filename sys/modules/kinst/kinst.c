@@ -548,6 +548,8 @@ kinst_make_func(u_int f, const struct kinst_func *kf, int off)
 		kp->kp_lf = kinst_lf;
 		kp->kp_func = kf->kf_name;
 		kp->kp_off = ki.ki_off;
+		kp->kp_index = ki.ki_probe;
+		kp->kp_fidx = f;
 		kp->kp_md = md;
 		kp->kp_savedval = kinst_isa_peek(kp, live + ki.ki_off);
 		kp->kp_state = KINST_S_IDLE;

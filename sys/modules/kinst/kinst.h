@@ -63,6 +63,15 @@ typedef struct {
 #define	KINST_S_ARMED		1	/* breakpoint written */
 #define	KINST_S_DISARMED	2	/* original back; a trap may follow */
 
+/*
+ * struct kinst_probe kp_jstate: a jump probe's state (amd64, with
+ * debug.kinst.jump=1; see amd64/kinst_isa.c).  Other ISAs leave it NONE.
+ */
+#define	KINST_J_NONE		0	/* a breakpoint, nothing more */
+#define	KINST_J_QUEUED		1	/* armed; the jump task will place it */
+#define	KINST_J_PLACING		2	/* the task runs its protocol */
+#define	KINST_J_JUMP		3	/* the jump is written */
+
 struct kinst_tslot;
 
 /*
@@ -90,6 +99,16 @@ struct kinst_probe {
 	bool			kp_counted;	/* counted in kp_lf->nenabled */
 	bool			kp_gone;	/* its linker file is going */
 	uint8_t			kp_warned;	/* refusals printed */
+	uint32_t		kp_index;	/* its table probe index */
+	u_int			kp_fidx;	/* its table function */
+	/* Jump probes (amd64); kinst_jump_mtx guards all but kp_jvia. */
+	struct kinst_probe	*kp_jnext;	/* the jump task's queue */
+	uint8_t			*kp_detour;	/* filled once, kept */
+	volatile u_int		kp_jvia;	/* a hit resumes: KINST_JV_* */
+	u_int			kp_jstate;	/* KINST_J_* */
+	u_int			kp_jgen;	/* bumped when it is undone */
+	u_int			kp_jtries;	/* busy quiescence checks */
+	uint8_t			kp_jorig[8];	/* original bytes under it */
 };
 
 struct trapframe;

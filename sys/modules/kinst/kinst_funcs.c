@@ -249,6 +249,15 @@ kinst_table_check(const struct kinst_table *kt)
 			return ("its name order is not strcmp() order");
 		prev = f;
 	}
+	/* A jump's window stays inside the table, and holds no other head. */
+	for (i = 0, end = 0; kt->kt_jump != 0 && i < kt->kt_nprobes; i++) {
+		if (kt->kt_jump[i] == 0)
+			continue;
+		if (i < end || kt->kt_jump[i] > kt->kt_nprobes - i)
+			return ("a jump head's window overlaps another's or "
+			    "leaves the table");
+		end = i + kt->kt_jump[i];
+	}
 	return (KINST_TABLE_OK);
 }
 

@@ -71,6 +71,13 @@ struct kinst_table {
 	kc_uint32_t		kt_records_size;
 	const char		*kt_image;	/* input path */
 	const char		*kt_build_id;	/* hex, "" if none */
+	/*
+	 * generate --jump (amd64), else NULL: per probe, how many probes
+	 * a jump at it displaces and its detour fires (itself and those
+	 * after it); 0: it stays a breakpoint (the proof refused it, or
+	 * another jump displaces it).
+	 */
+	const kc_uint8_t	*kt_jump;
 };
 
 /* One function record, read out. */

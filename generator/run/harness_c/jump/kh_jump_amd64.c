@@ -8,29 +8,18 @@
  * runner chose it as a jump head, the probe is a 5-byte "jmp rel32" to a
  * detour instead of int3; every other probe keeps its breakpoint.
  *
- * The detour of a head that displaces probes p .. p + k - 1 (the proof:
- * nothing enters the displaced bytes but at p) is k chunks, one per
- * displaced instruction, each KH_JCHUNK bytes at the probe's own place
- * after the copy's trampolines, in the same block:
- *
- *   [kh_jstub: save, call kh_jump_hit(probe), restore]
- *   [the instruction relocated by kinst_core_tramp_fill_to(), resuming at
- *    the next chunk, or for the last one after the displaced bytes -- or,
- *    a last direct call, emulated with kinst_core_call()'s target and
- *    return address: kh_jcall]
- *
- * so each displaced probe fires just before its own instruction runs, and
- * a taken branch among them leaves the detour as the original would have
- * left the window: one hit per instruction executed, as the breakpoints
- * count.  The stub steps over the red zone (user code may keep data below
- * %rsp), saves every general register and %rflags, clears DF, aligns the
- * stack, saves the x87/SSE state (fxsave64: the handler is compiled C),
- * and hands the handler the registers as kinst's regs view, a ucontext_t
- * like the breakpoint handler's.
+ * The detour's layout and fill, the jump's bytes and the live patching
+ * protocol are the portable core's (sys/modules/kinst/amd64/
+ * kinst_core_jump.[ch]); here is only the harness's part: where the
+ * chunks are (after the copy's trampolines, in the same block, each
+ * displaced probe's chunk at its own index), the handler that turns the
+ * core's frame into the ucontext_t the breakpoint handler gives kh_hit(),
+ * and the x87/SSE save (KINST_JUMP_FPU: the handler is compiled C and user
+ * code keeps live SSE state).
  *
  * The harness writes every jump while rtld maps the image, before any of
- * its code can run, so the five bytes are written at once.  A live kernel
- * needs issue 22's breakpoint-first patching protocol instead.
+ * its code can run, so the five bytes are written at once; a live kernel
+ * follows the core's breakpoint-first protocol (kinst_jump_place[]).
  */
 
 #define	_GNU_SOURCE
@@ -43,101 +32,14 @@
 #include <ucontext.h>
 
 #include "kinst_core.h"
+#include "kinst_core_jump.h"
 #include "kh_isa.h"
 #include "kinst_harness_jump.h"
-
-#define	KH_JCHUNK	192		/* bytes of detour per probe */
-#define	KH_JMP_SIZE	5		/* jmp rel32 */
-#define	KH_JMP_OP	0xe9
-
-/*
- * The stub and the call emulation, assembled (never run here: .rodata)
- * and copied into each chunk; the immediates each template's labels end
- * are filled per chunk.
- */
-__asm__(
-"	.pushsection .rodata\n"
-"	.globl	kh_jstub, kh_jstub_arg, kh_jstub_fn, kh_jstub_end\n"
-"	.hidden	kh_jstub, kh_jstub_arg, kh_jstub_fn, kh_jstub_end\n"
-"	.globl	kh_jcall, kh_jcall_lo, kh_jcall_hi, kh_jcall_end\n"
-"	.hidden	kh_jcall, kh_jcall_lo, kh_jcall_hi, kh_jcall_end\n"
-"kh_jstub:\n"
-"	leaq	-128(%rsp), %rsp\n"
-"	pushfq\n"
-"	pushq	%rax\n"
-"	pushq	%rcx\n"
-"	pushq	%rdx\n"
-"	pushq	%rbx\n"
-"	pushq	%rbp\n"
-"	pushq	%rsi\n"
-"	pushq	%rdi\n"
-"	pushq	%r8\n"
-"	pushq	%r9\n"
-"	pushq	%r10\n"
-"	pushq	%r11\n"
-"	pushq	%r12\n"
-"	pushq	%r13\n"
-"	pushq	%r14\n"
-"	pushq	%r15\n"
-"	cld\n"
-"	movq	%rsp, %rdi\n"
-"	movq	%rsp, %rbx\n"
-"	andq	$-16, %rsp\n"
-"	subq	$512, %rsp\n"
-"	fxsave64 (%rsp)\n"
-"	movq	%rsp, %rdx\n"
-"	movabsq	$0, %rsi\n"
-"kh_jstub_arg:\n"
-"	movabsq	$0, %rax\n"
-"kh_jstub_fn:\n"
-"	callq	*%rax\n"
-"	fxrstor64 (%rsp)\n"
-"	movq	%rbx, %rsp\n"
-"	popq	%r15\n"
-"	popq	%r14\n"
-"	popq	%r13\n"
-"	popq	%r12\n"
-"	popq	%r11\n"
-"	popq	%r10\n"
-"	popq	%r9\n"
-"	popq	%r8\n"
-"	popq	%rdi\n"
-"	popq	%rsi\n"
-"	popq	%rbp\n"
-"	popq	%rbx\n"
-"	popq	%rdx\n"
-"	popq	%rcx\n"
-"	popq	%rax\n"
-"	popfq\n"
-"	leaq	128(%rsp), %rsp\n"
-"kh_jstub_end:\n"
-"kh_jcall:\n"
-"	leaq	-8(%rsp), %rsp\n"
-"	movl	$0, (%rsp)\n"
-"kh_jcall_lo:\n"
-"	movl	$0, 4(%rsp)\n"
-"kh_jcall_hi:\n"
-"	jmp	*0(%rip)\n"
-"	.quad	0\n"
-"kh_jcall_end:\n"
-"	.popsection\n");
-
-extern const uint8_t kh_jstub[], kh_jstub_arg[], kh_jstub_fn[],
-    kh_jstub_end[];
-extern const uint8_t kh_jcall[], kh_jcall_lo[], kh_jcall_hi[],
-    kh_jcall_end[];
-
-/* What kh_jstub pushed, lowest address first. */
-struct kh_jframe {
-	uint64_t	jf_r15, jf_r14, jf_r13, jf_r12, jf_r11, jf_r10, jf_r9;
-	uint64_t	jf_r8, jf_rdi, jf_rsi, jf_rbp, jf_rbx, jf_rdx, jf_rcx;
-	uint64_t	jf_rax, jf_rflags;
-};
 
 /* Per copy: the heads whose detour is filled, by probe (1: ready). */
 static uint8_t *kh_jready[KH_MAX_INST];
 
-void	kh_jump_hit(const struct kh_jframe *, uint64_t, void *);
+static kinst_jump_handler_t kh_jump_hit;
 
 /*
  * The detour's probe handler: probe context, as kh_isa_trap() is.  It does
@@ -145,8 +47,8 @@ void	kh_jump_hit(const struct kh_jframe *, uint64_t, void *);
  * registers at the probe), minus finding the probe by address: the chunk
  * knows it.
  */
-void
-kh_jump_hit(const struct kh_jframe *f, uint64_t arg, void *fx)
+static void
+kh_jump_hit(const struct kinst_jframe *f, uint64_t arg, void *fx)
 {
 	struct kh_inst *ki;
 	ucontext_t uc;
@@ -180,7 +82,7 @@ kh_jump_hit(const struct kh_jframe *f, uint64_t arg, void *fx)
 	gr[REG_RDX] = (greg_t)f->jf_rdx;
 	gr[REG_RAX] = (greg_t)f->jf_rax;
 	gr[REG_RCX] = (greg_t)f->jf_rcx;
-	gr[REG_RSP] = (greg_t)((uintptr_t)(f + 1) + 128);
+	gr[REG_RSP] = (greg_t)kinst_core_jump_sp(f);
 	gr[REG_RIP] = (greg_t)ki->ki_addr[idx];
 	gr[REG_EFL] = (greg_t)f->jf_rflags;
 	uc.uc_mcontext.fpregs = fx;
@@ -191,25 +93,7 @@ size_t
 kh_jump_room(uint32_t nprobes)
 {
 
-	return ((size_t)nprobes * KH_JCHUNK);
-}
-
-static void
-kh_jput64(uint8_t *p, uint64_t v)
-{
-	int i;
-
-	for (i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void
-kh_jput32(uint8_t *p, uint32_t v)
-{
-	int i;
-
-	for (i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
+	return ((size_t)nprobes * KINST_JUMP_CHUNK);
 }
 
 static uint8_t *
@@ -217,56 +101,25 @@ kh_jchunk(const struct kh_inst *ki, uint32_t probe)
 {
 
 	return (ki->ki_tramp + (size_t)kinst_table.kt_nprobes *
-	    KINST_TRAMP_SIZE + (size_t)probe * KH_JCHUNK);
+	    KINST_TRAMP_SIZE + (size_t)probe * KINST_JUMP_CHUNK);
 }
 
 /*
  * Fill the chunk of displaced probe 'p' (the head's 'j'-th of 'k'): 0, or
- * -1 when the core cannot relocate it there.
+ * nonzero when the core cannot relocate it there.
  */
 static int
 kh_jfill(struct kh_inst *ki, uint32_t p, uint32_t j, uint32_t k)
 {
-	const struct kinst_md *md;
-	struct kinst_regs kr;
-	uint64_t target, retaddr;
-	uint8_t *c, *insn;
-	size_t stub;
-	uint32_t i;
+	uint8_t *c;
 
 	c = kh_jchunk(ki, p);
-	md = &ki->ki_md[p];
-	stub = (size_t)(kh_jstub_end - kh_jstub);
-	for (i = 0; i < KH_JCHUNK; i++)
-		c[i] = KINST_PATCHVAL;
-	for (i = 0; i < stub; i++)
-		c[i] = kh_jstub[i];
-	kh_jput64(c + (kh_jstub_arg - kh_jstub) - 8,
-	    (uint64_t)(ki - kh_insts) << 32 | p);
-	kh_jput64(c + (kh_jstub_fn - kh_jstub) - 8,
-	    (uint64_t)(uintptr_t)kh_jump_hit);
-	insn = c + stub;
-	if (!kinst_core_is_call(md))
-		return (kinst_core_tramp_fill_to(md, ki->ki_addr[p],
-		    (uintptr_t)insn, insn, j + 1 < k ?
-		    (uint64_t)(uintptr_t)kh_jchunk(ki, p + 1) :
-		    ki->ki_addr[p] + md->km_instlen));
-	/* A call: only the last, and only one whose target is fixed. */
-	if (j + 1 != k || md->km_kind != KINST_K_CALL_DIRECT)
-		return (-1);
-	for (i = 0; i < sizeof(kr.kr_gpr) / sizeof(kr.kr_gpr[0]); i++)
-		kr.kr_gpr[i] = 0;
-	kr.kr_rip = ki->ki_addr[p];
-	kr.kr_rflags = 0;
-	if (kinst_core_call(md, ki->ki_addr[p], &kr, &target, &retaddr) != 0)
-		return (-1);
-	for (i = 0; i < (size_t)(kh_jcall_end - kh_jcall); i++)
-		insn[i] = kh_jcall[i];
-	kh_jput32(insn + (kh_jcall_lo - kh_jcall) - 4, (uint32_t)retaddr);
-	kh_jput32(insn + (kh_jcall_hi - kh_jcall) - 4,
-	    (uint32_t)(retaddr >> 32));
-	kh_jput64(insn + (kh_jcall_end - kh_jcall) - 8, target);
-	return (0);
+	return (kinst_core_jump_fill(&ki->ki_md[p], ki->ki_addr[p],
+	    (uintptr_t)c, c, j + 1 < k ?
+	    (uint64_t)(uintptr_t)kh_jchunk(ki, p + 1) :
+	    ki->ki_addr[p] + ki->ki_md[p].km_instlen, j + 1 == k,
+	    (uint64_t)(uintptr_t)kh_jump_hit,
+	    (uint64_t)(ki - kh_insts) << 32 | p, KINST_JUMP_FPU));
 }
 
 /*
@@ -278,26 +131,24 @@ kh_jfill(struct kh_inst *ki, uint32_t p, uint32_t j, uint32_t k)
 static int
 kh_jdetour(struct kh_inst *ki, uint32_t p)
 {
-	uintptr_t end, live;
-	int64_t rel;
+	uint8_t lens[KINST_JUMP_SIZE], jump[KINST_JUMP_SIZE];
+	uintptr_t end;
 	uint32_t j, k;
 
 	k = kh_jump_n[p];
-	if (k == 0 || p + k > kinst_table.kt_nprobes)
+	if (k == 0 || k > KINST_JUMP_SIZE || p + k > kinst_table.kt_nprobes)
 		return (0);
-	live = ki->ki_addr[p];
-	end = live;
+	end = ki->ki_addr[p];
 	for (j = 0; j < k; j++) {
 		if (ki->ki_state[p + j] != KH_S_READY ||
 		    ki->ki_addr[p + j] != end)
 			return (0);
-		end += ki->ki_md[p + j].km_instlen;
+		lens[j] = ki->ki_md[p + j].km_instlen;
+		end += lens[j];
 	}
-	if (end - live < KH_JMP_SIZE ||
-	    end - ki->ki_md[p + k - 1].km_instlen >= live + KH_JMP_SIZE)
-		return (0);
-	rel = (int64_t)((uintptr_t)kh_jchunk(ki, p) - (live + KH_JMP_SIZE));
-	if (rel != (int32_t)rel)
+	if (kinst_core_jump_window(lens, k) != 0 ||
+	    kinst_core_jump_bytes(ki->ki_addr[p],
+	    (uintptr_t)kh_jchunk(ki, p), jump) != 0)
 		return (0);
 	for (j = 0; j < k; j++)
 		if (kh_jfill(ki, p + j, j, k) != 0)
@@ -312,9 +163,7 @@ kh_jump_prepare(struct kh_inst *ki)
 	uint32_t p, n;
 
 	n = kinst_table.kt_nprobes;
-	if (n != KH_JUMP_NPROBES || (size_t)(kh_jstub_end - kh_jstub) +
-	    KINST_TRAMP_SIZE > KH_JCHUNK || (size_t)(kh_jstub_end -
-	    kh_jstub) + (size_t)(kh_jcall_end - kh_jcall) > KH_JCHUNK)
+	if (n != KH_JUMP_NPROBES)
 		return;	/* every probe keeps its breakpoint */
 	ready = calloc(n, 1);
 	if (ready == NULL)
@@ -324,13 +173,17 @@ kh_jump_prepare(struct kh_inst *ki)
 	kh_jready[ki - kh_insts] = ready;
 }
 
+/*
+ * While rtld maps the image, before any of its code can run: the five
+ * bytes at once (a live kernel follows kinst_jump_place[] instead).
+ */
 uint32_t
 kh_jump_place(struct kh_inst *ki, uint32_t probe, uintptr_t live)
 {
 	const uint8_t *ready;
 	volatile uint8_t *b;
 	uint32_t j, k;
-	uint8_t rel[4];
+	uint8_t jump[KINST_JUMP_SIZE];
 
 	ready = kh_jready[ki - kh_insts];
 	if (ready == NULL || !ready[probe] || live != ki->ki_addr[probe])
@@ -339,15 +192,16 @@ kh_jump_place(struct kh_inst *ki, uint32_t probe, uintptr_t live)
 	for (j = 0; j < k; j++)
 		if (ki->ki_state[probe + j] != KH_S_READY)
 			return (0);
+	if (kinst_core_jump_bytes(live, (uintptr_t)kh_jchunk(ki, probe),
+	    jump) != 0)
+		return (0);
 	/* Ours before the jump can be taken. */
 	for (j = 0; j < k; j++)
 		__atomic_store_n(&ki->ki_state[probe + j], KH_S_PLACED,
 		    __ATOMIC_RELEASE);
-	kh_jput32(rel, (uint32_t)((uintptr_t)kh_jchunk(ki, probe) -
-	    (live + KH_JMP_SIZE)));
 	b = (volatile uint8_t *)live;
-	for (j = 0; j < 4; j++)
-		b[1 + j] = rel[j];
-	b[0] = KH_JMP_OP;
+	for (j = 1; j < KINST_JUMP_SIZE; j++)
+		b[j] = jump[j];
+	b[0] = jump[0];
 	return (k);
 }
