@@ -246,7 +246,10 @@ class CodeTable(NamedTuple):
     own address, or with ``absolute`` the 8-byte address itself.  A section
     whose layout changed between kernel versions has one record per layout;
     the proof (``analysis/jumprefs.py``) reads it with the first whose every
-    site lands in code.
+    site lands in code.  The one record serves both readers of these tables:
+    the jump proof (what a jump may not displace) and the ring-0 guest's
+    no-probe rules (``run/ring0/rules.py`` and ``target.py``: where a
+    breakpoint may not go, and which sites a digest masks).
     """
 
     section: str  # the section's name
@@ -261,6 +264,12 @@ class CodeTable(NamedTuple):
     # Where a linked kernel keeps the table when its linker script merged the section into another: the
     # symbols at its start and end (Linux's vmlinux: __start___jump_table, __stop___jump_table).
     bounds: Tuple[str, str] = ("", "")
+    # When the kernel rewrites a site: "run" at any moment (a static key flips), "load" once as the image
+    # loads (at boot for a vmlinux, whose live text shows it done; at module load for a .ko, whose file does
+    # not), "" never.  A digest of text that holds a rewritten site masks it.
+    rewritten: str = ""
+    # Why a breakpoint may not go at a site (the ring-0 guest's refusal, run/ring0); "": one may
+    breakpoint_doc: str = ""
 
 
 class JumpFacts(NamedTuple):
