@@ -170,9 +170,9 @@ class OracleQuirks(NamedTuple):
     or valgrind counts differently from the CPU.
     """
 
-    objdump: str  # the binutils objdump that decodes it
     branch_mnemonic: Callable[[str], bool]  # objdump's mnemonics of (possibly) direct branches
     pcrel32_relocs: Tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
+    reloc_target_bias: int  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
     conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
     prefix_words: FrozenSet[str] = frozenset()  # words objdump may print before a mnemonic
     no_target_branches: FrozenSet[str] = frozenset()  # direct branches classify gives no target for (refused)
@@ -186,9 +186,7 @@ class OracleQuirks(NamedTuple):
     insn_text: Optional[Callable[[str], Tuple[str, str]]] = None
     # objdump's "mnemonic operands" -> a direct branch's target; None: the first operand, in hex
     branch_target: Optional[Callable[[str], Optional[int]]] = None
-    reloc_target_bias: int = 4  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
     qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
-    cross_packages: str = ""  # the Debian packages that give the cross toolchain, its C library and qemu-user
     gnu_triple: str = ""  # Debian's multiarch name of the ISA (x86_64-linux-gnu): library folders, cross tools
     debian_arch: str = ""  # Debian's architecture name (amd64, arm64, riscv64): package names
 
@@ -201,6 +199,18 @@ class OracleQuirks(NamedTuple):
     def sysroot(self) -> str:
         """The cross C library's root (qemu -L), where Debian's cross packages install it; "" for the host."""
         return f"/usr/{self.gnu_triple}" if self.qemu else ""
+
+    @property
+    def objdump(self) -> str:
+        """The binutils objdump that decodes it: Debian's cross one (binutils-<triple>), or the host's."""
+        return f"{self.cross_prefix}objdump"
+
+    @property
+    def cross_packages(self) -> str:
+        """The Debian packages that give the cross toolchain, its C library and qemu-user ("" for the host)."""
+        if not self.qemu:
+            return ""
+        return f"gcc-{self.gnu_triple} libc6-dev-{self.debian_arch}-cross qemu-user-static"
 
 
 class Kmod(NamedTuple):

@@ -5,7 +5,8 @@ holds the shapes their packages share, so that ``isa/arm64/`` and
 ``isa/riscv/`` keep only their facts: an encoding as ``(mask, match)``,
 the host step's shared C (``isa/accel/kk_dbp.c``), the ``Accelerator`` and
 the ``Isa`` fields every such ISA fills alike, the probe metadata's JSON,
-the compact table's record codes, and the two region refusals that span
+objdump's and QEMU's view (``OracleQuirks``), the compact table's record
+codes, and the two region refusals that span
 instructions (exclusive blocks, trap-register regions).
 """
 
@@ -15,8 +16,8 @@ import functools
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import hostcore
-from .contract import Accelerator, CConst
+from . import hostcore, objdump_text
+from .contract import Accelerator, CConst, OracleQuirks
 
 ACCEL_DIR = Path(__file__).resolve().parent / "accel"
 STEP_SOURCES = (ACCEL_DIR / "kk_dbp.c", ACCEL_DIR / "kk_dbp.h")  # the shared walk, over the ISA's hooks
@@ -64,6 +65,14 @@ def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[s
         branch_reloc=relocs.branch_field,
         mapping_symbols=True,
     )
+
+
+def oracle_quirks(syntax: objdump_text.Syntax, gnu_triple: str, **fields: Any) -> OracleQuirks:
+    """The ``OracleQuirks`` of a double-breakpoint ISA: objdump's lines read by its ``syntax``, a branch
+    relocation's target S + A (its field is the whole instruction), its programs run under qemu-user."""
+    return OracleQuirks(branch_mnemonic=syntax.is_branch, insn_text=syntax.insn_text,
+                        branch_target=syntax.branch_target, reloc_target_bias=0,
+                        qemu=f"qemu-{gnu_triple.split('-')[0]}", gnu_triple=gnu_triple, **fields)
 
 
 def md_json(md: Any, length: int) -> Dict[str, Any]:
