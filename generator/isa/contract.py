@@ -127,6 +127,27 @@ class RelocType(NamedTuple):
     applied: bool  # False: listed so its field is never read as final, but not applied
 
 
+def reloc_types(prefix: str, none: FrozenSet[int], applied: Mapping[int, Tuple[str, int, bool]],
+                listed: Mapping[int, Tuple[str, int]]) -> Callable[[int], Optional[RelocType]]:
+    """An ISA's ``Isa.reloc_type``, from its psABI's table: the types kinstkit applies (type -> name, field
+    bytes, pc-relative) and those it only lists (type -> name, field bytes: GOT, TLS, narrow fields), so
+    that a field they fill is never read as its final value, and is masked where a table compares bytes.
+
+    The types in ``none`` fill nothing (None).  A type kinstkit does not know
+    has width 0: nothing is applied, and a table refuses a function holding
+    one (it cannot tell which bytes the loader will change).
+    """
+    known = {**{t: RelocType(name, width, False, False) for t, (name, width) in listed.items()},
+             **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in applied.items()}}
+
+    def reloc_type(rtype: int) -> Optional[RelocType]:
+        if rtype in none:
+            return None
+        return known.get(rtype) or RelocType(f"{prefix}{rtype}", 0, False, False)
+
+    return reloc_type
+
+
 class Accelerator(NamedTuple):
     """An ISA's host walk around its portable core: what ``isa/hostcore.py`` builds, and the data it hands the C.
 
