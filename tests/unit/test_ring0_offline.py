@@ -152,7 +152,8 @@ def test_site_tables_relative_and_absolute():
     sym = {m.bounds[0]: TableImage.START, m.bounds[1]: TableImage.START + len(raw)}
     assert rules._table(TableImage(raw), sym, m, lo, hi) == [BASE + 0x20, BASE + 0x30]
     with pytest.raises(UserError, match="whole number"):
-        rules._table(TableImage(raw[:-1]), {m.bounds[0]: TableImage.START, m.bounds[1]: TableImage.START + 15}, m, lo, hi)
+        short = {m.bounds[0]: TableImage.START, m.bounds[1]: TableImage.START + 15}
+        rules._table(TableImage(raw[:-1]), short, m, lo, hi)
 
 
 def test_plugin_counts(tmp_path):

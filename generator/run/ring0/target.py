@@ -47,9 +47,9 @@ from ...common.paths import CACHE, SYS_MODULES
 from ...common.tools import tool_version
 from ...image import open_image
 from ...image.elf import Function, KernelImage
+from ...isa.contract import CodeTable
 from . import kbuild, oracle
 from .kernel import KernelAssets
-from ...isa.contract import CodeTable
 from .rules import KPROBE_BLACKLIST, guest_tables
 
 SOURCE_DIR = SYS_MODULES / "kinst" / "linux" / "target"
