@@ -127,6 +127,27 @@ class RelocType(NamedTuple):
     applied: bool  # False: listed so its field is never read as final, but not applied
 
 
+def reloc_types(prefix: str, none: FrozenSet[int], applied: Mapping[int, Tuple[str, int, bool]],
+                listed: Mapping[int, Tuple[str, int]]) -> Callable[[int], Optional[RelocType]]:
+    """An ISA's ``Isa.reloc_type``, from its psABI's table: the types kinstkit applies (type -> name, field
+    bytes, pc-relative) and those it only lists (type -> name, field bytes: GOT, TLS, narrow fields), so
+    that a field they fill is never read as its final value, and is masked where a table compares bytes.
+
+    The types in ``none`` fill nothing (None).  A type kinstkit does not know
+    has width 0: nothing is applied, and a table refuses a function holding
+    one (it cannot tell which bytes the loader will change).
+    """
+    known = {**{t: RelocType(name, width, False, False) for t, (name, width) in listed.items()},
+             **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in applied.items()}}
+
+    def reloc_type(rtype: int) -> Optional[RelocType]:
+        if rtype in none:
+            return None
+        return known.get(rtype) or RelocType(f"{prefix}{rtype}", 0, False, False)
+
+    return reloc_type
+
+
 class Accelerator(NamedTuple):
     """An ISA's host walk around its portable core: what ``isa/hostcore.py`` builds, and the data it hands the C.
 
@@ -170,9 +191,9 @@ class OracleQuirks(NamedTuple):
     or valgrind counts differently from the CPU.
     """
 
-    objdump: str  # the binutils objdump that decodes it
     branch_mnemonic: Callable[[str], bool]  # objdump's mnemonics of (possibly) direct branches
     pcrel32_relocs: Tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
+    reloc_target_bias: int  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
     conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
     prefix_words: FrozenSet[str] = frozenset()  # words objdump may print before a mnemonic
     no_target_branches: FrozenSet[str] = frozenset()  # direct branches classify gives no target for (refused)
@@ -186,9 +207,7 @@ class OracleQuirks(NamedTuple):
     insn_text: Optional[Callable[[str], Tuple[str, str]]] = None
     # objdump's "mnemonic operands" -> a direct branch's target; None: the first operand, in hex
     branch_target: Optional[Callable[[str], Optional[int]]] = None
-    reloc_target_bias: int = 4  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
     qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
-    cross_packages: str = ""  # the Debian packages that give the cross toolchain, its C library and qemu-user
     gnu_triple: str = ""  # Debian's multiarch name of the ISA (x86_64-linux-gnu): library folders, cross tools
     debian_arch: str = ""  # Debian's architecture name (amd64, arm64, riscv64): package names
 
@@ -201,6 +220,18 @@ class OracleQuirks(NamedTuple):
     def sysroot(self) -> str:
         """The cross C library's root (qemu -L), where Debian's cross packages install it; "" for the host."""
         return f"/usr/{self.gnu_triple}" if self.qemu else ""
+
+    @property
+    def objdump(self) -> str:
+        """The binutils objdump that decodes it: Debian's cross one (binutils-<triple>), or the host's."""
+        return f"{self.cross_prefix}objdump"
+
+    @property
+    def cross_packages(self) -> str:
+        """The Debian packages that give the cross toolchain, its C library and qemu-user ("" for the host)."""
+        if not self.qemu:
+            return ""
+        return f"gcc-{self.gnu_triple} libc6-dev-{self.debian_arch}-cross qemu-user-static"
 
 
 class Kmod(NamedTuple):
@@ -246,7 +277,10 @@ class CodeTable(NamedTuple):
     own address, or with ``absolute`` the 8-byte address itself.  A section
     whose layout changed between kernel versions has one record per layout;
     the proof (``analysis/jumprefs.py``) reads it with the first whose every
-    site lands in code.
+    site lands in code.  The one record serves both readers of these tables:
+    the jump proof (what a jump may not displace) and the ring-0 guest's
+    no-probe rules (``run/ring0/rules.py`` and ``target.py``: where a
+    breakpoint may not go, and which sites a digest masks).
     """
 
     section: str  # the section's name
@@ -261,6 +295,12 @@ class CodeTable(NamedTuple):
     # Where a linked kernel keeps the table when its linker script merged the section into another: the
     # symbols at its start and end (Linux's vmlinux: __start___jump_table, __stop___jump_table).
     bounds: Tuple[str, str] = ("", "")
+    # When the kernel rewrites a site: "run" at any moment (a static key flips), "load" once as the image
+    # loads (at boot for a vmlinux, whose live text shows it done; at module load for a .ko, whose file does
+    # not), "" never.  A digest of text that holds a rewritten site masks it.
+    rewritten: str = ""
+    # Why a breakpoint may not go at a site (the ring-0 guest's refusal, run/ring0); "": one may
+    breakpoint_doc: str = ""
 
 
 class JumpFacts(NamedTuple):

@@ -5,18 +5,21 @@ holds the shapes their packages share, so that ``isa/arm64/`` and
 ``isa/riscv/`` keep only their facts: an encoding as ``(mask, match)``,
 the host step's shared C (``isa/accel/kk_dbp.c``), the ``Accelerator`` and
 the ``Isa`` fields every such ISA fills alike, the probe metadata's JSON,
-the compact table's record codes, and the two region refusals that span
+objdump's and QEMU's view (``OracleQuirks``), the compact table's record
+codes, and the two region refusals that span
 instructions (exclusive blocks, trap-register regions).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import hostcore
-from .contract import Accelerator, CConst
+from . import hostcore, objdump_text
+from ..common.errors import ClassifierError
+from .contract import Accelerator, CConst, OracleQuirks, StreamInsn, TableKind
 
 ACCEL_DIR = Path(__file__).resolve().parent / "accel"
 STEP_SOURCES = (ACCEL_DIR / "kk_dbp.c", ACCEL_DIR / "kk_dbp.h")  # the shared walk, over the ISA's hooks
@@ -66,6 +69,14 @@ def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[s
     )
 
 
+def oracle_quirks(syntax: objdump_text.Syntax, gnu_triple: str, **fields: Any) -> OracleQuirks:
+    """The ``OracleQuirks`` of a double-breakpoint ISA: objdump's lines read by its ``syntax``, a branch
+    relocation's target S + A (its field is the whole instruction), its programs run under qemu-user."""
+    return OracleQuirks(branch_mnemonic=syntax.is_branch, insn_text=syntax.insn_text,
+                        branch_target=syntax.branch_target, reloc_target_bias=0,
+                        qemu=f"qemu-{gnu_triple.split('-')[0]}", gnu_triple=gnu_triple, **fields)
+
+
 def md_json(md: Any, length: int) -> Dict[str, Any]:
     """A probe metadata record's JSON: its fields, the instruction (``length`` bytes) in hex."""
     d = md._asdict()
@@ -78,10 +89,66 @@ def md_json(md: Any, length: int) -> Dict[str, Any]:
 NO_DISPOFF = property(lambda md: 0, doc="amd64's rel32 position in the instruction: none here")
 
 
-def record_codes(kinds: int, refused: int, extra: Iterable[CConst]) -> Tuple[CConst, ...]:
-    """The compact table's record codes: the kinds, the refusal, then the ISA's own bits."""
-    return (CConst("KINST_NKINDS", kinds, "record codes below this are enum kinst_kind"),
-            CConst("KINST_R_REFUSED", refused, "no probe: the instruction is refused"), *extra)
+class ByteRecords(NamedTuple):
+    """The compact table's per-instruction records of a double-breakpoint ISA: one byte per instruction, in
+    order (a probe's offset is the sum of the lengths before it), holding a code (a table kind's index, or
+    ``refused``: no probe), a bit for an instruction a relocation fills part of (module tables: the digest
+    zeroes it and the core reads it from the live copy, where the loader put its final value) and, where
+    the ISA has two lengths, a bit for the long one.  Every other bit is zero.  The ISA's ``table.py``
+    gives the bits and the C names of them (``RECORD_CODES``); ``decode`` is the C walker's Python twin."""
+
+    isa: str  # the ISA's name, for errors
+    kinds: Tuple[TableKind, ...]  # the table kinds, codes 0, 1, ... in this order
+    short: int  # bytes of an instruction whose record lacks ``long``
+    long: int  # the record bit of a 4-byte instruction; 0: every instruction is ``short`` bytes
+    code_shift: int  # the code's position in a record (4 bits)
+    masked: int  # the record bit of an instruction a relocation fills part of
+    refused: int = 15  # the code of a refused instruction
+
+    def codes(self, extra: Iterable[CConst]) -> Tuple[CConst, ...]:
+        """The record codes ``kinst_encoding.h`` defines: the kinds, the refusal, then the ISA's own bits."""
+        return (CConst("KINST_NKINDS", len(self.kinds), "record codes below this are enum kinst_kind"),
+                CConst("KINST_R_REFUSED", self.refused, "no probe: the instruction is refused"), *extra)
+
+    def record(self, length: int, kind: Optional[str], dispoff: int = 0,
+               masks: Sequence[Tuple[int, int]] = ()) -> bytes:
+        """The record of one instruction: ``kind`` None for a refused one; any ``masks`` mark it relocated."""
+        lengths = (self.short, 4) if self.long else (self.short,)
+        if length not in lengths:
+            raise ClassifierError(f"instruction of {length} bytes: kinstkit's {self.isa} instructions are "
+                                  + " or ".join(map(str, lengths)))
+        code = self.refused if kind is None else [k.kind for k in self.kinds].index(kind)
+        return bytes(((self.long if length == 4 else 0) | code << self.code_shift | (self.masked if masks else 0),))
+
+    def _length(self, b: int) -> int:
+        return 4 if b & self.long else self.short
+
+    def with_masks(self, records: bytes, masks: Sequence[Tuple[int, int]]) -> bytes:
+        """``records`` with every instruction that a relocated field (offset, width) overlaps marked relocated."""
+        out = bytearray(records)
+        starts = list(itertools.accumulate((self._length(b) for b in records), initial=0))
+        for moff, width in masks:
+            hit = [i for i in range(len(records)) if starts[i] < moff + width and moff < starts[i + 1]]
+            if not hit or moff + width > starts[-1]:
+                raise ClassifierError(f"relocated field {width}@+{moff} lies past the function's instructions")
+            for i in hit:
+                out[i] |= self.masked
+        return bytes(out)
+
+    def decode(self, stream: bytes, size: Optional[int] = None) -> Iterator[StreamInsn]:
+        """The instructions a function's records describe, in order (up to ``size`` bytes of function)."""
+        known = self.long | 15 << self.code_shift | self.masked
+        off = 0
+        for i, b in enumerate(stream):
+            if size is not None and off >= size:
+                return
+            length = self._length(b)
+            code = b >> self.code_shift & 15
+            if b & ~known or (code >= len(self.kinds) and code != self.refused):
+                raise ClassifierError(f"record {b:#04x} at byte {i} of a table stream")
+            kind = None if code == self.refused else self.kinds[code].kind
+            yield StreamInsn(off, length, kind, 0, ((0, length),) if b & self.masked else ())
+            off += length
 
 
 def blocks(items: Sequence[Tuple[int, Any]], opens: Callable[[Any], bool], closes: Callable[[Any], bool],

@@ -397,8 +397,9 @@ def test_wrong_relocation_is_reported(monkeypatch, tmp_path):
 
 
 def test_missing_objdump_is_a_user_error(monkeypatch):
-    patch_isa(monkeypatch, oracle=amd64.oracle._replace(objdump="objdump-that-does-not-exist"))
-    with pytest.raises(UserError, match="objdump-that-does-not-exist not found; install binutils"):
+    # The objdump's name follows from the GNU triple of an ISA run under qemu-user (OracleQuirks.objdump).
+    patch_isa(monkeypatch, oracle=amd64.oracle._replace(gnu_triple="no-such-triple", qemu="qemu-none"))
+    with pytest.raises(UserError, match="no-such-triple-objdump not found; install binutils"):
         verify_decoder(str(require_system_library("libz.so.1")))
 
 

@@ -113,3 +113,17 @@ def test_live_image_round_trip(vmlinux, tmp_path: Path):
 
     with pytest.raises(UserError, match="cut short"):
         live.write_live_image(vmlinux, text[:-1], tmp_path / "short.elf")
+
+
+def test_the_jump_proof_holds_every_site_the_guest_refuses(vmlinux, kernel_rules):
+    """One record per table serves both readers: every site the ring-0 rules refuse a breakpoint at (each
+    checked against objdump above) is bytes the jump proof lets no jump displace -- the ``ud2`` of every
+    WARN() and BUG() (``__bug_table``) too, which the proof once did not read."""
+    from generator.analysis import jumprefs
+
+    held = jumprefs.for_image(vmlinux).held
+    starts = {h.start for h in held}
+    missed = sorted(a for a in kernel_rules.sites if a not in starts)
+    assert not missed, f"{len(missed)} sites not held, first {hex(missed[0])}: {kernel_rules.sites[missed[0]]}"
+    bugs = {h.start for h in held if "(__bug_table)" in h.why}
+    assert len(bugs) > 100 and set(_sites(kernel_rules, "WARN() or BUG()")) <= bugs

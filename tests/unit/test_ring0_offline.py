@@ -141,18 +141,19 @@ class TableImage:
 
 
 def test_site_tables_relative_and_absolute():
-    t = next(t for t in rules.SITE_TABLES if t.start == "__start___jump_table")
+    t = next(t for t in rules.SITE_TABLES if t.bounds[0] == "__start___jump_table")
     lo, hi = BASE, BASE + 0x1000
     # Two jump entries: code = &entry.code + s32; the second's points outside the text and is dropped.
     raw = struct.pack("<iiq", BASE + 0x10 - TableImage.START, 0, 0) + struct.pack("<iiq", 0x100, 0, 0)
-    sym = {t.start: TableImage.START, t.stop: TableImage.START + len(raw)}
+    sym = {t.bounds[0]: TableImage.START, t.bounds[1]: TableImage.START + len(raw)}
     assert rules._table(TableImage(raw), sym, t, lo, hi) == [BASE + 0x10]
-    m = next(t for t in rules.SITE_TABLES if t.start == "__start_mcount_loc")
+    m = next(t for t in rules.SITE_TABLES if t.bounds[0] == "__start_mcount_loc")
     raw = struct.pack("<QQ", BASE + 0x20, BASE + 0x30)
-    sym = {m.start: TableImage.START, m.stop: TableImage.START + len(raw)}
+    sym = {m.bounds[0]: TableImage.START, m.bounds[1]: TableImage.START + len(raw)}
     assert rules._table(TableImage(raw), sym, m, lo, hi) == [BASE + 0x20, BASE + 0x30]
     with pytest.raises(UserError, match="whole number"):
-        rules._table(TableImage(raw[:-1]), {m.start: TableImage.START, m.stop: TableImage.START + 15}, m, lo, hi)
+        short = {m.bounds[0]: TableImage.START, m.bounds[1]: TableImage.START + 15}
+        rules._table(TableImage(raw[:-1]), short, m, lo, hi)
 
 
 def test_plugin_counts(tmp_path):

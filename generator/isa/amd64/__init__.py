@@ -59,6 +59,7 @@ ISA = Isa(
     stream_records=_table.records,
     accelerator=ACCELERATOR,
     byte_sets=_tables.CORE_BYTE_SETS,
+    word_sets=(_table.DISP_TAIL,),
     refusals=_tables.CORE_REFUSALS,
     branch_reloc=branch_field,
     dwarf_regs=DWARF_REGS,

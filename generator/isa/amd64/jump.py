@@ -43,40 +43,61 @@ _JMP_REGS = (4, 5)
 
 _ALT = "an instruction the kernel replaces at boot (alternatives)"
 
+# The layouts are Linux's (the structs named above each), the breakpoint reasons the ring-0 guest's (Linux
+# 6.1's module_finalize() and its boot-time patching).
 CODE_TABLES = (
     # struct exception_table_entry { int insn, fixup, data; } (Linux >= 4.6 on x86-64)
     CodeTable(
         "__ex_table", 12, 0, 1, 4,
         "an instruction that may fault, which the fault handler looks up by its address",
         "a fault's fixup, where the fault handler resumes", bounds=("__start___ex_table", "__stop___ex_table"),
+        breakpoint_doc="may fault and be fixed up (__ex_table): the fixup is found by this address, so the "
+                       "instruction cannot run from a trampoline",
     ),
     # struct jump_entry { s32 code, target; long key; } (CONFIG_HAVE_ARCH_JUMP_LABEL_RELATIVE)
     CodeTable(
         "__jump_table", 16, 0, JMP_REL32_SIZE, 4,
         "a static key's 5-byte nop or jmp, which the kernel rewrites at run time",
-        "a static key's branch target", bounds=("__start___jump_table", "__stop___jump_table"),
+        "a static key's branch target", bounds=("__start___jump_table", "__stop___jump_table"), rewritten="run",
+        breakpoint_doc="a jump-label site (__jump_table): the kernel rewrites it when its static key flips",
     ),
     # struct alt_instr: { s32 instr_offset, repl_offset; u16 cpuid; u8 instrlen, replacementlen; } (4.x-6.2),
     # with a u8 padlen after them (4.x-5.x), or with u32 ft_flags in place of cpuid (6.3 on).  The
     # replacement's own branches are in .altinstr_replacement, an executable section the scan reads.
-    *(CodeTable(".altinstructions", entry, 0, 0, -1, _ALT, len_field=lenf)
+    *(CodeTable(".altinstructions", entry, 0, 0, -1, _ALT, len_field=lenf, rewritten="load",
+                breakpoint_doc="an alternative (.altinstructions): the loader rewrites a range of it for the CPU")
       for entry, lenf in ((12, 10), (13, 10), (14, 12))),
     # struct paravirt_patch_site { u8 *instr; u8 type; u8 len; } (to 6.7)
     CodeTable(".parainstructions", 16, 0, 0, -1, "a paravirt call site the kernel rewrites at boot",
-              absolute=True, len_field=9),
+              absolute=True, len_field=9, rewritten="load",
+              breakpoint_doc="a paravirt site (.parainstructions): the loader rewrites a range of it"),
     # struct static_call_site { s32 addr, key; }: a 5-byte call or jmp
     CodeTable(".static_call_sites", 8, 0, JMP_REL32_SIZE, -1, "a static call the kernel rewrites",
-              bounds=("__start_static_call_sites", "__stop_static_call_sites")),
+              bounds=("__start_static_call_sites", "__stop_static_call_sites"), rewritten="run",
+              breakpoint_doc="a static-call site (.static_call_sites): static_call_update() rewrites it"),
     # ftrace: the address of every function's 5-byte call to __fentry__
     CodeTable("__mcount_loc", 8, 0, JMP_REL32_SIZE, -1, "an ftrace call site the kernel rewrites", absolute=True,
-              bounds=("__start_mcount_loc", "__stop_mcount_loc")),
+              bounds=("__start_mcount_loc", "__stop_mcount_loc"), rewritten="run",
+              breakpoint_doc="an ftrace site (__mcount_loc): ftrace rewrites it when a tracer is turned on"),
     # arrays of s32 offsets: a call or jmp (jcc: 6 bytes) to a retpoline thunk, a jmp to the return thunk,
     # a call the call-depth tracking rewrites, an endbr64 sealed with a nop, a lock prefix
-    CodeTable(".retpoline_sites", 4, 0, 6, -1, "an indirect branch through a retpoline thunk the kernel rewrites"),
-    CodeTable(".return_sites", 4, 0, JMP_REL32_SIZE, -1, "a jump to the return thunk the kernel rewrites"),
-    CodeTable(".call_sites", 4, 0, JMP_REL32_SIZE, -1, "a call the kernel rewrites for call-depth tracking"),
-    CodeTable(".ibt_endbr_seal", 4, 0, 4, -1, "an endbr64 the kernel seals with a nop"),
+    CodeTable(".retpoline_sites", 4, 0, 6, -1, "an indirect branch through a retpoline thunk the kernel rewrites",
+              rewritten="load",
+              breakpoint_doc="a retpoline call or jump (.retpoline_sites): the loader rewrites it"),
+    CodeTable(".return_sites", 4, 0, JMP_REL32_SIZE, -1, "a jump to the return thunk the kernel rewrites",
+              rewritten="load", breakpoint_doc="a return-thunk jump (.return_sites): the loader rewrites it"),
+    CodeTable(".call_sites", 4, 0, JMP_REL32_SIZE, -1, "a call the kernel rewrites for call-depth tracking",
+              rewritten="load", breakpoint_doc="a call-depth-tracking call (.call_sites): the loader rewrites it"),
+    CodeTable(".ibt_endbr_seal", 4, 0, 4, -1, "an endbr64 the kernel seals with a nop", rewritten="load",
+              breakpoint_doc="an endbr64 the loader may seal (.ibt_endbr_seal)"),
+    # NOTE: the kernel rewrites the lock prefixes only while it runs on one CPU (alternatives_smp_*), so a
+    # breakpoint on an SMP kernel may stay there.
     CodeTable(".smp_locks", 4, 0, 1, -1, "a lock prefix the kernel rewrites on a single CPU"),
+    # struct bug_entry { s32 bug_addr_disp, file_disp; u16 line, flags; } (GENERIC_BUG_RELATIVE_POINTERS,
+    # DEBUG_BUGVERBOSE): a ud2 the #UD handler looks up by its address
+    CodeTable("__bug_table", 12, 0, 2, -1, "a WARN() or BUG() ud2, which the #UD handler looks up by its address",
+              bounds=("__start___bug_table", "__stop___bug_table"),
+              breakpoint_doc="a WARN() or BUG() site (__bug_table): the #UD handler finds it by this address"),
 )
 
 # Tables of code addresses whose layout the proof does not know: an image with one gets no jump probe.

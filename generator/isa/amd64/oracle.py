@@ -59,7 +59,6 @@ def is_branch_mnemonic(mnem: str) -> bool:
 
 
 QUIRKS = OracleQuirks(
-    objdump="objdump",
     branch_mnemonic=is_branch_mnemonic,
     prefix_words=frozenset(
         {"bnd", "notrack", "data16", "data32", "addr32", "addr16", "cs", "ds", "es", "ss", "fs", "gs", "lock", "rep",
@@ -75,6 +74,7 @@ QUIRKS = OracleQuirks(
     conditional_kinds=(KIND_JCC_WIDEN, KIND_JCC32),
     fused=fused_wait,
     fused_note="objdump fuses fwait into the x87 instruction after it",
+    reloc_target_bias=4,
     gnu_triple="x86_64-linux-gnu",
     debian_arch="amd64",
 )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
-from ..contract import RelocType
+from ..contract import reloc_types
 
 R_X86_64_NONE = 0
 
@@ -26,25 +26,10 @@ _UNAPPLIED = {
     26: ("R_X86_64_GOTPC32", 4), 41: ("R_X86_64_GOTPCRELX", 4), 42: ("R_X86_64_REX_GOTPCRELX", 4),
 }
 
-RELOCATIONS: Dict[int, RelocType] = {
-    **{t: RelocType(name, width, False, False) for t, (name, width) in _UNAPPLIED.items()},
-    **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in _APPLIED.items()},
-}
+reloc_type = reloc_types("R_X86_64_", frozenset({R_X86_64_NONE}), _APPLIED, _UNAPPLIED)
 
 
 def branch_field(length: int) -> Optional[Tuple[int, int]]:
     """A direct branch's rel32 is its last four bytes, and its target is S + A + 4 (the rel32 counts from
     the end of the instruction); instructions shorter than 5 bytes hold no rel32."""
     return (length - 4, 4) if length >= 5 else None
-
-
-def reloc_type(rtype: int) -> Optional[RelocType]:
-    """The relocation type ``rtype``; None for R_X86_64_NONE, which fills nothing.
-
-    A type kinstkit does not know has width 0: nothing is applied, and a
-    table refuses a function holding one (it cannot tell which bytes the
-    loader will change).
-    """
-    if rtype == R_X86_64_NONE:
-        return None
-    return RELOCATIONS.get(rtype) or RelocType(f"R_X86_64_{rtype}", 0, False, False)

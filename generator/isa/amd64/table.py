@@ -30,7 +30,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 
 from ...common.errors import ClassifierError
 from .probe_md import KIND_RIPREL, TABLE_KINDS
-from ..contract import CConst, StreamInsn
+from ..contract import CConst, StreamInsn, WordSet
 
 _KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
 _RIPREL = _KIND_CODE[KIND_RIPREL]
@@ -50,6 +50,10 @@ RECORD_CODES = (
     CConst("KINST_R_EXTENDED", EXTENDED, "code and relocated fields in the bytes that follow"),
 )
 _WIDTHS = (1, 2, 4, 8)
+# Where a record code's %rip-relative disp32 lies: this many bytes before the instruction's end (its
+# immediate after it, then the disp32), 0: none.  The core's kinst_core_next() indexes it by code.
+DISP_TAIL = WordSet("KINST_DISP_TAIL", tuple(4 + _IMM_OF_CODE[c] if c in _IMM_OF_CODE else 0 for c in range(16)),
+                    "by record code: bytes from the disp32 to the instruction's end, 0: none")
 
 
 REFUSED_ROW = 0xFF  # in ``records``' kinds: the instruction is refused

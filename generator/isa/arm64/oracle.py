@@ -12,40 +12,18 @@
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
 
 from .probe_md import CONDITIONAL_KINDS
-from .. import objdump_text
-from ..contract import OracleQuirks
+from .. import dbp, objdump_text
 
-DIRECT_BRANCHES = frozenset({"b", "bl", "cbz", "cbnz", "tbz", "tbnz"})
-_TARGET = re.compile(r"(?:^|[ ,#])([0-9a-f]+)(?: <[^>]*>)?$")
+SYNTAX = objdump_text.Syntax(
+    comment="//",
+    direct_branches=frozenset({"b", "bl", "cbz", "cbnz", "tbz", "tbnz"}),
+    branch_families=("b.", "bc."),
+    target=re.compile(r"(?:^|[ ,#])([0-9a-f]+)(?: <[^>]*>)?$"),
+)
 
-
-def insn_text(rest: str) -> Tuple[str, str]:
-    """objdump's text after "ADDR:\\t": ("mnemonic operands", inline relocations)."""
-    return objdump_text.insn_text(rest, '//')
-
-
-def branch_target(text: str) -> Optional[int]:
-    """The target objdump prints for a direct branch (b, bl, b.cond, cbz/cbnz, tbz/tbnz); None otherwise."""
-    mnem, _, ops = text.partition(" ")
-    if mnem not in DIRECT_BRANCHES and not mnem.startswith(("b.", "bc.")):
-        return None
-    m = _TARGET.search(ops.strip())
-    return int(m.group(1), 16) if m else None
-
-
-QUIRKS = OracleQuirks(
-    objdump="aarch64-linux-gnu-objdump",
-    branch_mnemonic=lambda m: m in DIRECT_BRANCHES or m.startswith(("b.", "bc.")),
+QUIRKS = dbp.oracle_quirks(
+    SYNTAX, "aarch64-linux-gnu", debian_arch="arm64", conditional_kinds=CONDITIONAL_KINDS,
     pcrel32_relocs=("R_AARCH64_CALL26", "R_AARCH64_JUMP26", "R_AARCH64_CONDBR19", "R_AARCH64_TSTBR14"),
-    conditional_kinds=CONDITIONAL_KINDS,
-    insn_text=insn_text,
-    branch_target=branch_target,
-    reloc_target_bias=0,
-    qemu="qemu-aarch64",
-    cross_packages="gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static",
-    gnu_triple="aarch64-linux-gnu",
-    debian_arch="arm64",
 )

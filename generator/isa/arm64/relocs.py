@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
-from ..contract import RelocType
+from ..contract import reloc_types
 
 R_AARCH64_NONE = 0
 
@@ -44,19 +44,10 @@ _UNAPPLIED = {
     1025: ("R_AARCH64_GLOB_DAT", 8), 1026: ("R_AARCH64_JUMP_SLOT", 8), 1027: ("R_AARCH64_RELATIVE", 8),
 }
 
-RELOCATIONS: Dict[int, RelocType] = {
-    **{t: RelocType(name, width, False, False) for t, (name, width) in _UNAPPLIED.items()},
-    **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in _DATA.items()},
-    **{t: RelocType(name, 4, True, True) for t, (name, _) in _BRANCHES.items()},
-}
+# A branch's field is its instruction word, its value PC-relative.
+reloc_type = reloc_types("R_AARCH64_", frozenset({R_AARCH64_NONE}),
+                         {**_DATA, **{t: (name, 4, True) for t, (name, _) in _BRANCHES.items()}}, _UNAPPLIED)
 _FIELD = {name: field for name, field in _BRANCHES.values()}
-
-
-def reloc_type(rtype: int) -> Optional[RelocType]:
-    """The relocation type ``rtype``; None for R_AARCH64_NONE; width 0 for one kinstkit does not know."""
-    if rtype == R_AARCH64_NONE:
-        return None
-    return RELOCATIONS.get(rtype) or RelocType(f"R_AARCH64_{rtype}", 0, False, False)
 
 
 def insert(name: str, field: bytes, value: int) -> Optional[bytes]:

@@ -13,41 +13,19 @@
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
 
-from .. import objdump_text
-from ..contract import OracleQuirks
+from .. import dbp, objdump_text
 from .probe_md import CONDITIONAL_KINDS
 
-DIRECT_BRANCHES = frozenset({"j", "jal", "beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez",
-                             "bltz", "bgtz", "bgt", "ble", "bgtu", "bleu"})
-_TARGET = re.compile(r"(?:^|,)([0-9a-f]+)(?: <[^>]*>)?$")
+SYNTAX = objdump_text.Syntax(
+    comment=" #",
+    direct_branches=frozenset({"j", "jal", "beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez",
+                               "bgez", "bltz", "bgtz", "bgt", "ble", "bgtu", "bleu"}),
+    branch_families=(),
+    target=re.compile(r"(?:^|,)([0-9a-f]+)(?: <[^>]*>)?$"),
+)
 
-
-def insn_text(rest: str) -> Tuple[str, str]:
-    """objdump's text after "ADDR:\\t": ("mnemonic operands", inline relocations)."""
-    return objdump_text.insn_text(rest, ' #')
-
-
-def branch_target(text: str) -> Optional[int]:
-    """The target objdump prints for a direct branch (jal, j, the conditional branches); None otherwise."""
-    mnem, _, ops = text.partition(" ")
-    if mnem not in DIRECT_BRANCHES:
-        return None
-    m = _TARGET.search(ops.strip())
-    return int(m.group(1), 16) if m else None
-
-
-QUIRKS = OracleQuirks(
-    objdump="riscv64-linux-gnu-objdump",
-    branch_mnemonic=lambda m: m in DIRECT_BRANCHES,
+QUIRKS = dbp.oracle_quirks(
+    SYNTAX, "riscv64-linux-gnu", debian_arch="riscv64", conditional_kinds=CONDITIONAL_KINDS,
     pcrel32_relocs=("R_RISCV_BRANCH", "R_RISCV_JAL", "R_RISCV_RVC_BRANCH", "R_RISCV_RVC_JUMP"),
-    conditional_kinds=CONDITIONAL_KINDS,
-    insn_text=insn_text,
-    branch_target=branch_target,
-    reloc_target_bias=0,
-    qemu="qemu-riscv64",
-    cross_packages="gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user-static",
-    gnu_triple="riscv64-linux-gnu",
-    debian_arch="riscv64",
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Tuple
 
-from ..contract import RelocType
+from ..contract import reloc_types
 
 R_RISCV_NONE = 0
 R_RISCV_RELAX = 51
@@ -78,21 +78,10 @@ _UNAPPLIED = {
     3: ("R_RISCV_RELATIVE", 8), 5: ("R_RISCV_JUMP_SLOT", 8),
 }
 
-RELOCATIONS: Dict[int, RelocType] = {
-    **{t: RelocType(name, width, False, False) for t, (name, width) in _UNAPPLIED.items()},
-    **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in _DATA.items()},
-    **{t: RelocType(name, width, True, True) for t, (name, width, _) in _INSERTED.items()},
-    43: RelocType("R_RISCV_ALIGN", 0, False, False),  # width 0: the function is not tabled
-}
+reloc_type = reloc_types("R_RISCV_", frozenset({R_RISCV_NONE, R_RISCV_RELAX}),
+                         {**_DATA, **{t: (name, width, True) for t, (name, width, _) in _INSERTED.items()}},
+                         {**_UNAPPLIED, 43: ("R_RISCV_ALIGN", 0)})  # width 0: the function is not tabled
 _INSERT = {name: (width, fn) for name, width, fn in _INSERTED.values()}
-
-
-def reloc_type(rtype: int) -> Optional[RelocType]:
-    """The relocation type ``rtype``; None for those that fill nothing (NONE, RELAX); width 0 for one
-    kinstkit does not know (or R_RISCV_ALIGN)."""
-    if rtype in (R_RISCV_NONE, R_RISCV_RELAX):
-        return None
-    return RELOCATIONS.get(rtype) or RelocType(f"R_RISCV_{rtype}", 0, False, False)
 
 
 def insert(name: str, field: bytes, value: int) -> Optional[bytes]:

@@ -22,12 +22,11 @@ kernel, from facts the kernel records about itself:
 - instructions found by their address (``__ex_table``: a fault's fixup;
   ``__bug_table``: WARN() and BUG()), which cannot run from a trampoline.
 
-Each rule's layout and reason is data here (the struct layouts are those of
-Linux 6.1's headers: ``struct jump_entry``, ``struct static_call_site``,
-``struct exception_table_entry``, ``struct bug_entry`` with
-GENERIC_BUG_RELATIVE_POINTERS and DEBUG_BUGVERBOSE).  Nothing is assumed
-about addresses: every table is read from the image, and a table that does
-not parse (an entry outside the kernel's text) is an error, not a guess.
+The rules and reasons are data here; the site tables' layouts and reasons
+are the guest ISA's (``isa/amd64/jump.py`` ``CODE_TABLES``, which the jump
+proof reads too).  Nothing is assumed about addresses: every table is read
+from the image, and a table that does not parse (an entry outside the
+kernel's text) is an error, not a guess.
 """
 
 from __future__ import annotations
@@ -37,8 +36,11 @@ import struct
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Mapping, NamedTuple, Tuple
 
+from ... import isa as isa_registry
 from ...common.errors import UserError
 from ...image.elf import Function, KernelImage
+from ...isa.contract import CodeTable
+from .packages import GUEST_ISA
 
 
 class Region(NamedTuple):
@@ -99,40 +101,21 @@ TRAP_PATH: Mapping[str, str] = {
 }
 
 
-class SiteTable(NamedTuple):
-    """A table of code addresses the kernel keeps, and what it means for a probe there."""
-
-    start: str  # symbol at the table's start (the vmlinux)
-    stop: str  # symbol at its end
-    section: str  # the section that holds it (a module's, target.py)
-    entry: str  # struct layout of one entry (little-endian)
-    field: int  # index of the field holding the address
-    relative: bool  # the address is relative to the field's own address (else absolute)
-    entry_size: int
-    masked: bool  # the kernel rewrites the site at run time: mask it in the digest
-    reason: str
+def guest_tables() -> Tuple[CodeTable, ...]:
+    """The guest ISA's tables of code addresses that refuse a breakpoint (their one owner: the ISA's jump facts)."""
+    return tuple(t for t in isa_registry.by_name(GUEST_ISA).jump.code_tables if t.breakpoint_doc)
 
 
-SITE_TABLES: Tuple[SiteTable, ...] = (
-    # struct jump_entry { s32 code; s32 target; long key; }
-    SiteTable("__start___jump_table", "__stop___jump_table", "__jump_table", "<iiq", 0, True, 16, True,
-              "a jump-label site (__jump_table): the kernel rewrites it when its static key flips"),
-    # struct static_call_site { s32 addr; s32 key; }
-    SiteTable("__start_static_call_sites", "__stop_static_call_sites", ".static_call_sites", "<ii", 0, True, 8, True,
-              "a static-call site (.static_call_sites): static_call_update() rewrites it"),
-    # __mcount_loc: the address of each function's "call __fentry__", nop'ed at boot
-    SiteTable("__start_mcount_loc", "__stop_mcount_loc", "__mcount_loc", "<Q", 0, False, 8, True,
-              "an ftrace site (__mcount_loc): ftrace rewrites it when a tracer is turned on"),
-    # struct exception_table_entry { int insn, fixup, data; }
-    SiteTable("__start___ex_table", "__stop___ex_table", "__ex_table", "<iii", 0, True, 12, False,
-              "may fault and be fixed up (__ex_table): the fixup is found by this address, so the instruction "
-              "cannot run from a trampoline"),
-    # struct bug_entry { int bug_addr_disp; int file_disp; u16 line; u16 flags; }
-    SiteTable("__start___bug_table", "__stop___bug_table", "__bug_table", "<iiHH", 0, True, 12, False,
-              "a WARN() or BUG() site (__bug_table): the #UD handler finds it by this address"),
-)
+# What a vmlinux's tables refuse: those the kernel rewrites at run time (masked), or finds by address.  What
+# it rewrites once at boot, the live capture of its text already shows done.
+SITE_TABLES: Tuple[CodeTable, ...] = tuple(t for t in guest_tables() if t.rewritten != "load")
 
-BLACKLIST = ("__start_kprobe_blacklist", "__stop_kprobe_blacklist")  # unsigned long per NOKPROBE_SYMBOL()
+# NOKPROBE_SYMBOL(): an unsigned long per function kprobes refuses (a vmlinux's between its bounds; a
+# module's in its section).  Not a table of the ISA's: it names functions, not patched instructions.
+KPROBE_BLACKLIST = CodeTable("_kprobe_blacklist", 8, 0, 0, -1, "a NOKPROBE_SYMBOL() function", absolute=True,
+                             bounds=("__start_kprobe_blacklist", "__stop_kprobe_blacklist"),
+                             breakpoint_doc="NOKPROBE_SYMBOL() (the module's _kprobe_blacklist)")
+BLACKLIST = KPROBE_BLACKLIST.bounds
 
 
 @dataclass(frozen=True)
@@ -168,17 +151,17 @@ def _symbols(img: KernelImage, names: Tuple[str, ...]) -> Dict[str, int]:
     return found
 
 
-def _table(img: KernelImage, sym: Dict[str, int], t: SiteTable, lo: int, hi: int) -> List[int]:
-    start, stop = sym[t.start], sym[t.stop]
-    if (stop - start) % t.entry_size:
-        raise UserError(f"{img.path}: {t.start}..{t.stop} is not a whole number of {t.entry_size}-byte entries")
+def _table(img: KernelImage, sym: Dict[str, int], t: CodeTable, lo: int, hi: int) -> List[int]:
+    (first, last), offset = t.bounds, t.sites
+    start, stop = sym[first], sym[last]
+    if (stop - start) % t.entry:
+        raise UserError(f"{img.path}: {first}..{last} is not a whole number of {t.entry}-byte entries")
     out = []
     raw = img.read(start, stop - start) if stop > start else b""
-    fmt = struct.Struct(t.entry)
-    offset = struct.calcsize(t.entry[: 1 + t.field])  # of the address field in its entry ("<" and the fields before)
-    for i in range(0, len(raw), t.entry_size):
-        value = fmt.unpack_from(raw, i)[t.field]
-        addr = (start + i + offset + value) & 0xFFFFFFFFFFFFFFFF if t.relative else value
+    fmt = struct.Struct("<Q" if t.absolute else "<i")
+    for i in range(0, len(raw), t.entry):
+        (value,) = fmt.unpack_from(raw, i + offset)
+        addr = value if t.absolute else (start + i + offset + value) & 0xFFFFFFFFFFFFFFFF
         if lo <= addr < hi:
             out.append(addr)
     return out
@@ -187,7 +170,7 @@ def _table(img: KernelImage, sym: Dict[str, int], t: SiteTable, lo: int, hi: int
 def read_rules(img: KernelImage) -> KernelRules:
     """The kernel's rules, read from its vmlinux (the ``-dbg`` one: the tables and their symbols)."""
     names = TEXT + BLACKLIST + tuple(n for r in REGIONS for n in (r.start, r.end))
-    names += tuple(n for t in SITE_TABLES for n in (t.start, t.stop))
+    names += tuple(n for t in SITE_TABLES for n in t.bounds)
     sym = _symbols(img, names)
     lo, hi = sym[TEXT[0]], sym[TEXT[1]]
     regions = tuple(sorted((sym[r.start], sym[r.end], r.reason) for r in REGIONS if sym[r.end] > sym[r.start]))
@@ -197,8 +180,9 @@ def read_rules(img: KernelImage) -> KernelRules:
     sites: Dict[int, Tuple[bool, str]] = {}
     for t in SITE_TABLES:
         for addr in _table(img, sym, t, lo, hi):
-            if addr not in sites or t.masked:
-                sites[addr] = (t.masked, t.reason)
+            masked = bool(t.rewritten)
+            if addr not in sites or masked:
+                sites[addr] = (masked, t.breakpoint_doc)
     return KernelRules((lo, hi), regions, blacklisted, sites)
 
 

@@ -39,8 +39,7 @@ ET_REL tables are for.
 from __future__ import annotations
 
 import bisect
-import struct
-from typing import Dict, List, Mapping, NamedTuple, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 from ...common.ccache import compile_cached, content_key
 from ...common.errors import UserError
@@ -48,9 +47,10 @@ from ...common.paths import CACHE, SYS_MODULES
 from ...common.tools import tool_version
 from ...image import open_image
 from ...image.elf import Function, KernelImage
+from ...isa.contract import CodeTable
 from . import kbuild, oracle
 from .kernel import KernelAssets
-from .rules import SITE_TABLES, SiteTable
+from .rules import KPROBE_BLACKLIST, guest_tables
 
 SOURCE_DIR = SYS_MODULES / "kinst" / "linux" / "target"
 MODULE = "kk_target.ko"
@@ -61,41 +61,17 @@ SECTION = ".text"  # the only section whose functions are probed
 BUILD_DIR = CACHE / "ring0" / "target"
 
 
-class LoaderTable(NamedTuple):
-    """A table of a module that names code addresses: what the loader or the kernel does there."""
-
-    section: str  # the module's section
-    entry: str  # struct layout of one entry (little-endian)
-    field: int  # index of the field that holds the address
-    entry_size: int
-    whole: bool  # refuse the whole function (the rewrite spans an unknown length), else the instruction
-    masked: bool  # rewritten: mask the instruction in the digest
-    reason: str
+# Every site table of the guest ISA that refuses a breakpoint (``rules.guest_tables()``): those the kernel
+# rewrites at run time, and those the module loader rewrites at load (Linux 6.1's module_finalize():
+# alternatives, paravirt, retpolines, return thunks, IBT seal), which the vmlinux's live capture already shows
+# applied but a .ko does not; then kprobes' own list of functions.
+LOADER_TABLES: Tuple[CodeTable, ...] = guest_tables() + (KPROBE_BLACKLIST,)
 
 
-def _kernel_table(t: SiteTable) -> LoaderTable:
-    return LoaderTable(t.section, t.entry, t.field, t.entry_size, False, t.masked, t.reason)
-
-
-# The kernel's run-time site tables (rules.SITE_TABLES, their one owner), and what the module loader itself
-# rewrites at load (Linux 6.1's module_finalize(): alternatives, paravirt, retpolines, return thunks, IBT
-# seal), which the vmlinux's live capture already shows applied but a .ko does not.
-LOADER_TABLES: Tuple[LoaderTable, ...] = tuple(_kernel_table(t) for t in SITE_TABLES) + (
-    # struct alt_instr { s32 instr_offset; s32 repl_offset; u16 cpuid; u8 instrlen; u8 replacementlen; }
-    LoaderTable(".altinstructions", "<iiHBB", 0, 12, True, True,
-                "an alternative (.altinstructions): the loader rewrites a range of it for the CPU"),
-    # struct paravirt_patch_site { u8 *instr; u8 type; u8 len; }
-    LoaderTable(".parainstructions", "<QBB", 0, 16, True, True,
-                "a paravirt site (.parainstructions): the loader rewrites a range of it"),
-    LoaderTable(".retpoline_sites", "<i", 0, 4, False, True,
-                "a retpoline call or jump (.retpoline_sites): the loader rewrites it"),
-    LoaderTable(".return_sites", "<i", 0, 4, False, True,
-                "a return-thunk jump (.return_sites): the loader rewrites it"),
-    LoaderTable(".ibt_endbr_seal", "<i", 0, 4, False, True,
-                "an endbr64 the loader may seal (.ibt_endbr_seal)"),
-    LoaderTable("_kprobe_blacklist", "<Q", 0, 8, True, False,
-                "NOKPROBE_SYMBOL() (the module's _kprobe_blacklist)"),
-)
+def _refused_whole(t: CodeTable) -> bool:
+    """Whether a site of ``t`` refuses its whole function: the rewrite spans a length the entry's bytes give
+    (which the plan, reading only relocations, does not read), or the table names functions."""
+    return t.len_field >= 0 or t is KPROBE_BLACKLIST
 
 
 def sources() -> List[str]:
@@ -143,23 +119,25 @@ def loader_rules(img: KernelImage) -> Tuple[Dict[int, str], Dict[int, Tuple[bool
     sites: Dict[int, Tuple[bool, str]] = {}
     relocs = img.relocations()
     addrs = [r.address for r in relocs]
+    read = set()
     for t in LOADER_TABLES:
         sec = _section_of(img, t.section)
-        if sec is None:
+        # A section with several layouts (Linux versions): the first whose entries fill it.
+        if sec is None or t.section in read or sec.size % t.entry:
             continue
-        offset = struct.calcsize(t.entry[: 1 + t.field])
+        read.add(t.section)
         lo, hi = bisect.bisect_left(addrs, sec.addr), bisect.bisect_left(addrs, sec.addr + sec.size)
         for r in relocs[lo:hi]:
-            if (r.address - sec.addr) % t.entry_size != offset:
+            if (r.address - sec.addr) % t.entry != t.sites:
                 continue
             at = _place(img, r.symbol, r.addend, by_name)
             i = bisect.bisect_right(starts, at) - 1
             if i < 0 or at >= funcs[i].address + funcs[i].size:
                 continue
-            if t.whole:
-                whole.setdefault(funcs[i].address, t.reason)
-            elif at not in sites or t.masked:
-                sites[at] = (t.masked, t.reason)
+            if _refused_whole(t):
+                whole.setdefault(funcs[i].address, t.breakpoint_doc)
+            elif at not in sites or t.rewritten:
+                sites[at] = (bool(t.rewritten), t.breakpoint_doc)
     return whole, sites
 
 

@@ -24,6 +24,9 @@
 #define	KINST_INT32_MIN	(-(kc_int64_t)0x80000000)
 #define	KINST_INT32_MAX	((kc_int64_t)0x7fffffff)
 
+/* By record code: how far before the instruction's end its disp32 lies. */
+static const kc_uint8_t kinst_disp_tail[16] = KINST_DISP_TAIL;
+
 /*
  * The record at kw_p, for kinst_funcs.c's kinst_core_next(): a byte of
  * length and code, then, for KINST_R_EXTENDED, a byte of code and mask
@@ -50,23 +53,8 @@ kinst_core_record(struct kinst_walk *kw, struct kinst_insn *ki)
 		for (i = 0; i < ki->ki_nmask; i++)
 			ki->ki_mask[i] = *kw->kw_p++;
 	}
-	ki->ki_dispoff = 0;
-	switch (code) {
-	case KINST_K_RIPREL:
-		ki->ki_dispoff = ki->ki_len - 4;
-		break;
-	case KINST_R_RIPREL_IMM1:
-		ki->ki_dispoff = ki->ki_len - 5;
-		break;
-	case KINST_R_RIPREL_IMM2:
-		ki->ki_dispoff = ki->ki_len - 6;
-		break;
-	case KINST_R_RIPREL_IMM4:
-		ki->ki_dispoff = ki->ki_len - 8;
-		break;
-	default:
-		break;
-	}
+	ki->ki_dispoff = kinst_disp_tail[code] != 0 ?
+	    ki->ki_len - kinst_disp_tail[code] : 0;
 	if (code >= KINST_R_RIPREL_IMM1 && code <= KINST_R_RIPREL_IMM4)
 		code = KINST_K_RIPREL;	/* kinst_core_derive() checks it */
 	return ((int)code);
