@@ -217,24 +217,32 @@ kk_name_reason(const char *name)
  * but the bytes (KK_R_CACHEABLE) is the same wherever they are.
  * Direct-mapped: a collision replaces the older entry, unless a row of the
  * function being walked uses it (kc_epoch): its text and its JSON stay
- * there until the function is written.
+ * there until the function is written.  The keys (the bytes) are an array
+ * of their own, small enough to stay in the CPU's cache; a slot's payload
+ * is read only on a hit.
  */
 #define	KK_CACHE_SLOTS	16384
 #define	KK_CACHE_TEXT	112
-#define	KK_CACHE_JSON	440
+#define	KK_CACHE_JSON	512
 #define	KK_SLOT_TEXT	0xfffffffeu	/* kr_text: in the row's cache slot */
 
+struct kk_ckey {
+	uint8_t		kk_len;		/* 0: empty */
+	uint8_t		kk_bytes[KINST_MAX_INSN];
+};
+
 struct kk_cached {
-	uint8_t		kc_len;		/* 0: empty */
-	uint8_t		kc_bytes[KINST_MAX_INSN];
 	struct kk_row	kc_row;
 	uint32_t	kc_epoch;	/* the walk that last used it */
 	uint16_t	kc_tlen;	/* 0: no text */
-	uint16_t	kc_jlen[2];	/* 0: its JSON not written yet */
+	uint16_t	kc_jlen;	/* 0: its JSON not written yet */
+	uint16_t	kc_jverdict;	/* where the verdict starts in kc_json */
+	uint16_t	kc_jrest;	/* where the fields after it start */
+	char		kc_json[KK_CACHE_JSON];	/* its record but place */
 	char		kc_text[KK_CACHE_TEXT];
-	char		kc_json[KK_CACHE_JSON];	/* its record but place, verdict */
 };
 
+static struct kk_ckey *kk_ckeys;
 static struct kk_cached *kk_cache;
 static unsigned long kk_cache_hits;
 static uint32_t kk_epoch;	/* counts walks */
@@ -313,19 +321,37 @@ kk_cache_hit_count(void)
 	return (kk_cache_hits);
 }
 
-static struct kk_cached *
+/* The slot of b[0, len), or -1 when there is no cache. */
+static long
 kk_cache_slot(const uint8_t *b, size_t len)
 {
 	uint32_t h;
 	size_t i;
 
-	if (kk_cache == NULL &&
-	    (kk_cache = calloc(KK_CACHE_SLOTS, sizeof(*kk_cache))) == NULL)
-		return (NULL);
+	if (kk_cache == NULL) {
+		kk_ckeys = calloc(KK_CACHE_SLOTS, sizeof(*kk_ckeys));
+		kk_cache = calloc(KK_CACHE_SLOTS, sizeof(*kk_cache));
+		if (kk_ckeys == NULL || kk_cache == NULL) {
+			free(kk_ckeys);
+			free(kk_cache);
+			kk_ckeys = NULL;
+			kk_cache = NULL;
+			return (-1);
+		}
+	}
 	h = 2166136261u;	/* FNV-1a */
 	for (i = 0; i < len; i++)
 		h = (h ^ b[i]) * 16777619u;
-	return (&kk_cache[h & (KK_CACHE_SLOTS - 1)]);
+	return ((long)(h & (KK_CACHE_SLOTS - 1)));
+}
+
+/* Whether slot i holds the bytes b[0, len). */
+static int
+kk_cache_holds(long i, const uint8_t *b, size_t len)
+{
+
+	return (kk_ckeys[i].kk_len == len &&
+	    memcmp(kk_ckeys[i].kk_bytes, b, len) == 0);
 }
 
 /* The row of b[0, len) into *row, its text added when 'text' asks; 0: none kept. */
@@ -333,14 +359,17 @@ int
 kk_cache_get(const uint8_t *b, size_t len, int text, struct kk_row *row)
 {
 	struct kk_cached *c;
+	long i;
 
-	if (len > KINST_MAX_INSN || (c = kk_cache_slot(b, len)) == NULL ||
-	    c->kc_len != len || memcmp(c->kc_bytes, b, len) != 0 ||
-	    (text && c->kc_tlen == 0))
+	if (len > KINST_MAX_INSN || (i = kk_cache_slot(b, len)) < 0 ||
+	    !kk_cache_holds(i, b, len))
+		return (0);
+	c = &kk_cache[i];
+	if (text && c->kc_tlen == 0)
 		return (0);
 	*row = c->kc_row;
 	row->kr_text = text ? KK_SLOT_TEXT : KK_NO_TEXT;
-	row->kr_cache = (uint32_t)(c - kk_cache) + 1;
+	row->kr_cache = (uint32_t)i + 1;
 	c->kc_epoch = kk_epoch;
 	kk_cache_hits++;
 	return (1);
@@ -352,10 +381,13 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 	struct kk_cached *c;
 	const char *t;
 	size_t n;
+	long i;
 
 	if (len > KINST_MAX_INSN || (row->kr_flags & KK_R_CACHEABLE) == 0 ||
-	    (c = kk_cache_slot(b, len)) == NULL ||
-	    (c->kc_len != 0 && c->kc_epoch == kk_epoch))
+	    (i = kk_cache_slot(b, len)) < 0)
+		return;
+	c = &kk_cache[i];
+	if (kk_ckeys[i].kk_len != 0 && c->kc_epoch == kk_epoch)
 		return;
 	n = 0;
 	if (row->kr_text != KK_NO_TEXT) {
@@ -366,16 +398,15 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 		if (n > KK_CACHE_TEXT)
 			return;
 		memcpy(c->kc_text, t, n);
-	} else if (c->kc_len == len && memcmp(c->kc_bytes, b, len) == 0 &&
-	    c->kc_tlen != 0)
+	} else if (kk_cache_holds(i, b, len) && c->kc_tlen != 0)
 		return;		/* keep the entry that has text */
-	c->kc_len = (uint8_t)len;
-	memcpy(c->kc_bytes, b, len);
+	kk_ckeys[i].kk_len = (uint8_t)len;
+	memcpy(kk_ckeys[i].kk_bytes, b, len);
 	c->kc_row = *row;
 	c->kc_tlen = (uint16_t)n;
-	c->kc_jlen[0] = c->kc_jlen[1] = 0;
+	c->kc_jlen = 0;
 	c->kc_epoch = kk_epoch;
-	row->kr_cache = (uint32_t)(c - kk_cache) + 1;
+	row->kr_cache = (uint32_t)i + 1;
 }
 
 /* A function's rows, reused from one function to the next. */
@@ -641,16 +672,36 @@ struct kk_word {
 static char kk_wbuf[4096];
 static struct kk_word kk_wok, kk_wskip, kk_wkindskip, kk_wkinds[KK_KINDS];
 
-static void
+/*
+ * n bytes of s to o.  A record is many short pieces (keys, numbers, a
+ * cached tail): those are copied by fixed-size moves the compiler inlines,
+ * which a call to memcpy() for each would cost several times over.
+ */
+static inline void
 kk_put(struct kk_out *o, const char *s, size_t n)
 {
+	char *p;
 
 	if (o->full || (size_t)(o->end - o->p) < n) {
 		o->full = 1;
 		return;
 	}
-	memcpy(o->p, s, n);
+	p = o->p;
 	o->p += n;
+	if (n >= 16 && n <= 32) {
+		memcpy(p, s, 16);
+		memcpy(p + n - 16, s + n - 16, 16);
+	} else if (n >= 8 && n < 16) {
+		memcpy(p, s, 8);
+		memcpy(p + n - 8, s + n - 8, 8);
+	} else if (n >= 4 && n < 8) {
+		memcpy(p, s, 4);
+		memcpy(p + n - 4, s + n - 4, 4);
+	} else if (n < 4) {
+		while (n-- > 0)
+			*p++ = *s++;
+	} else
+		memcpy(p, s, n);
 }
 
 static void
@@ -672,6 +723,11 @@ kk_uint(struct kk_out *o, unsigned long long v)
 	char buf[24];
 	int i;
 
+	if (v < 10) {		/* most fields of a record */
+		buf[0] = (char)('0' + v);
+		kk_put(o, buf, 1);
+		return;
+	}
 	i = sizeof(buf);
 	while (v >= 100) {
 		i -= 2;
@@ -798,7 +854,7 @@ kk_words(void)
 	return (0);
 }
 
-static long long
+static inline long long
 kk_field_int(const uint8_t *p, uint32_t size, int sign)
 {
 	unsigned long long v;
@@ -928,59 +984,63 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 }
 
 /*
- * Fields [first, last) of a row from cache slot c, written once into the
- * slot's JSON part 'part' and pasted from there.
+ * The fields of a cached row after where it is, as a function that is not
+ * refused writes them, written once into its slot (with the closing brace)
+ * and pasted from there; in a refused function, the verdict between is
+ * written anew.  0 when the slot cannot hold them (the caller writes the
+ * record).
  */
-static void
-kk_cached_fields(struct kk_out *o, struct kk_cached *c, int part,
-    const struct kk_row *row, const uint8_t *code, unsigned first,
-    unsigned last)
+static int
+kk_cached_record(struct kk_out *o, struct kk_cached *c,
+    const struct kk_row *row, const uint8_t *code, const char *refused)
 {
 	struct kk_out t;
-	char *at;
 
-	at = c->kc_json + (part == 0 ? 0 : c->kc_jlen[0]);
-	if (c->kc_jlen[part] == 0 && (part == 0 || c->kc_jlen[0] != 0)) {
-		t.p = at;
+	if (c->kc_jlen == 0) {
+		t.p = c->kc_json;
 		t.end = c->kc_json + sizeof(c->kc_json);
 		t.full = 0;
 		t.ascii = 1;
-		kk_jwrite(&t, row, code, 0, NULL, first, last);
-		if (!t.full && t.ascii && t.p > at)
-			c->kc_jlen[part] = (uint16_t)(t.p - at);
+		kk_jwrite(&t, row, code, 0, NULL, kk_jplace, kk_jverdict);
+		c->kc_jverdict = (uint16_t)(t.p - c->kc_json);
+		kk_jwrite(&t, row, code, 0, NULL, kk_jverdict, kk_jrest);
+		c->kc_jrest = (uint16_t)(t.p - c->kc_json);
+		kk_jwrite(&t, row, code, 0, NULL, kk_jrest, kk_njfields);
+		kk_put(&t, "}", 1);
+		if (t.full || !t.ascii)
+			return (0);
+		c->kc_jlen = (uint16_t)(t.p - c->kc_json);
 	}
-	if (c->kc_jlen[part] != 0)
-		kk_put(o, at, c->kc_jlen[part]);
-	else
-		kk_jwrite(o, row, code, 0, NULL, first, last);
+	if (refused == NULL) {
+		kk_put(o, c->kc_json, c->kc_jlen);
+		return (1);
+	}
+	kk_put(o, c->kc_json, c->kc_jverdict);
+	kk_jwrite(o, row, code, 0, refused, kk_jverdict, kk_jrest);
+	kk_put(o, c->kc_json + c->kc_jrest, c->kc_jlen - c->kc_jrest);
+	return (1);
 }
 
 /*
  * One instruction's record: its row, at code (its bytes) and address; a
  * function-wide refusal (refused: the JSON text of its reason) makes every
  * record a refusal.  For a row from the cache, what depends on the bytes
- * alone (all but where it is and the verdict) is written once and kept in
- * the cache's slot.
+ * alone (all but where it is, and the verdict in a refused function) is
+ * written once and kept in the cache's slot.
  */
 static void
 kk_record(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
     uint64_t address, const char *refused)
 {
-	struct kk_cached *c;
+	long i;
 
-	c = row->kr_cache != 0 ? &kk_cache[row->kr_cache - 1] : NULL;
-	if (c != NULL && (c->kc_len != row->kr_len ||
-	    memcmp(c->kc_bytes, code, row->kr_len) != 0))
-		c = NULL;	/* the slot went to other bytes since */
-	if (c == NULL || kk_jverdict == kk_jplace) {
-		kk_jwrite(o, row, code, address, refused, 0, kk_njfields);
-		kk_put(o, "}", 1);
-		return;
-	}
 	kk_jwrite(o, row, code, address, refused, 0, kk_jplace);
-	kk_cached_fields(o, c, 0, row, code, kk_jplace, kk_jverdict);
-	kk_jwrite(o, row, code, address, refused, kk_jverdict, kk_jrest);
-	kk_cached_fields(o, c, 1, row, code, kk_jrest, kk_njfields);
+	i = (long)row->kr_cache - 1;
+	/* The slot may have gone to other bytes since. */
+	if (i >= 0 && kk_cache_holds(i, code, row->kr_len) &&
+	    kk_cached_record(o, &kk_cache[i], row, code, refused))
+		return;
+	kk_jwrite(o, row, code, address, refused, kk_jplace, kk_njfields);
 	kk_put(o, "}", 1);
 }
 
