@@ -27,6 +27,13 @@ kk_dbp_among(const char *s, const char *const *list)
 	return (0);
 }
 
+const char *const *
+kk_dbp_mnemonics(unsigned kind)
+{
+
+	return (kind < kk_dbp_nkinds ? kk_dbp_kind_mnemonics[kind] : NULL);
+}
+
 int
 kk_isa_open(void)
 {
@@ -60,15 +67,17 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	return (KK_NEXT);
 }
 
-static inline int
-kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
+/* The ISA's step (kk_host.h): a function at a misaligned address is Python's. */
+int
+kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
     uint64_t address, int text, struct kk_row *row)
 {
 	const uint8_t *p;
 	uint64_t a;
 	size_t n, ilen;
-	int rv;
 
+	if (off == 0 && address % KINST_INSN_ALIGN != 0)
+		return (KK_DEFER);
 	p = code + off;
 	ilen = (size_t)kinst_core_length(p);
 	if (ilen == 0 || off + ilen > len || off + ilen > limit ||
@@ -86,33 +95,6 @@ kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
 	    kk_insn->size != ilen)
 		return (KK_DEFER);	/* undecodable: Python says so */
-	rv = kk_isa_classify(code + off, ilen, address + off,
-	    kk_insn->mnemonic, kk_insn->op_str, row);
-	if (rv != KK_NEXT)
-		return (rv);
-	row->kr_off = (uint32_t)off;
-	kk_cache_add(code + off, ilen, row);
-	if (text == KK_TEXT_NONE)
-		row->kr_text = KK_NO_TEXT;
-	return (KK_NEXT);
-}
-
-int
-kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text, struct kk_row *rows, size_t cap, size_t *n)
-{
-	size_t off;
-	int rv;
-
-	*n = 0;
-	if (address % KINST_INSN_ALIGN != 0)
-		return (KK_DEFER);
-	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
-		if (*n == cap)
-			return (KK_FULL);
-		rv = kk_step(code, len, off, limit, address, text, rows);
-		if (rv != KK_NEXT)
-			return (rv);
-	}
-	return (KK_NEXT);
+	return (kk_decoded_row(code, off, ilen, address, text, 1,
+	    kk_insn->mnemonic, kk_insn->op_str, row));
 }

@@ -33,6 +33,14 @@ int	kk_dbp_agrees(const struct kinst_md *, int, uint64_t, const char *,
 	    const char *);
 void	kk_dbp_verdict(struct kk_row *, int, uint64_t);
 
+/*
+ * capstone's mnemonics (a NULL-terminated list) of each kind of the core
+ * that has its own, by kind, kk_dbp_nkinds of them; and the lookup.
+ */
+extern const char *const *const kk_dbp_kind_mnemonics[];
+extern const unsigned kk_dbp_nkinds;
+const char *const *kk_dbp_mnemonics(unsigned);
+
 /* Is 's' one of the NULL-terminated 'list'? */
 int	kk_dbp_among(const char *, const char *const *);
 

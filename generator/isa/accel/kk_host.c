@@ -345,6 +345,24 @@ kk_cache_slot(const uint8_t *b, size_t len)
 	return ((long)(h & (KK_CACHE_SLOTS - 1)));
 }
 
+/*
+ * Ask for n bytes at p to be in the CPU's cache: a walk's cached JSON is
+ * read when its function is written, after the whole walk.
+ */
+static inline void
+kk_prefetch(const char *p, size_t n)
+{
+#ifdef __GNUC__
+	size_t i;
+
+	for (i = 0; i < n; i += 64)
+		__builtin_prefetch(p + i);
+#else
+	(void)p;
+	(void)n;
+#endif
+}
+
 /* Whether slot i holds the bytes b[0, len). */
 static int
 kk_cache_holds(long i, const uint8_t *b, size_t len)
@@ -368,6 +386,8 @@ kk_cache_get(const uint8_t *b, size_t len, int text, struct kk_row *row)
 	if (text && c->kc_tlen == 0)
 		return (0);
 	*row = c->kc_row;
+	if (text)
+		kk_prefetch(c->kc_json, c->kc_jlen);
 	row->kr_text = text ? KK_SLOT_TEXT : KK_NO_TEXT;
 	row->kr_cache = (uint32_t)i + 1;
 	c->kc_epoch = kk_epoch;
@@ -409,6 +429,31 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 	row->kr_cache = (uint32_t)i + 1;
 }
 
+/*
+ * The row of the instruction code[off, off + len) of a function at
+ * 'address' from capstone's text for it (kk_isa_classify()), kept in the
+ * cache when 'cache' allows, with its text when 'text' asks: KK_NEXT, or
+ * kk_isa_classify()'s KK_ERROR.
+ */
+int
+kk_decoded_row(const uint8_t *code, size_t off, size_t len, uint64_t address,
+    int text, int cache, const char *mnemonic, const char *operands,
+    struct kk_row *row)
+{
+	int rv;
+
+	rv = kk_isa_classify(code + off, len, address + off, mnemonic,
+	    operands, row);
+	if (rv != KK_NEXT)
+		return (rv);
+	row->kr_off = (uint32_t)off;
+	if (cache)
+		kk_cache_add(code + off, len, row);
+	if (text == KK_TEXT_NONE)
+		row->kr_text = KK_NO_TEXT;
+	return (KK_NEXT);
+}
+
 /* A function's rows, reused from one function to the next. */
 static struct kk_row *kk_rows;
 static size_t kk_nrows, kk_rcap;
@@ -424,21 +469,28 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
     int text)
 {
 	struct kk_row *p;
+	size_t off;
 	int rv;
 
-	for (;;) {
-		kk_text_reset();
-		kk_epoch++;
-		rv = kk_isa_walk(code, len, limit, address, text, kk_rows,
-		    kk_rcap, &kk_nrows);
-		if (rv != KK_FULL)
+	kk_text_reset();
+	kk_epoch++;
+	kk_nrows = 0;
+	for (off = 0; off < limit; off += kk_rows[kk_nrows++].kr_len) {
+		if (kk_nrows == kk_rcap) {
+			if ((p = realloc(kk_rows, (kk_rcap != 0 ? 2 * kk_rcap :
+			    4096) * sizeof(*p))) == NULL)
+				return (KK_DEFER);
+			kk_rows = p;
+			kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
+		}
+		rv = kk_isa_step(code, len, off, limit, address, text,
+		    &kk_rows[kk_nrows]);
+		if (rv != KK_NEXT)
 			return (rv);
-		if ((p = realloc(kk_rows, (kk_rcap != 0 ? 2 * kk_rcap : 4096) *
-		    sizeof(*p))) == NULL)
-			return (KK_DEFER);
-		kk_rows = p;
-		kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
+		if (off + kk_rows[kk_nrows].kr_len > limit)
+			return (KK_DEFER);	/* past the symbol's end */
 	}
+	return (KK_NEXT);
 }
 
 /*
@@ -711,24 +763,23 @@ kk_puts(struct kk_out *o, const char *s)
 	kk_put(o, s, strlen(s));
 }
 
-/* Decimal text of v, as Python's str() writes an int: two digits a step. */
-static void
-kk_uint(struct kk_out *o, unsigned long long v)
+/*
+ * Decimal text of v, as Python's str() writes an int, two digits a step:
+ * right-aligned in buf[0, KK_DEC), from the returned index.
+ */
+#define	KK_DEC	24
+
+static unsigned
+kk_utoa(char *buf, unsigned long long v)
 {
 	static const char pairs[] =
 	    "00010203040506070809101112131415161718192021222324252627282930"
 	    "31323334353637383940414243444546474849505152535455565758596061"
 	    "62636465666768697071727374757677787980818283848586878889909192"
 	    "93949596979899";
-	char buf[24];
-	int i;
+	unsigned i;
 
-	if (v < 10) {		/* most fields of a record */
-		buf[0] = (char)('0' + v);
-		kk_put(o, buf, 1);
-		return;
-	}
-	i = sizeof(buf);
+	i = KK_DEC;
 	while (v >= 100) {
 		i -= 2;
 		memcpy(buf + i, pairs + 2 * (v % 100), 2);
@@ -739,8 +790,65 @@ kk_uint(struct kk_out *o, unsigned long long v)
 		memcpy(buf + i, pairs + 2 * v, 2);
 	} else
 		buf[--i] = (char)('0' + v);
-	kk_put(o, buf + i, sizeof(buf) - (size_t)i);
+	return (i);
 }
+
+static void
+kk_uint(struct kk_out *o, unsigned long long v)
+{
+	char buf[KK_DEC];
+	unsigned i;
+
+	if (v < 10) {		/* most fields of a record */
+		buf[0] = (char)('0' + v);
+		kk_put(o, buf, 1);
+		return;
+	}
+	i = kk_utoa(buf, v);
+	if (i < KK_DEC)		/* always: says so to the compiler */
+		kk_put(o, buf + i, KK_DEC - i);
+}
+
+/*
+ * A number kept as its decimal text, for where each record of a function
+ * is: the next record's offset and address are the last ones plus the
+ * last instruction's length, a carry or two rather than a whole number
+ * written anew.
+ */
+struct kk_dec {
+	char		kd_buf[KK_DEC];
+	unsigned	kd_at;		/* its digits: kd_buf[kd_at, KK_DEC) */
+};
+
+static void
+kk_dec_set(struct kk_dec *d, unsigned long long v)
+{
+
+	d->kd_at = kk_utoa(d->kd_buf, v);
+}
+
+/* d += n, in decimal (d + n must not pass 2^64 - 1). */
+static void
+kk_dec_add(struct kk_dec *d, unsigned long long n)
+{
+	unsigned i, v, carry;
+
+	for (i = KK_DEC, carry = 0; n != 0 || carry != 0; n /= 10) {
+		if (--i < d->kd_at) {
+			d->kd_buf[i] = '0';
+			d->kd_at = i;
+		}
+		v = (unsigned)(d->kd_buf[i] - '0') + (unsigned)(n % 10) + carry;
+		carry = v >= 10;
+		d->kd_buf[i] = (char)('0' + (carry ? v - 10 : v));
+	}
+}
+
+/* Where a record is: its offset in its function and its address. */
+struct kk_place {
+	struct kk_dec	kp_off;
+	struct kk_dec	kp_addr;
+};
 
 static void
 kk_int(struct kk_out *o, long long v)
@@ -753,23 +861,25 @@ kk_int(struct kk_out *o, long long v)
 		kk_uint(o, (unsigned long long)v);
 }
 
-/* The bytes b[0, n) in hex (n is at most KK_HEX_MAX). */
+/* The bytes b[0, n) in hex, as a JSON string (n is at most KK_HEX_MAX). */
 #define	KK_HEX_MAX	32
 
 static void
 kk_hex(struct kk_out *o, const uint8_t *b, size_t n)
 {
 	static const char digits[] = "0123456789abcdef";
-	char buf[2 * KK_HEX_MAX];
+	char buf[2 * KK_HEX_MAX + 2];
 	size_t i;
 
 	if (n > KK_HEX_MAX)
 		n = KK_HEX_MAX;
+	buf[0] = '"';
 	for (i = 0; i < n; i++) {
-		buf[2 * i] = digits[b[i] >> 4];
-		buf[2 * i + 1] = digits[b[i] & 15];
+		buf[2 * i + 1] = digits[b[i] >> 4];
+		buf[2 * i + 2] = digits[b[i] & 15];
 	}
-	kk_put(o, buf, 2 * n);
+	buf[2 * n + 1] = '"';
+	kk_put(o, buf, 2 * n + 2);
 }
 
 /* The text of s as json.dumps writes it (ensure_ascii), without quotes. */
@@ -884,13 +994,15 @@ kk_field_int(const uint8_t *p, uint32_t size, int sign)
 }
 
 /*
- * One instruction's record: its row, at code (its bytes) and address; a
- * function-wide refusal (refused: the JSON text of its reason) makes every
- * record a refusal.
+ * Fields [first, last) of an instruction's record: its row, at code (its
+ * bytes) and at pl (NULL when no field says where it is); a function-wide
+ * refusal (refused: the JSON text of its reason) makes every record a
+ * refusal.
  */
 static void
 kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
-    uint64_t address, const char *refused, unsigned first, unsigned last)
+    const struct kk_place *pl, const char *refused, unsigned first,
+    unsigned last)
 {
 	const struct kk_jfield *f;
 	const struct kk_word *w;
@@ -904,18 +1016,18 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 		kk_put(o, f->kj_key, kk_jkeylen[i]);
 		switch (f->kj_source) {
 		case KK_S_OFFSET:
-			kk_uint(o, row->kr_off);
+			kk_put(o, pl->kp_off.kd_buf + pl->kp_off.kd_at,
+			    KK_DEC - pl->kp_off.kd_at);
 			break;
 		case KK_S_ADDRESS:
-			kk_uint(o, address);
+			kk_put(o, pl->kp_addr.kd_buf + pl->kp_addr.kd_at,
+			    KK_DEC - pl->kp_addr.kd_at);
 			break;
 		case KK_S_LENGTH:
 			kk_uint(o, row->kr_len);
 			break;
 		case KK_S_BYTES:
-			kk_put(o, "\"", 1);
 			kk_hex(o, code, row->kr_len);
-			kk_put(o, "\"", 1);
 			break;
 		case KK_S_MNEMONIC:
 		case KK_S_OPERANDS:
@@ -961,9 +1073,7 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 				    f->kj_type == KK_J_SINT));
 				break;
 			case KK_J_HEX:
-				kk_put(o, "\"", 1);
 				kk_hex(o, p, f->kj_size);
-				kk_put(o, "\"", 1);
 				break;
 			case KK_J_BOOL:
 				kk_puts(o, *p != 0 ? "true" : "false");
@@ -1001,11 +1111,11 @@ kk_cached_record(struct kk_out *o, struct kk_cached *c,
 		t.end = c->kc_json + sizeof(c->kc_json);
 		t.full = 0;
 		t.ascii = 1;
-		kk_jwrite(&t, row, code, 0, NULL, kk_jplace, kk_jverdict);
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jplace, kk_jverdict);
 		c->kc_jverdict = (uint16_t)(t.p - c->kc_json);
-		kk_jwrite(&t, row, code, 0, NULL, kk_jverdict, kk_jrest);
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jverdict, kk_jrest);
 		c->kc_jrest = (uint16_t)(t.p - c->kc_json);
-		kk_jwrite(&t, row, code, 0, NULL, kk_jrest, kk_njfields);
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jrest, kk_njfields);
 		kk_put(&t, "}", 1);
 		if (t.full || !t.ascii)
 			return (0);
@@ -1016,13 +1126,13 @@ kk_cached_record(struct kk_out *o, struct kk_cached *c,
 		return (1);
 	}
 	kk_put(o, c->kc_json, c->kc_jverdict);
-	kk_jwrite(o, row, code, 0, refused, kk_jverdict, kk_jrest);
+	kk_jwrite(o, row, code, NULL, refused, kk_jverdict, kk_jrest);
 	kk_put(o, c->kc_json + c->kc_jrest, c->kc_jlen - c->kc_jrest);
 	return (1);
 }
 
 /*
- * One instruction's record: its row, at code (its bytes) and address; a
+ * One instruction's record: its row, at code (its bytes) and pl; a
  * function-wide refusal (refused: the JSON text of its reason) makes every
  * record a refusal.  For a row from the cache, what depends on the bytes
  * alone (all but where it is, and the verdict in a refused function) is
@@ -1030,17 +1140,19 @@ kk_cached_record(struct kk_out *o, struct kk_cached *c,
  */
 static void
 kk_record(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
-    uint64_t address, const char *refused)
+    const struct kk_place *pl, const char *refused)
 {
 	long i;
 
-	kk_jwrite(o, row, code, address, refused, 0, kk_jplace);
+	kk_jwrite(o, row, code, pl, refused, 0, kk_jplace);
+	/*
+	 * Its slot still holds its bytes: a walk's rows keep their slots
+	 * (kc_epoch) until the next walk, and a function is written before.
+	 */
 	i = (long)row->kr_cache - 1;
-	/* The slot may have gone to other bytes since. */
-	if (i >= 0 && kk_cache_holds(i, code, row->kr_len) &&
-	    kk_cached_record(o, &kk_cache[i], row, code, refused))
+	if (i >= 0 && kk_cached_record(o, &kk_cache[i], row, code, refused))
 		return;
-	kk_jwrite(o, row, code, address, refused, kk_jplace, kk_njfields);
+	kk_jwrite(o, row, code, pl, refused, kk_jplace, kk_njfields);
 	kk_put(o, "}", 1);
 }
 
@@ -1057,9 +1169,11 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
     const char *prologue, const char *head_ok, const char *head_refused,
     const char *tail, int *eligible)
 {
+	struct kk_place pl;
 	const char *refused;
 	size_t i;
-	int rv;
+	uint32_t off;
+	int rv, wraps;
 
 	if ((rv = kk_walk(code, len, limit, address, KK_TEXT_ALL)) != KK_NEXT)
 		return (rv);
@@ -1070,11 +1184,22 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 	*eligible = refused == NULL;
 	if (*eligible ? head_ok != NULL : head_refused != NULL)
 		kk_puts(o, *eligible ? head_ok : head_refused);
+	/* Counted in decimal where no address passes 2^64 - 1. */
+	wraps = address + limit < address;
 	for (i = 0; i < kk_nrows; i++) {
-		if (i > 0)
+		off = kk_rows[i].kr_off;
+		if (i > 0) {
 			kk_put(o, ",", 1);
-		kk_record(o, &kk_rows[i], code + kk_rows[i].kr_off,
-		    address + kk_rows[i].kr_off, refused);
+			kk_dec_add(&pl.kp_off, off - kk_rows[i - 1].kr_off);
+			if (wraps)
+				kk_dec_set(&pl.kp_addr, address + off);
+			else
+				kk_dec_add(&pl.kp_addr, off - kk_rows[i - 1].kr_off);
+		} else {
+			kk_dec_set(&pl.kp_off, off);
+			kk_dec_set(&pl.kp_addr, address + off);
+		}
+		kk_record(o, &kk_rows[i], code + off, &pl, refused);
 	}
 	if (tail != NULL)
 		kk_puts(o, tail);

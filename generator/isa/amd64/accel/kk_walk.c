@@ -198,6 +198,42 @@ kk_cross_check(const char *ops, int rip_modrm, long long disp)
 	return ((neg ? -v : v) == disp);
 }
 
+/*
+ * Whether capstone's operands may name an address, so that the same bytes
+ * elsewhere print differently: capstone prints a relative branch's target
+ * as a bare number (hex, or decimal below 10).  Any operand that is a bare
+ * number says yes (an absolute memory operand too, which costs only a
+ * cache entry); a displacement before its parenthesis, an immediate ($)
+ * and a register do not.
+ */
+static int
+kk_prints_address(const char *ops)
+{
+	const char *p;
+	int depth;
+
+	for (p = ops; *p != '\0';) {
+		if (*p == '*')
+			p++;
+		if (*p == '-')
+			p++;
+		if (*p >= '0' && *p <= '9') {
+			while ((*p >= '0' && *p <= '9') ||
+			    (*p >= 'a' && *p <= 'f') || *p == 'x')
+				p++;
+			if (*p != '(')
+				return (1);
+		}
+		/* On to the next operand, past any parenthesis. */
+		for (depth = 0; *p != '\0' && (*p != ',' || depth > 0); p++)
+			depth += (*p == '(') - (*p == ')');
+		if (*p == ',')
+			for (p++; *p == ' '; p++)
+				;
+	}
+	return (0);
+}
+
 static int
 kk_ends(const char *s, const char *suffix)
 {
@@ -308,8 +344,7 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	if ((rip || strstr(operands, "ip)") != NULL) &&
 	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
 		return (KK_ERROR);
-	/* capstone prints a relative operand's address: not cacheable. */
-	if (operands[0] == '0' && operands[1] == 'x')
+	if (kk_prints_address(operands))
 		row->kr_flags &= ~KK_R_CACHEABLE;
 	row->kr_text = kk_text_add(mnemonic, operands, base);
 	return (KK_NEXT);
@@ -326,19 +361,15 @@ kk_is_fixed(const char *mnemonic)
 	return (0);
 }
 
-/*
- * The instruction at code[off, len) of a function whose own bytes end at
- * limit, at address, into *row: KK_NEXT, KK_DEFER or KK_ERROR.
- */
-static inline int
-kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
+/* The ISA's step (kk_host.h). */
+int
+kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
     uint64_t address, int text, struct kk_row *row)
 {
 	const uint8_t *p;
 	uint64_t a;
 	size_t n, tlen;
 	unsigned attr;
-	int rv;
 
 	p = code + off;
 	tlen = kk_table_length(p, limit - off, &attr);
@@ -382,36 +413,9 @@ kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	    kk_ends(kk_insn->op_str, "%gs") ||
 	    strncmp(kk_insn->mnemonic, "lgs", 3) == 0)
 		return (KK_DEFER);
-	rv = kk_isa_classify(code + off, kk_insn->size, address + off,
-	    kk_insn->mnemonic, kk_insn->op_str, row);
-	if (rv != KK_NEXT)
-		return (rv);
-	row->kr_off = (uint32_t)off;
-	if (tlen == kk_insn->size)
-		kk_cache_add(code + off, tlen, row);
-	if (text == KK_TEXT_NONE)
-		row->kr_text = KK_NO_TEXT;
-	return (KK_NEXT);
-}
-
-int
-kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text, struct kk_row *rows, size_t cap, size_t *n)
-{
-	size_t off;
-	int rv;
-
-	*n = 0;
-	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
-		if (*n == cap)
-			return (KK_FULL);
-		rv = kk_step(code, len, off, limit, address, text, rows);
-		if (rv != KK_NEXT)
-			return (rv);
-		if (off + rows->kr_len > limit)
-			return (KK_DEFER);	/* past the symbol's end */
-	}
-	return (KK_NEXT);
+	/* Kept by its bytes where the table reads the same length. */
+	return (kk_decoded_row(code, off, kk_insn->size, address, text,
+	    tlen == kk_insn->size, kk_insn->mnemonic, kk_insn->op_str, row));
 }
 
 /*

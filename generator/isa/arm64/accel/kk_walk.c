@@ -81,31 +81,19 @@ static const char *const kk_m_br[] = { "br", "blr", "ret", NULL };
 static const char *const kk_m_pcrel[] = { "b", "bl", "cbz", "cbnz", "tbz",
 	"tbnz", "adr", "adrp", "br", "blr", "ret", NULL };
 
-static const char *const *
-kk_mnemonics(unsigned kind)
-{
-
-	switch (kind) {
-	case KINST_K_B:
-		return (kk_m_b);
-	case KINST_K_BL:
-		return (kk_m_bl);
-	case KINST_K_CBZ:
-		return (kk_m_cbz);
-	case KINST_K_TBZ:
-		return (kk_m_tbz);
-	case KINST_K_ADR:
-		return (kk_m_adr);
-	case KINST_K_ADRP:
-		return (kk_m_adrp);
-	case KINST_K_LDR_LITERAL:
-		return (kk_m_ldr);
-	case KINST_K_BR_REG:
-		return (kk_m_br);
-	default:
-		return (NULL);
-	}
-}
+/* capstone's mnemonics of each kind that has them, for kk_dbp_mnemonics(). */
+const char *const *const kk_dbp_kind_mnemonics[] = {
+	[KINST_K_B] = kk_m_b,
+	[KINST_K_BL] = kk_m_bl,
+	[KINST_K_CBZ] = kk_m_cbz,
+	[KINST_K_TBZ] = kk_m_tbz,
+	[KINST_K_ADR] = kk_m_adr,
+	[KINST_K_ADRP] = kk_m_adrp,
+	[KINST_K_LDR_LITERAL] = kk_m_ldr,
+	[KINST_K_BR_REG] = kk_m_br,
+};
+const unsigned kk_dbp_nkinds = sizeof(kk_dbp_kind_mnemonics) /
+    sizeof(kk_dbp_kind_mnemonics[0]);
 
 /* The "#0x..." or "#-N" capstone prints last, as an address; 0: none. */
 static int
@@ -158,7 +146,7 @@ kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
 
 	(void)rf;	/* a refused word's kind is still checked */
 	kind = md->km_kind;
-	names = kk_mnemonics(kind);
+	names = kk_dbp_mnemonics(kind);
 	if (kind == KINST_K_BCOND) {
 		if (strncmp(mnemonic, "b.", 2) != 0 &&
 		    strncmp(mnemonic, "bc.", 3) != 0)

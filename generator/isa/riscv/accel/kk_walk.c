@@ -36,29 +36,18 @@ static const char *const kk_m_c_jr[] = { "c.jr", "c.jalr", NULL };
 static const char *const *const kk_m_all[] = { kk_m_jal, kk_m_jalr,
 	kk_m_branch, kk_m_auipc, kk_m_c_j, kk_m_c_branch, kk_m_c_jr, NULL };
 
-static const char *const *
-kk_mnemonics(unsigned kind)
-{
-
-	switch (kind) {
-	case KINST_K_JAL:
-		return (kk_m_jal);
-	case KINST_K_JALR:
-		return (kk_m_jalr);
-	case KINST_K_BRANCH:
-		return (kk_m_branch);
-	case KINST_K_AUIPC:
-		return (kk_m_auipc);
-	case KINST_K_C_J:
-		return (kk_m_c_j);
-	case KINST_K_C_BRANCH:
-		return (kk_m_c_branch);
-	case KINST_K_C_JR:
-		return (kk_m_c_jr);
-	default:
-		return (NULL);
-	}
-}
+/* capstone's mnemonics of each kind that has them, for kk_dbp_mnemonics(). */
+const char *const *const kk_dbp_kind_mnemonics[] = {
+	[KINST_K_JAL] = kk_m_jal,
+	[KINST_K_JALR] = kk_m_jalr,
+	[KINST_K_BRANCH] = kk_m_branch,
+	[KINST_K_AUIPC] = kk_m_auipc,
+	[KINST_K_C_J] = kk_m_c_j,
+	[KINST_K_C_BRANCH] = kk_m_c_branch,
+	[KINST_K_C_JR] = kk_m_c_jr,
+};
+const unsigned kk_dbp_nkinds = sizeof(kk_dbp_kind_mnemonics) /
+    sizeof(kk_dbp_kind_mnemonics[0]);
 
 /* Does the kind branch by an offset capstone prints, to a target? */
 static int
@@ -130,7 +119,7 @@ kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
 
 	(void)address;	/* capstone prints offsets */
 	kind = rf != 0 ? KINST_K_TRAMPOLINE : md->km_kind;
-	names = kk_mnemonics(kind);
+	names = kk_dbp_mnemonics(kind);
 	if (names != NULL && !kk_dbp_among(mnemonic, names))
 		return (0);
 	if (names == NULL) {
