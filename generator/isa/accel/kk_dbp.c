@@ -14,9 +14,6 @@
 
 #include "kk_dbp.h"
 
-static csh kk_cs;
-static cs_insn *kk_insn;
-
 int
 kk_dbp_among(const char *s, const char *const *list)
 {
@@ -35,15 +32,10 @@ kk_dbp_mnemonics(unsigned kind)
 }
 
 int
-kk_isa_open(void)
+kk_isa_open(csh *cs)
 {
 
-	if (kk_insn != NULL)
-		return (0);
-	if (cs_open(kk_dbp_arch, kk_dbp_mode, &kk_cs) != CS_ERR_OK ||
-	    (kk_insn = cs_malloc(kk_cs)) == NULL)
-		return (-1);
-	return (0);
+	return (cs_open(kk_dbp_arch, kk_dbp_mode, cs) == CS_ERR_OK ? 0 : -1);
 }
 
 int
@@ -72,9 +64,9 @@ int
 kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
     uint64_t address, int text, struct kk_row *row)
 {
+	const cs_insn *insn;
 	const uint8_t *p;
-	uint64_t a;
-	size_t n, ilen;
+	size_t ilen;
 
 	if (off == 0 && address % KINST_INSN_ALIGN != 0)
 		return (KK_DEFER);
@@ -90,11 +82,9 @@ kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 			    (uint64_t)row->kr_md.km_imm;
 		return (KK_NEXT);
 	}
-	n = len - off;
-	a = address + off;
-	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
-	    kk_insn->size != ilen)
+	if ((insn = kk_decode(code, len, off, address)) == NULL ||
+	    insn->size != ilen)
 		return (KK_DEFER);	/* undecodable: Python says so */
 	return (kk_decoded_row(code, off, ilen, address, text, 1,
-	    kk_insn->mnemonic, kk_insn->op_str, row));
+	    insn->mnemonic, insn->op_str, row));
 }

@@ -21,6 +21,10 @@
 
 static int kk_words(void);
 
+/* capstone, opened for the ISA (kk_isa_open()), and its one instruction. */
+static csh kk_cs;
+static cs_insn *kk_insn;
+
 /* What Python gave kk_init(); Python keeps it alive. */
 /* A refusal's reason: what the ISA's step puts first (the mnemonic), this, the text. */
 #define	KK_REASON_JOIN	": "
@@ -179,7 +183,10 @@ kk_init(const char *const *reasons, unsigned nreasons,
 		;
 	if (kk_words() != 0)
 		return (-1);
-	return (kk_isa_open());
+	if (kk_insn == NULL && (kk_isa_open(&kk_cs) != 0 ||
+	    (kk_insn = cs_malloc(kk_cs)) == NULL))
+		return (-1);
+	return (0);
 }
 
 /* The text of reason code 'code' (what follows the mnemonic). */
@@ -427,6 +434,24 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 	c->kc_jlen = 0;
 	c->kc_epoch = kk_epoch;
 	row->kr_cache = (uint32_t)i + 1;
+}
+
+/*
+ * capstone's reading of the instruction at code[off, len), of a function
+ * at 'address' (valid until the next call), or NULL when it cannot decode
+ * it.
+ */
+const cs_insn *
+kk_decode(const uint8_t *code, size_t len, size_t off, uint64_t address)
+{
+	const uint8_t *p;
+	size_t n;
+	uint64_t a;
+
+	p = code + off;
+	n = len - off;
+	a = address + off;
+	return (cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ? kk_insn : NULL);
 }
 
 /*
@@ -1094,15 +1119,43 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 }
 
 /*
+ * A function's refusal (kv_json: the JSON text of its reason, or NULL
+ * when it is not refused).  A refused function's records all say the same
+ * verdict, which is written once (kv_n bytes of kv_text; 0: not, when it
+ * does not fit) and pasted.
+ */
+#define	KK_REFUSAL_MAX	512
+
+struct kk_refusal {
+	const char	*kv_json;
+	size_t		 kv_n;
+	char		 kv_text[KK_REFUSAL_MAX];
+};
+
+/* The verdict fields of the record of row, in a function refused as rf says. */
+static void
+kk_verdict(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
+    const struct kk_refusal *rf)
+{
+
+	if (rf->kv_n != 0)
+		kk_put(o, rf->kv_text, rf->kv_n);
+	else
+		kk_jwrite(o, row, code, NULL, rf->kv_json, kk_jverdict,
+		    kk_jrest);
+}
+
+/*
  * The fields of a cached row after where it is, as a function that is not
  * refused writes them, written once into its slot (with the closing brace)
  * and pasted from there; in a refused function, the verdict between is
- * written anew.  0 when the slot cannot hold them (the caller writes the
+ * the function's.  0 when the slot cannot hold them (the caller writes the
  * record).
  */
 static int
 kk_cached_record(struct kk_out *o, struct kk_cached *c,
-    const struct kk_row *row, const uint8_t *code, const char *refused)
+    const struct kk_row *row, const uint8_t *code,
+    const struct kk_refusal *rf)
 {
 	struct kk_out t;
 
@@ -1121,38 +1174,39 @@ kk_cached_record(struct kk_out *o, struct kk_cached *c,
 			return (0);
 		c->kc_jlen = (uint16_t)(t.p - c->kc_json);
 	}
-	if (refused == NULL) {
+	if (rf->kv_json == NULL) {
 		kk_put(o, c->kc_json, c->kc_jlen);
 		return (1);
 	}
 	kk_put(o, c->kc_json, c->kc_jverdict);
-	kk_jwrite(o, row, code, NULL, refused, kk_jverdict, kk_jrest);
+	kk_verdict(o, row, code, rf);
 	kk_put(o, c->kc_json + c->kc_jrest, c->kc_jlen - c->kc_jrest);
 	return (1);
 }
 
 /*
- * One instruction's record: its row, at code (its bytes) and pl; a
- * function-wide refusal (refused: the JSON text of its reason) makes every
- * record a refusal.  For a row from the cache, what depends on the bytes
- * alone (all but where it is, and the verdict in a refused function) is
- * written once and kept in the cache's slot.
+ * One instruction's record: its row, at code (its bytes) and pl, in a
+ * function refused as rf says.  For a row from the cache, what depends on
+ * the bytes alone (all but where it is, and the verdict in a refused
+ * function) is written once and kept in the cache's slot.
  */
 static void
 kk_record(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
-    const struct kk_place *pl, const char *refused)
+    const struct kk_place *pl, const struct kk_refusal *rf)
 {
 	long i;
 
-	kk_jwrite(o, row, code, pl, refused, 0, kk_jplace);
+	kk_jwrite(o, row, code, pl, NULL, 0, kk_jplace);
 	/*
 	 * Its slot still holds its bytes: a walk's rows keep their slots
 	 * (kc_epoch) until the next walk, and a function is written before.
 	 */
 	i = (long)row->kr_cache - 1;
-	if (i >= 0 && kk_cached_record(o, &kk_cache[i], row, code, refused))
+	if (i >= 0 && kk_cached_record(o, &kk_cache[i], row, code, rf))
 		return;
-	kk_jwrite(o, row, code, pl, refused, kk_jplace, kk_njfields);
+	kk_jwrite(o, row, code, pl, NULL, kk_jplace, kk_jverdict);
+	kk_verdict(o, row, code, rf);
+	kk_jwrite(o, row, code, pl, NULL, kk_jrest, kk_njfields);
 	kk_put(o, "}", 1);
 }
 
@@ -1169,7 +1223,9 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
     const char *prologue, const char *head_ok, const char *head_refused,
     const char *tail, int *eligible)
 {
+	struct kk_refusal rf;
 	struct kk_place pl;
+	struct kk_out t;
 	const char *refused;
 	size_t i;
 	uint32_t off;
@@ -1184,6 +1240,18 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 	*eligible = refused == NULL;
 	if (*eligible ? head_ok != NULL : head_refused != NULL)
 		kk_puts(o, *eligible ? head_ok : head_refused);
+	rf.kv_json = refused;
+	rf.kv_n = 0;
+	if (refused != NULL && kk_nrows > 0) {
+		t.p = rf.kv_text;
+		t.end = rf.kv_text + sizeof(rf.kv_text);
+		t.full = 0;
+		t.ascii = 1;
+		kk_jwrite(&t, &kk_rows[0], code, NULL, refused, kk_jverdict,
+		    kk_jrest);
+		if (!t.full && t.ascii)
+			rf.kv_n = (size_t)(t.p - rf.kv_text);
+	}
 	/* Counted in decimal where no address passes 2^64 - 1. */
 	wraps = address + limit < address;
 	for (i = 0; i < kk_nrows; i++) {
@@ -1199,7 +1267,7 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 			kk_dec_set(&pl.kp_off, off);
 			kk_dec_set(&pl.kp_addr, address + off);
 		}
-		kk_record(o, &kk_rows[i], code + off, &pl, refused);
+		kk_record(o, &kk_rows[i], code + off, &pl, &rf);
 	}
 	if (tail != NULL)
 		kk_puts(o, tail);

@@ -26,8 +26,6 @@
 #include "kk_host.h"
 #include "kk_opmap.inc"
 
-static csh kk_cs;
-static cs_insn *kk_insn;
 static unsigned long kk_decoded;	/* instructions capstone decoded here */
 
 /* From tables.py (kk_amd64_init()). */
@@ -55,15 +53,13 @@ kk_amd64_init(unsigned ss_reason, int prologue_opcode,
 	kk_nfixed = nfixed;
 }
 
+/* capstone for x86-64, in AT&T syntax (what tables.py's names are in). */
 int
-kk_isa_open(void)
+kk_isa_open(csh *cs)
 {
 
-	if (kk_insn != NULL)
-		return (0);
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, &kk_cs) != CS_ERR_OK ||
-	    cs_option(kk_cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK ||
-	    (kk_insn = cs_malloc(kk_cs)) == NULL)
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, cs) != CS_ERR_OK ||
+	    cs_option(*cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK)
 		return (-1);
 	return (0);
 }
@@ -366,9 +362,9 @@ int
 kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
     uint64_t address, int text, struct kk_row *row)
 {
+	const cs_insn *insn;
 	const uint8_t *p;
-	uint64_t a;
-	size_t n, tlen;
+	size_t tlen;
 	unsigned attr;
 
 	p = code + off;
@@ -406,16 +402,13 @@ kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	}
 	/* capstone: text, or what the table does not know. */
 	kk_decoded++;
-	n = len - off;
-	a = address + off;
-	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
-	    kk_is_fixed(kk_insn->mnemonic) ||
-	    kk_ends(kk_insn->op_str, "%gs") ||
-	    strncmp(kk_insn->mnemonic, "lgs", 3) == 0)
+	if ((insn = kk_decode(code, len, off, address)) == NULL ||
+	    kk_is_fixed(insn->mnemonic) || kk_ends(insn->op_str, "%gs") ||
+	    strncmp(insn->mnemonic, "lgs", 3) == 0)
 		return (KK_DEFER);
 	/* Kept by its bytes where the table reads the same length. */
-	return (kk_decoded_row(code, off, kk_insn->size, address, text,
-	    tlen == kk_insn->size, kk_insn->mnemonic, kk_insn->op_str, row));
+	return (kk_decoded_row(code, off, insn->size, address, text,
+	    tlen == insn->size, insn->mnemonic, insn->op_str, row));
 }
 
 /*
