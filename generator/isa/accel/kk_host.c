@@ -234,8 +234,8 @@ kk_name_reason(const char *name)
 #define	KK_SLOT_TEXT	0xfffffffeu	/* kr_text: in the row's cache slot */
 
 struct kk_ckey {
-	uint8_t		kk_len;		/* 0: empty */
-	uint8_t		kk_bytes[KINST_MAX_INSN];
+	uint8_t		ck_len;		/* 0: empty */
+	uint8_t		ck_bytes[KINST_MAX_INSN];
 };
 
 struct kk_cached {
@@ -375,8 +375,8 @@ static int
 kk_cache_holds(long i, const uint8_t *b, size_t len)
 {
 
-	return (kk_ckeys[i].kk_len == len &&
-	    memcmp(kk_ckeys[i].kk_bytes, b, len) == 0);
+	return (kk_ckeys[i].ck_len == len &&
+	    memcmp(kk_ckeys[i].ck_bytes, b, len) == 0);
 }
 
 /* The row of b[0, len) into *row, its text added when 'text' asks; 0: none kept. */
@@ -414,7 +414,7 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 	    (i = kk_cache_slot(b, len)) < 0)
 		return;
 	c = &kk_cache[i];
-	if (kk_ckeys[i].kk_len != 0 && c->kc_epoch == kk_epoch)
+	if (kk_ckeys[i].ck_len != 0 && c->kc_epoch == kk_epoch)
 		return;
 	n = 0;
 	if (row->kr_text != KK_NO_TEXT) {
@@ -427,8 +427,8 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 		memcpy(c->kc_text, t, n);
 	} else if (kk_cache_holds(i, b, len) && c->kc_tlen != 0)
 		return;		/* keep the entry that has text */
-	kk_ckeys[i].kk_len = (uint8_t)len;
-	memcpy(kk_ckeys[i].kk_bytes, b, len);
+	kk_ckeys[i].ck_len = (uint8_t)len;
+	memcpy(kk_ckeys[i].ck_bytes, b, len);
 	c->kc_row = *row;
 	c->kc_tlen = (uint16_t)n;
 	c->kc_jlen = 0;
@@ -493,29 +493,36 @@ static int
 kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
     int text)
 {
-	struct kk_row *p;
-	size_t off;
+	struct kk_row *p, *row;
+	size_t off, n;
 	int rv;
 
 	kk_text_reset();
 	kk_epoch++;
-	kk_nrows = 0;
-	for (off = 0; off < limit; off += kk_rows[kk_nrows++].kr_len) {
-		if (kk_nrows == kk_rcap) {
+	/* In locals: the step, in another file, could change any global. */
+	rv = KK_NEXT;
+	for (off = n = 0, row = kk_rows; off < limit; off += row->kr_len,
+	    row++, n++) {
+		if (n == kk_rcap) {
 			if ((p = realloc(kk_rows, (kk_rcap != 0 ? 2 * kk_rcap :
-			    4096) * sizeof(*p))) == NULL)
-				return (KK_DEFER);
+			    4096) * sizeof(*p))) == NULL) {
+				rv = KK_DEFER;
+				break;
+			}
 			kk_rows = p;
 			kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
+			row = kk_rows + n;
 		}
-		rv = kk_isa_step(code, len, off, limit, address, text,
-		    &kk_rows[kk_nrows]);
+		rv = kk_isa_step(code, len, off, limit, address, text, row);
 		if (rv != KK_NEXT)
-			return (rv);
-		if (off + kk_rows[kk_nrows].kr_len > limit)
-			return (KK_DEFER);	/* past the symbol's end */
+			break;
+		if (off + row->kr_len > limit) {
+			rv = KK_DEFER;	/* past the symbol's end */
+			break;
+		}
 	}
-	return (KK_NEXT);
+	kk_nrows = n;
+	return (rv);
 }
 
 /*
@@ -735,7 +742,7 @@ kk_row_reason(const struct kk_row *row, char *out, size_t cap)
 struct kk_out {
 	char	*p;
 	char	*end;
-	int	 full;
+	int	 full;		/* a piece did not fit: all of it is discarded */
 	int	 ascii;		/* 0: a string was not ASCII; Python writes it */
 };
 
@@ -759,7 +766,8 @@ kk_put(struct kk_out *o, const char *s, size_t n)
 {
 	char *p;
 
-	if (o->full || (size_t)(o->end - o->p) < n) {
+	/* Once full, what follows may still fit: the caller discards it all. */
+	if ((size_t)(o->end - o->p) < n) {
 		o->full = 1;
 		return;
 	}
@@ -893,18 +901,18 @@ static void
 kk_hex(struct kk_out *o, const uint8_t *b, size_t n)
 {
 	static const char digits[] = "0123456789abcdef";
-	char buf[2 * KK_HEX_MAX + 2];
+	char buf[2 * KK_HEX_MAX];
 	size_t i;
 
 	if (n > KK_HEX_MAX)
 		n = KK_HEX_MAX;
-	buf[0] = '"';
 	for (i = 0; i < n; i++) {
-		buf[2 * i + 1] = digits[b[i] >> 4];
-		buf[2 * i + 2] = digits[b[i] & 15];
+		buf[2 * i] = digits[b[i] >> 4];
+		buf[2 * i + 1] = digits[b[i] & 15];
 	}
-	buf[2 * n + 1] = '"';
-	kk_put(o, buf, 2 * n + 2);
+	kk_put(o, "\"", 1);
+	kk_put(o, buf, 2 * n);	/* apart from the quotes: one inlined copy */
+	kk_put(o, "\"", 1);
 }
 
 /* The text of s as json.dumps writes it (ensure_ascii), without quotes. */

@@ -340,7 +340,8 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	if ((rip || strstr(operands, "ip)") != NULL) &&
 	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
 		return (KK_ERROR);
-	if (kk_prints_address(operands))
+	if ((row->kr_flags & KK_R_CACHEABLE) != 0 &&
+	    kk_prints_address(operands))
 		row->kr_flags &= ~KK_R_CACHEABLE;
 	row->kr_text = kk_text_add(mnemonic, operands, base);
 	return (KK_NEXT);
