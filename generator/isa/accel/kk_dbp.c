@@ -24,11 +24,38 @@ kk_dbp_among(const char *s, const char *const *list)
 	return (0);
 }
 
+#define	KK_DBP_KINDS	32
+static const char *const *kk_dbp_names[KK_DBP_KINDS];
+static unsigned kk_dbp_nkinds;
+
+int
+kk_dbp_init(const char *const *const *names, unsigned n)
+{
+
+	if (n > KK_DBP_KINDS)
+		return (-1);
+	memcpy(kk_dbp_names, names, n * sizeof(*names));
+	kk_dbp_nkinds = n;
+	return (0);
+}
+
 const char *const *
 kk_dbp_mnemonics(unsigned kind)
 {
 
-	return (kind < kk_dbp_nkinds ? kk_dbp_kind_mnemonics[kind] : NULL);
+	return (kind < kk_dbp_nkinds ? kk_dbp_names[kind] : NULL);
+}
+
+int
+kk_dbp_any_kind(const char *mnemonic)
+{
+	unsigned k;
+
+	for (k = 0; k < kk_dbp_nkinds; k++)
+		if (kk_dbp_names[k] != NULL &&
+		    kk_dbp_among(mnemonic, kk_dbp_names[k]))
+			return (1);
+	return (0);
 }
 
 int

@@ -34,12 +34,13 @@ int	kk_dbp_agrees(const struct kinst_md *, int, uint64_t, const char *,
 void	kk_dbp_verdict(struct kk_row *, int, uint64_t);
 
 /*
- * capstone's mnemonics (a NULL-terminated list) of each kind of the core
- * that has its own, by kind, kk_dbp_nkinds of them; and the lookup.
+ * capstone's mnemonics of each table kind, by kind: a NULL-terminated list,
+ * or NULL for a kind without its own (walk.py's MNEMONICS, handed over by
+ * kk_dbp_init()); the list of one kind; whether a mnemonic is any kind's.
  */
-extern const char *const *const kk_dbp_kind_mnemonics[];
-extern const unsigned kk_dbp_nkinds;
+int	kk_dbp_init(const char *const *const *, unsigned);
 const char *const *kk_dbp_mnemonics(unsigned);
+int	kk_dbp_any_kind(const char *);
 
 /* Is 's' one of the NULL-terminated 'list'? */
 int	kk_dbp_among(const char *, const char *const *);

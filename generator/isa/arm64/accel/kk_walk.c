@@ -69,31 +69,9 @@ kk_reason(int rf, const struct kinst_md *md)
 	}
 }
 
-/* capstone's mnemonics of each emulated kind, and of a direct branch. */
-static const char *const kk_m_b[] = { "b", NULL };
-static const char *const kk_m_bl[] = { "bl", NULL };
-static const char *const kk_m_cbz[] = { "cbz", "cbnz", NULL };
-static const char *const kk_m_tbz[] = { "tbz", "tbnz", NULL };
-static const char *const kk_m_adr[] = { "adr", NULL };
-static const char *const kk_m_adrp[] = { "adrp", NULL };
-static const char *const kk_m_ldr[] = { "ldr", "ldrsw", "prfm", NULL };
-static const char *const kk_m_br[] = { "br", "blr", "ret", NULL };
+/* capstone's mnemonics of a PC-relative word (of each kind's: walk.py's). */
 static const char *const kk_m_pcrel[] = { "b", "bl", "cbz", "cbnz", "tbz",
 	"tbnz", "adr", "adrp", "br", "blr", "ret", NULL };
-
-/* capstone's mnemonics of each kind that has them, for kk_dbp_mnemonics(). */
-const char *const *const kk_dbp_kind_mnemonics[] = {
-	[KINST_K_B] = kk_m_b,
-	[KINST_K_BL] = kk_m_bl,
-	[KINST_K_CBZ] = kk_m_cbz,
-	[KINST_K_TBZ] = kk_m_tbz,
-	[KINST_K_ADR] = kk_m_adr,
-	[KINST_K_ADRP] = kk_m_adrp,
-	[KINST_K_LDR_LITERAL] = kk_m_ldr,
-	[KINST_K_BR_REG] = kk_m_br,
-};
-const unsigned kk_dbp_nkinds = sizeof(kk_dbp_kind_mnemonics) /
-    sizeof(kk_dbp_kind_mnemonics[0]);
 
 /* The "#0x..." or "#-N" capstone prints last, as an address; 0: none. */
 static int
