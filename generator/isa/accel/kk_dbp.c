@@ -18,6 +18,8 @@ int
 kk_dbp_among(const char *s, const char *const *list)
 {
 
+	if (list == NULL)
+		return (0);	/* a kind without mnemonics of its own */
 	for (; *list != NULL; list++)
 		if (strcmp(s, *list) == 0)
 			return (1);

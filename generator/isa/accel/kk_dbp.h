@@ -42,7 +42,7 @@ int	kk_dbp_init(const char *const *const *, unsigned);
 const char *const *kk_dbp_mnemonics(unsigned);
 int	kk_dbp_any_kind(const char *);
 
-/* Is 's' one of the NULL-terminated 'list'? */
+/* Is 's' one of the NULL-terminated 'list' (NULL: none)? */
 int	kk_dbp_among(const char *, const char *const *);
 
 #endif

@@ -69,9 +69,18 @@ kk_reason(int rf, const struct kinst_md *md)
 	}
 }
 
-/* capstone's mnemonics of a PC-relative word (of each kind's: walk.py's). */
-static const char *const kk_m_pcrel[] = { "b", "bl", "cbz", "cbnz", "tbz",
-	"tbnz", "adr", "adrp", "br", "blr", "ret", NULL };
+/*
+ * Is it capstone's mnemonic of a PC-relative word: any emulated kind's
+ * (walk.py's MNEMONICS) but a literal load's, whose mnemonics other loads
+ * share?
+ */
+static int
+kk_pcrel(const char *mnemonic)
+{
+
+	return (kk_dbp_any_kind(mnemonic) &&
+	    !kk_dbp_among(mnemonic, kk_dbp_mnemonics(KINST_K_LDR_LITERAL)));
+}
 
 /* The "#0x..." or "#-N" capstone prints last, as an address; 0: none. */
 static int
@@ -132,7 +141,7 @@ kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
 	} else if (names != NULL) {
 		if (!kk_dbp_among(mnemonic, names))
 			return (0);
-	} else if ((kk_dbp_among(mnemonic, kk_m_pcrel) ||
+	} else if ((kk_pcrel(mnemonic) ||
 	    strncmp(mnemonic, "b.", 2) == 0) && !KK_IS(md->km_insn, SVE_ADR))
 		return (0);
 	if (kind == KINST_K_TRAMPOLINE || kind == KINST_K_BR_REG ||
