@@ -126,7 +126,8 @@ def text_bytes(img: KernelImage) -> int:
 GNU_TIME = "/usr/bin/time"  # Debian's "time" package
 
 
-def _timed(cmd: List[str], out_path: Path, env: Optional[Dict[str, str]] = None) -> Tuple[float, float, float]:
+def _timed(cmd: List[str], out_path: Path, env: Optional[Dict[str, str]] = None,
+           cwd: Optional[str] = None) -> Tuple[float, float, float]:
     """(wall seconds, CPU seconds of the process and its reaped workers, peak RSS in MiB).
 
     The peak comes from GNU time, not from wait4() here: Linux starts a
@@ -137,7 +138,8 @@ def _timed(cmd: List[str], out_path: Path, env: Optional[Dict[str, str]] = None)
     timed = [GNU_TIME, "-f", "%U %S %M", "-o", str(usage_file), *cmd] if os.path.exists(GNU_TIME) else cmd
     with open(out_path, "wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(timed, stdout=out, stderr=subprocess.PIPE, env={**os.environ, "CI": "1", **(env or {})})
+        proc = subprocess.Popen(timed, stdout=out, stderr=subprocess.PIPE, env={**os.environ, "CI": "1", **(env or {})},
+                                cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         secs = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -173,8 +175,9 @@ def _count_objdump(path: Path) -> int:
     return n
 
 
-def _run(name: str, cmd: List[str], out: Path, count, env: Optional[Dict[str, str]] = None) -> Run:
-    secs, cpu, rss = _timed(cmd, out, env)
+def _run(name: str, cmd: List[str], out: Path, count, env: Optional[Dict[str, str]] = None,
+         cwd: Optional[str] = None) -> Run:
+    secs, cpu, rss = _timed(cmd, out, env, cwd)
     n = count(out)
     shown = ("python " + " ".join(cmd[1:])) if cmd[0] == sys.executable else " ".join(cmd)
     if env:
@@ -188,9 +191,26 @@ ROUNDS = 3  # every run is repeated, the kinds taking turns, and the fastest of 
 SMALL_TEXT, SMALL_ROUNDS = 2 << 20, 10
 
 
-def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> Dict[str, object]:
+def before_tree(tree: str) -> str:
+    """``tree`` (another kinstkit source tree, e.g. ``git archive`` of an older commit), checked to be what
+    ``python -m generator`` imports with it on PYTHONPATH from a folder of its own (``bench_image``'s
+    "before" runs); its absolute path."""
+    root = os.path.abspath(tree)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = subprocess.run([sys.executable, "-c", "import generator; print(generator.__file__)"], cwd=tmp,
+                             env={**os.environ, "PYTHONPATH": root}, capture_output=True, text=True)
+    if got.returncode != 0 or not got.stdout.strip().startswith(root + os.sep):
+        said = got.stdout.strip() or (got.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"--before {tree}: python does not import generator from there ({said}); give a kinstkit "
+                        "source tree (git archive REV | tar -x -C DIR)")
+    return root
+
+
+def bench_image(path: str, full: bool = True, rounds: Optional[int] = None,
+                before: Optional[str] = None) -> Dict[str, object]:
     """Ours (summary, and full JSON when ``full``) and objdump on one image, the best of ``rounds`` each
-    (``ROUNDS``, or ``SMALL_ROUNDS`` for an image of less than ``SMALL_TEXT``).
+    (``ROUNDS``, or ``SMALL_ROUNDS`` for an image of less than ``SMALL_TEXT``); with ``before`` (a tree
+    ``before_tree`` checked), that tree's summary and full JSON too, in the same turns.
 
     This machine's speed drifts by a third within minutes (it shares its
     host), so one run of each, minutes apart, can set a slow objdump against
@@ -204,16 +224,21 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None) -> D
     plan: List[Tuple[str, List[str], object, Optional[Dict[str, str]]]] = [
         ("ours", base + ["--summary"], _count_ours, None),
     ]
+    if before:
+        plan.append(("before", base + ["--summary"], _count_ours, {"PYTHONPATH": before}))
     if full:
         plan += [("ours_full", base, _count_ours, None),
                  ("capstone", [sys.executable, "-m", "generator.bench.capfloor", path], lambda p: int(p.read_text()),
                   None)]
+        if before:
+            plan.append(("before_full", base, _count_ours, {"PYTHONPATH": before}))
     plan.append(("objdump", ["objdump", "-d", "--no-show-raw-insn", path], _count_objdump, None))
     runs: Dict[str, Run] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(rounds):
             for name, cmd, count, env in plan:
-                run = _run(name, cmd, Path(tmp, f"{name}.out"), count, env)
+                # The tree before runs from a folder of its own: the working folder comes first on sys.path.
+                run = _run(name, cmd, Path(tmp, f"{name}.out"), count, env, tmp if env else None)
                 if name not in runs or run.seconds < runs[name].seconds:
                     runs[name] = run
     od = runs["objdump"]
@@ -285,17 +310,20 @@ def bench_startup() -> Dict[str, float]:
 
 
 def bench_analysis(image: Optional[str], out_dir: Path, extra: Sequence[str] = EXTRA_IMAGES,
-                   with_vmlinux: bool = False) -> dict:
+                   with_vmlinux: bool = False, before: Optional[str] = None) -> dict:
+    """The analysis benchmark into ``out_dir``; with ``before``, another tree's summary and full JSON beside
+    ours on every image."""
+    before = before_tree(before) if before else None
     path = image or default_image()
     img = open_image(path)
     text = text_bytes(img)
     if text < 20 * 2**20:
         raise UserError(f"{path}: only {text / 2**20:.1f} MiB of text; the benchmark wants >= 20 MiB")
-    images = [bench_image(path)]
+    images = [bench_image(path, before=before)]
     vmlinux = fetch_vmlinux() if with_vmlinux else cached_vmlinux()
     if vmlinux:
-        images.append(bench_image(vmlinux))
-    images += [bench_image(p, full=False) for p in extra if os.path.exists(p)]
+        images.append(bench_image(vmlinux, before=before))
+    images += [bench_image(p, full=False, before=before) for p in extra if os.path.exists(p)]
     with tempfile.TemporaryDirectory() as tmp:
         generate = bench_generate(path, Path(tmp))
     result = {
@@ -305,6 +333,7 @@ def bench_analysis(image: Optional[str], out_dir: Path, extra: Sequence[str] = E
         "images": images,
         "startup_seconds": bench_startup(),
         "vmlinux": vmlinux or "not measured: no kernel image cached (invoke bench --with-vmlinux fetches one)",
+        "before": before,
         "generate": generate,
         "goals": {
             "summary": ">= 2.0 x objdump's instructions per second on every large image",
@@ -333,9 +362,9 @@ def _write(out_dir: Path, result: dict) -> None:
         for k, r in im["runs"].items():
             ratio = f"{im['ratio_' + k]:.2f}" if k != "objdump" else "1"
             rcpu = f"{im['ratio_' + k + '_per_cpu']:.2f}" if k != "objdump" else "1"
-            label = {"ours": "ours, summary",
-                     "ours_full": "ours, full JSON", "capstone": "capstone cs_disasm alone, no output",
-                     "objdump": "objdump -d"}[k]
+            label = {"ours": "ours, summary", "before": "before, summary",
+                     "ours_full": "ours, full JSON", "before_full": "before, full JSON",
+                     "capstone": "capstone cs_disasm alone, no output", "objdump": "objdump -d"}[k]
             md.append(f"| `{Path(im['image']).name}` | {im['text_mib']} | {label} | {r['seconds']:.2f} | "
                       f"{r['cpu_seconds']:.2f} | {r['instructions']} | {r['insns_per_second']:,.0f} | "
                       f"{r['peak_rss_mib']:.0f} | {ratio} | {rcpu} |")
@@ -349,6 +378,9 @@ def _write(out_dir: Path, result: dict) -> None:
         "",
         f"Kernel image: {result['vmlinux']}.",
         "",
+        *([f"Before: the kinstkit tree at {result['before']} (`--before`), its `python -m generator` run with "
+           "PYTHONPATH set to it from a folder of its own, in the same turns as ours.", ""]
+          if result.get("before") else []),
         "Commands: " + "; ".join(f"`{r['command']}`" for r in result["images"][0]["runs"].values()) + ".",
         "",
         "## Generating a whole image's kinst table",

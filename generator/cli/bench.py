@@ -18,6 +18,8 @@ def add_parsers(sub) -> None:
                     help="results directory (default: bench/results)")
     be.add_argument("--with-vmlinux", action="store_true", help="fetch Debian's kernel debug package (about 860 MB) "
                     "once, to measure a real kernel image too")
+    be.add_argument("--before", metavar="TREE", help="another kinstkit source tree (git archive REV | tar -x -C "
+                    "TREE) whose summary and full JSON the analysis benchmark times beside ours")
     be.add_argument("--skip-harness", action="store_true", help="skip the harness benchmark")
     be.add_argument("--skip-vm", action="store_true", help="skip the VM benchmarks (stand-in cycle, Linux guest)")
     be.add_argument("--skip-ring0", action="store_true",
@@ -37,7 +39,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..bench.analysis import bench_analysis
 
     out = Path(args.out)
-    res = bench_analysis(args.image, out, with_vmlinux=args.with_vmlinux)
+    res = bench_analysis(args.image, out, with_vmlinux=args.with_vmlinux, before=args.before)
     sys.stdout.write((out / "analysis.md").read_text() + "\n")
     if not args.skip_harness:
         from ..bench.harness import bench_harness

@@ -12,6 +12,7 @@ instructions (exclusive blocks, trap-register regions).
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import itertools
 from pathlib import Path
@@ -42,14 +43,40 @@ def encoding_consts(encodings: Dict[str, Encoding]) -> Tuple[CConst, ...]:
                            CConst(f"KINST_{name}_MATCH", enc.match, name.lower())))
 
 
-def accelerator(package_file: str, tables: Any, **fields: Any) -> Accelerator:
+def _mnemonics_init(by_kind: Sequence[Tuple[str, ...]]) -> Callable[[Any], List[Any]]:
+    """The set-up that hands the shared step capstone's mnemonics of each table kind (``kk_dbp_init()``: by
+    kind, a NULL-terminated list, or NULL for a kind with none)."""
+
+    def init(lib: Any) -> List[Any]:
+        lists = [(ctypes.c_char_p * (len(m) + 1))(*(n.encode() for n in m), None) if m else None
+                 for m in by_kind]
+        table = (ctypes.c_void_p * max(1, len(lists)))(*(ctypes.cast(x, ctypes.c_void_p) if x is not None
+                                                         else None for x in lists))
+        lib.kk_dbp_init.argtypes = (ctypes.c_void_p, ctypes.c_uint)
+        lib.kk_dbp_init.restype = ctypes.c_int
+        if lib.kk_dbp_init(table, len(lists)) != 0:
+            raise ValueError("kk_dbp_init: more table kinds than the shared step holds")
+        return [lists, table]  # the C keeps pointers into them
+
+    return init
+
+
+def accelerator(package_file: str, tables: Any, kinds: Sequence[Any], mnemonics: Dict[str, Tuple[str, ...]],
+                init: Optional[Callable[[Any], List[Any]]] = None, **fields: Any) -> Accelerator:
     """The ISA's ``Accelerator``: its step ``accel/kk_walk.c`` beside ``package_file``, over the shared walk,
-    with the prologue rules ``any`` and ``first`` and no mnemonic refused by name."""
+    with the prologue rules ``any`` and ``first`` and no mnemonic refused by name.  ``mnemonics``: capstone's
+    mnemonics of each table kind (of ``kinds``, ``Isa.table_kinds``) that has its own, which the step checks
+    capstone's text against; ``init``: the ISA's own set-up, after that."""
+    names = _mnemonics_init([mnemonics.get(k.kind, ()) for k in kinds])
+
+    def both(lib: Any) -> List[Any]:
+        return [*names(lib), *(init(lib) if init is not None else [])]
+
     return Accelerator(walk_c=Path(package_file).resolve().parent / "accel" / "kk_walk.c", headers=(),
                        sources=STEP_SOURCES, names={}, undecodable=tables.REASONS["undecodable"],
                        prologue_rules=("any", "first"),
                        md_json=(),  # the JSON fast path is not used on an ISA with mapping symbols (fastjson.py)
-                       **fields)
+                       init=both, **fields)
 
 
 def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[str, Any]:

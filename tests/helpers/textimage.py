@@ -20,16 +20,16 @@ BASE = 0xFFFFFFFF80200000
 
 
 class TextImage:
-    """One .text at ``BASE`` holding ``code``."""
+    """One .text at ``base`` (``BASE`` unless told) holding ``code``."""
 
     e_type = "ET_EXEC"
     path = "mutated"
 
-    def __init__(self, isa: Isa, code: bytes, funcs: Sequence[Function] = ()):
+    def __init__(self, isa: Isa, code: bytes, funcs: Sequence[Function] = (), base: int = BASE):
         self.isa = isa
         self.code = code
         self.funcs = list(funcs)
-        self.text = SimpleNamespace(name=".text", addr=BASE, size=len(code), nobits=False)
+        self.text = SimpleNamespace(name=".text", addr=base, size=len(code), nobits=False)
 
     def functions(self) -> List[Function]:
         return self.funcs
@@ -42,7 +42,7 @@ class TextImage:
         return t if t.addr <= address < t.addr + t.size else None
 
     def read(self, address: int, size: int) -> bytes:
-        off = address - BASE
+        off = address - self.text.addr
         return self.code[off : off + size]
 
     def read_in(self, sec, address: int, size: int) -> bytes:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from generator.bench import analysis, arch
+from generator.common.paths import REPO
 from helpers import cross
 
 
@@ -63,6 +64,22 @@ def test_image_bench_compares_the_summary_with_objdump(sample_kernel) -> None:
     assert runs["ours"]["instructions"] > 100
     od = runs["objdump"]
     assert res["budget_2x_seconds"] == round(runs["ours"]["instructions"] / (2 * od["insns_per_second"]), 3)
+
+
+def test_image_bench_runs_a_tree_before_beside_ours(sample_kernel) -> None:
+    """``--before TREE``: that tree's summary runs in the same turns, from a folder of its own, and counts what
+    ours counts (here the tree is this checkout itself, whose host library is built already)."""
+    tree = REPO
+    res = analysis.bench_image(str(sample_kernel), full=False, rounds=1, before=analysis.before_tree(str(tree)))
+    runs = res["runs"]
+    assert set(runs) == {"ours", "before", "objdump"}
+    assert runs["before"]["instructions"] == runs["ours"]["instructions"] > 100
+    assert runs["before"]["command"].startswith(f"PYTHONPATH={tree} python -m generator probes")
+
+
+def test_a_tree_before_must_be_importable(tmp_path: Path) -> None:
+    with pytest.raises(analysis.UserError, match="does not import generator from there"):
+        analysis.before_tree(str(tmp_path))
 
 
 def test_startup_is_measured() -> None:

@@ -20,11 +20,11 @@ from generator.analysis import report
 from generator.analysis.fastjson import ImageJson
 from generator.analysis.probes import analyse
 from generator.common.errors import ClassifierError
-from generator.image.elf import KernelImage
+from generator.image.elf import Function, KernelImage
 from generator.isa import hostcore
 from generator.isa.amd64 import ISA as amd64
 from helpers.skips import require_system_library
-from helpers.textimage import lay_out, mutated_bodies
+from helpers.textimage import TextImage, lay_out, mutated_bodies
 
 
 class _Counting(ImageJson):
@@ -98,6 +98,31 @@ def test_repeated_instructions_are_written_once():
     writer, bad = _same(img, funcs)
     assert not bad, bad[:3]
     assert hostcore.host(amd64.name).lib.kk_cache_hit_count() - hits > 10000
+
+
+def test_displacements_are_written_once():
+    """A memory operand's displacement is printed as a number too, but it is the instruction's own: the same
+    load over and over is pasted from the cache (it was written anew each time while any operand starting
+    0x counted as an address)."""
+    img, (func,) = lay_out(amd64, [b"\x55" + bytes.fromhex("488b4710") * 200 + b"\xc3"])
+    hits = hostcore.host(amd64.name).lib.kk_cache_hit_count()
+    writer, bad = _same(img, [func])
+    assert not bad and '"operands":"0x10(%rdi), %rax"' in writer.function(func)
+    assert hostcore.host(amd64.name).lib.kk_cache_hit_count() - hits >= 199
+
+
+def test_an_address_in_the_operands_is_never_pasted():
+    """capstone prints a relative branch's target as a bare number, in decimal below 10: the same bytes
+    elsewhere print another one.  A loop (refused by the core, so its record has no target field to set it
+    apart) at address 0, printed ``loop 6``, and again at 0x100: each line is the report's."""
+    body = bytes.fromhex("e204c3")
+    funcs = [Function(name=f"f{i}", address=at, size=len(body), binding="global", file=None, section=".text")
+             for i, at in enumerate((0, 0x100))]
+    img = TextImage(amd64, body + b"\xcc" * (0x100 - len(body)) + body + b"\xcc" * 16, funcs, base=0)
+    writer, bad = _same(img, funcs)
+    assert not bad, bad
+    lines = writer.lines(funcs).decode()
+    assert '"operands":"6"' in lines and '"operands":"0x106"' in lines
 
 
 @pytest.mark.parametrize("hexcode, why", [

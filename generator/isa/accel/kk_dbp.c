@@ -14,29 +14,57 @@
 
 #include "kk_dbp.h"
 
-static csh kk_cs;
-static cs_insn *kk_insn;
-
 int
 kk_dbp_among(const char *s, const char *const *list)
 {
 
+	if (list == NULL)
+		return (0);	/* a kind without mnemonics of its own */
 	for (; *list != NULL; list++)
 		if (strcmp(s, *list) == 0)
 			return (1);
 	return (0);
 }
 
+#define	KK_DBP_KINDS	32
+static const char *const *kk_dbp_names[KK_DBP_KINDS];
+static unsigned kk_dbp_nkinds;
+
 int
-kk_isa_open(void)
+kk_dbp_init(const char *const *const *names, unsigned n)
 {
 
-	if (kk_insn != NULL)
-		return (0);
-	if (cs_open(kk_dbp_arch, kk_dbp_mode, &kk_cs) != CS_ERR_OK ||
-	    (kk_insn = cs_malloc(kk_cs)) == NULL)
+	if (n > KK_DBP_KINDS)
 		return (-1);
+	memcpy(kk_dbp_names, names, n * sizeof(*names));
+	kk_dbp_nkinds = n;
 	return (0);
+}
+
+const char *const *
+kk_dbp_mnemonics(unsigned kind)
+{
+
+	return (kind < kk_dbp_nkinds ? kk_dbp_names[kind] : NULL);
+}
+
+int
+kk_dbp_any_kind(const char *mnemonic)
+{
+	unsigned k;
+
+	for (k = 0; k < kk_dbp_nkinds; k++)
+		if (kk_dbp_names[k] != NULL &&
+		    kk_dbp_among(mnemonic, kk_dbp_names[k]))
+			return (1);
+	return (0);
+}
+
+int
+kk_isa_open(csh *cs)
+{
+
+	return (cs_open(kk_dbp_arch, kk_dbp_mode, cs) == CS_ERR_OK ? 0 : -1);
 }
 
 int
@@ -60,15 +88,17 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	return (KK_NEXT);
 }
 
-static inline int
-kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
+/* The ISA's step (kk_host.h): a function at a misaligned address is Python's. */
+int
+kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
     uint64_t address, int text, struct kk_row *row)
 {
+	const cs_insn *insn;
 	const uint8_t *p;
-	uint64_t a;
-	size_t n, ilen;
-	int rv;
+	size_t ilen;
 
+	if (off == 0 && address % KINST_INSN_ALIGN != 0)
+		return (KK_DEFER);
 	p = code + off;
 	ilen = (size_t)kinst_core_length(p);
 	if (ilen == 0 || off + ilen > len || off + ilen > limit ||
@@ -81,38 +111,9 @@ kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 			    (uint64_t)row->kr_md.km_imm;
 		return (KK_NEXT);
 	}
-	n = len - off;
-	a = address + off;
-	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
-	    kk_insn->size != ilen)
+	if ((insn = kk_decode(code, len, off, address)) == NULL ||
+	    insn->size != ilen)
 		return (KK_DEFER);	/* undecodable: Python says so */
-	rv = kk_isa_classify(code + off, ilen, address + off,
-	    kk_insn->mnemonic, kk_insn->op_str, row);
-	if (rv != KK_NEXT)
-		return (rv);
-	row->kr_off = (uint32_t)off;
-	kk_cache_add(code + off, ilen, row);
-	if (text == KK_TEXT_NONE)
-		row->kr_text = KK_NO_TEXT;
-	return (KK_NEXT);
-}
-
-int
-kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text, struct kk_row *rows, size_t cap, size_t *n)
-{
-	size_t off;
-	int rv;
-
-	*n = 0;
-	if (address % KINST_INSN_ALIGN != 0)
-		return (KK_DEFER);
-	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
-		if (*n == cap)
-			return (KK_FULL);
-		rv = kk_step(code, len, off, limit, address, text, rows);
-		if (rv != KK_NEXT)
-			return (rv);
-	}
-	return (KK_NEXT);
+	return (kk_decoded_row(code, off, ilen, address, text, 1,
+	    insn->mnemonic, insn->op_str, row));
 }

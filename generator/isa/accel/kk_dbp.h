@@ -33,7 +33,16 @@ int	kk_dbp_agrees(const struct kinst_md *, int, uint64_t, const char *,
 	    const char *);
 void	kk_dbp_verdict(struct kk_row *, int, uint64_t);
 
-/* Is 's' one of the NULL-terminated 'list'? */
+/*
+ * capstone's mnemonics of each table kind, by kind: a NULL-terminated list,
+ * or NULL for a kind without its own (walk.py's MNEMONICS, handed over by
+ * kk_dbp_init()); the list of one kind; whether a mnemonic is any kind's.
+ */
+int	kk_dbp_init(const char *const *const *, unsigned);
+const char *const *kk_dbp_mnemonics(unsigned);
+int	kk_dbp_any_kind(const char *);
+
+/* Is 's' one of the NULL-terminated 'list' (NULL: none)? */
 int	kk_dbp_among(const char *, const char *const *);
 
 #endif

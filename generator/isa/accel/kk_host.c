@@ -21,6 +21,10 @@
 
 static int kk_words(void);
 
+/* capstone, opened for the ISA (kk_isa_open()), and its one instruction. */
+static csh kk_cs;
+static cs_insn *kk_insn;
+
 /* What Python gave kk_init(); Python keeps it alive. */
 /* A refusal's reason: what the ISA's step puts first (the mnemonic), this, the text. */
 #define	KK_REASON_JOIN	": "
@@ -179,7 +183,10 @@ kk_init(const char *const *reasons, unsigned nreasons,
 		;
 	if (kk_words() != 0)
 		return (-1);
-	return (kk_isa_open());
+	if (kk_insn == NULL && (kk_isa_open(&kk_cs) != 0 ||
+	    (kk_insn = cs_malloc(kk_cs)) == NULL))
+		return (-1);
+	return (0);
 }
 
 /* The text of reason code 'code' (what follows the mnemonic). */
@@ -217,24 +224,32 @@ kk_name_reason(const char *name)
  * but the bytes (KK_R_CACHEABLE) is the same wherever they are.
  * Direct-mapped: a collision replaces the older entry, unless a row of the
  * function being walked uses it (kc_epoch): its text and its JSON stay
- * there until the function is written.
+ * there until the function is written.  The keys (the bytes) are an array
+ * of their own, small enough to stay in the CPU's cache; a slot's payload
+ * is read only on a hit.
  */
 #define	KK_CACHE_SLOTS	16384
 #define	KK_CACHE_TEXT	112
-#define	KK_CACHE_JSON	440
+#define	KK_CACHE_JSON	512
 #define	KK_SLOT_TEXT	0xfffffffeu	/* kr_text: in the row's cache slot */
 
+struct kk_ckey {
+	uint8_t		ck_len;		/* 0: empty */
+	uint8_t		ck_bytes[KINST_MAX_INSN];
+};
+
 struct kk_cached {
-	uint8_t		kc_len;		/* 0: empty */
-	uint8_t		kc_bytes[KINST_MAX_INSN];
 	struct kk_row	kc_row;
 	uint32_t	kc_epoch;	/* the walk that last used it */
 	uint16_t	kc_tlen;	/* 0: no text */
-	uint16_t	kc_jlen[2];	/* 0: its JSON not written yet */
+	uint16_t	kc_jlen;	/* 0: its JSON not written yet */
+	uint16_t	kc_jverdict;	/* where the verdict starts in kc_json */
+	uint16_t	kc_jrest;	/* where the fields after it start */
+	char		kc_json[KK_CACHE_JSON];	/* its record but place */
 	char		kc_text[KK_CACHE_TEXT];
-	char		kc_json[KK_CACHE_JSON];	/* its record but place, verdict */
 };
 
+static struct kk_ckey *kk_ckeys;
 static struct kk_cached *kk_cache;
 static unsigned long kk_cache_hits;
 static uint32_t kk_epoch;	/* counts walks */
@@ -313,19 +328,55 @@ kk_cache_hit_count(void)
 	return (kk_cache_hits);
 }
 
-static struct kk_cached *
+/* The slot of b[0, len), or -1 when there is no cache. */
+static long
 kk_cache_slot(const uint8_t *b, size_t len)
 {
 	uint32_t h;
 	size_t i;
 
-	if (kk_cache == NULL &&
-	    (kk_cache = calloc(KK_CACHE_SLOTS, sizeof(*kk_cache))) == NULL)
-		return (NULL);
+	if (kk_cache == NULL) {
+		kk_ckeys = calloc(KK_CACHE_SLOTS, sizeof(*kk_ckeys));
+		kk_cache = calloc(KK_CACHE_SLOTS, sizeof(*kk_cache));
+		if (kk_ckeys == NULL || kk_cache == NULL) {
+			free(kk_ckeys);
+			free(kk_cache);
+			kk_ckeys = NULL;
+			kk_cache = NULL;
+			return (-1);
+		}
+	}
 	h = 2166136261u;	/* FNV-1a */
 	for (i = 0; i < len; i++)
 		h = (h ^ b[i]) * 16777619u;
-	return (&kk_cache[h & (KK_CACHE_SLOTS - 1)]);
+	return ((long)(h & (KK_CACHE_SLOTS - 1)));
+}
+
+/*
+ * Ask for n bytes at p to be in the CPU's cache: a walk's cached JSON is
+ * read when its function is written, after the whole walk.
+ */
+static inline void
+kk_prefetch(const char *p, size_t n)
+{
+#ifdef __GNUC__
+	size_t i;
+
+	for (i = 0; i < n; i += 64)
+		__builtin_prefetch(p + i);
+#else
+	(void)p;
+	(void)n;
+#endif
+}
+
+/* Whether slot i holds the bytes b[0, len). */
+static int
+kk_cache_holds(long i, const uint8_t *b, size_t len)
+{
+
+	return (kk_ckeys[i].ck_len == len &&
+	    memcmp(kk_ckeys[i].ck_bytes, b, len) == 0);
 }
 
 /* The row of b[0, len) into *row, its text added when 'text' asks; 0: none kept. */
@@ -333,14 +384,19 @@ int
 kk_cache_get(const uint8_t *b, size_t len, int text, struct kk_row *row)
 {
 	struct kk_cached *c;
+	long i;
 
-	if (len > KINST_MAX_INSN || (c = kk_cache_slot(b, len)) == NULL ||
-	    c->kc_len != len || memcmp(c->kc_bytes, b, len) != 0 ||
-	    (text && c->kc_tlen == 0))
+	if (len > KINST_MAX_INSN || (i = kk_cache_slot(b, len)) < 0 ||
+	    !kk_cache_holds(i, b, len))
+		return (0);
+	c = &kk_cache[i];
+	if (text && c->kc_tlen == 0)
 		return (0);
 	*row = c->kc_row;
+	if (text)
+		kk_prefetch(c->kc_json, c->kc_jlen);
 	row->kr_text = text ? KK_SLOT_TEXT : KK_NO_TEXT;
-	row->kr_cache = (uint32_t)(c - kk_cache) + 1;
+	row->kr_cache = (uint32_t)i + 1;
 	c->kc_epoch = kk_epoch;
 	kk_cache_hits++;
 	return (1);
@@ -352,10 +408,13 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 	struct kk_cached *c;
 	const char *t;
 	size_t n;
+	long i;
 
 	if (len > KINST_MAX_INSN || (row->kr_flags & KK_R_CACHEABLE) == 0 ||
-	    (c = kk_cache_slot(b, len)) == NULL ||
-	    (c->kc_len != 0 && c->kc_epoch == kk_epoch))
+	    (i = kk_cache_slot(b, len)) < 0)
+		return;
+	c = &kk_cache[i];
+	if (kk_ckeys[i].ck_len != 0 && c->kc_epoch == kk_epoch)
 		return;
 	n = 0;
 	if (row->kr_text != KK_NO_TEXT) {
@@ -366,16 +425,58 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 		if (n > KK_CACHE_TEXT)
 			return;
 		memcpy(c->kc_text, t, n);
-	} else if (c->kc_len == len && memcmp(c->kc_bytes, b, len) == 0 &&
-	    c->kc_tlen != 0)
+	} else if (kk_cache_holds(i, b, len) && c->kc_tlen != 0)
 		return;		/* keep the entry that has text */
-	c->kc_len = (uint8_t)len;
-	memcpy(c->kc_bytes, b, len);
+	kk_ckeys[i].ck_len = (uint8_t)len;
+	memcpy(kk_ckeys[i].ck_bytes, b, len);
 	c->kc_row = *row;
 	c->kc_tlen = (uint16_t)n;
-	c->kc_jlen[0] = c->kc_jlen[1] = 0;
+	c->kc_jlen = 0;
 	c->kc_epoch = kk_epoch;
-	row->kr_cache = (uint32_t)(c - kk_cache) + 1;
+	row->kr_cache = (uint32_t)i + 1;
+}
+
+/*
+ * capstone's reading of the instruction at code[off, len), of a function
+ * at 'address' (valid until the next call), or NULL when it cannot decode
+ * it.
+ */
+const cs_insn *
+kk_decode(const uint8_t *code, size_t len, size_t off, uint64_t address)
+{
+	const uint8_t *p;
+	size_t n;
+	uint64_t a;
+
+	p = code + off;
+	n = len - off;
+	a = address + off;
+	return (cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ? kk_insn : NULL);
+}
+
+/*
+ * The row of the instruction code[off, off + len) of a function at
+ * 'address' from capstone's text for it (kk_isa_classify()), kept in the
+ * cache when 'cache' allows, with its text when 'text' asks: KK_NEXT, or
+ * kk_isa_classify()'s KK_ERROR.
+ */
+int
+kk_decoded_row(const uint8_t *code, size_t off, size_t len, uint64_t address,
+    int text, int cache, const char *mnemonic, const char *operands,
+    struct kk_row *row)
+{
+	int rv;
+
+	rv = kk_isa_classify(code + off, len, address + off, mnemonic,
+	    operands, row);
+	if (rv != KK_NEXT)
+		return (rv);
+	row->kr_off = (uint32_t)off;
+	if (cache)
+		kk_cache_add(code + off, len, row);
+	if (text == KK_TEXT_NONE)
+		row->kr_text = KK_NO_TEXT;
+	return (KK_NEXT);
 }
 
 /* A function's rows, reused from one function to the next. */
@@ -392,22 +493,36 @@ static int
 kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
     int text)
 {
-	struct kk_row *p;
+	struct kk_row *p, *row;
+	size_t off, n;
 	int rv;
 
-	for (;;) {
-		kk_text_reset();
-		kk_epoch++;
-		rv = kk_isa_walk(code, len, limit, address, text, kk_rows,
-		    kk_rcap, &kk_nrows);
-		if (rv != KK_FULL)
-			return (rv);
-		if ((p = realloc(kk_rows, (kk_rcap != 0 ? 2 * kk_rcap : 4096) *
-		    sizeof(*p))) == NULL)
-			return (KK_DEFER);
-		kk_rows = p;
-		kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
+	kk_text_reset();
+	kk_epoch++;
+	/* In locals: the step, in another file, could change any global. */
+	rv = KK_NEXT;
+	for (off = n = 0, row = kk_rows; off < limit; off += row->kr_len,
+	    row++, n++) {
+		if (n == kk_rcap) {
+			if ((p = realloc(kk_rows, (kk_rcap != 0 ? 2 * kk_rcap :
+			    4096) * sizeof(*p))) == NULL) {
+				rv = KK_DEFER;
+				break;
+			}
+			kk_rows = p;
+			kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
+			row = kk_rows + n;
+		}
+		rv = kk_isa_step(code, len, off, limit, address, text, row);
+		if (rv != KK_NEXT)
+			break;
+		if (off + row->kr_len > limit) {
+			rv = KK_DEFER;	/* past the symbol's end */
+			break;
+		}
 	}
+	kk_nrows = n;
+	return (rv);
 }
 
 /*
@@ -627,7 +742,7 @@ kk_row_reason(const struct kk_row *row, char *out, size_t cap)
 struct kk_out {
 	char	*p;
 	char	*end;
-	int	 full;
+	int	 full;		/* a piece did not fit: all of it is discarded */
 	int	 ascii;		/* 0: a string was not ASCII; Python writes it */
 };
 
@@ -641,16 +756,37 @@ struct kk_word {
 static char kk_wbuf[4096];
 static struct kk_word kk_wok, kk_wskip, kk_wkindskip, kk_wkinds[KK_KINDS];
 
-static void
+/*
+ * n bytes of s to o.  A record is many short pieces (keys, numbers, a
+ * cached tail): those are copied by fixed-size moves the compiler inlines,
+ * which a call to memcpy() for each would cost several times over.
+ */
+static inline void
 kk_put(struct kk_out *o, const char *s, size_t n)
 {
+	char *p;
 
-	if (o->full || (size_t)(o->end - o->p) < n) {
+	/* Once full, what follows may still fit: the caller discards it all. */
+	if ((size_t)(o->end - o->p) < n) {
 		o->full = 1;
 		return;
 	}
-	memcpy(o->p, s, n);
+	p = o->p;
 	o->p += n;
+	if (n >= 16 && n <= 32) {
+		memcpy(p, s, 16);
+		memcpy(p + n - 16, s + n - 16, 16);
+	} else if (n >= 8 && n < 16) {
+		memcpy(p, s, 8);
+		memcpy(p + n - 8, s + n - 8, 8);
+	} else if (n >= 4 && n < 8) {
+		memcpy(p, s, 4);
+		memcpy(p + n - 4, s + n - 4, 4);
+	} else if (n < 4) {
+		while (n-- > 0)
+			*p++ = *s++;
+	} else
+		memcpy(p, s, n);
 }
 
 static void
@@ -660,19 +796,23 @@ kk_puts(struct kk_out *o, const char *s)
 	kk_put(o, s, strlen(s));
 }
 
-/* Decimal text of v, as Python's str() writes an int: two digits a step. */
-static void
-kk_uint(struct kk_out *o, unsigned long long v)
+/*
+ * Decimal text of v, as Python's str() writes an int, two digits a step:
+ * right-aligned in buf[0, KK_DEC), from the returned index.
+ */
+#define	KK_DEC	24
+
+static unsigned
+kk_utoa(char *buf, unsigned long long v)
 {
 	static const char pairs[] =
 	    "00010203040506070809101112131415161718192021222324252627282930"
 	    "31323334353637383940414243444546474849505152535455565758596061"
 	    "62636465666768697071727374757677787980818283848586878889909192"
 	    "93949596979899";
-	char buf[24];
-	int i;
+	unsigned i;
 
-	i = sizeof(buf);
+	i = KK_DEC;
 	while (v >= 100) {
 		i -= 2;
 		memcpy(buf + i, pairs + 2 * (v % 100), 2);
@@ -683,8 +823,65 @@ kk_uint(struct kk_out *o, unsigned long long v)
 		memcpy(buf + i, pairs + 2 * v, 2);
 	} else
 		buf[--i] = (char)('0' + v);
-	kk_put(o, buf + i, sizeof(buf) - (size_t)i);
+	return (i);
 }
+
+static void
+kk_uint(struct kk_out *o, unsigned long long v)
+{
+	char buf[KK_DEC];
+	unsigned i;
+
+	if (v < 10) {		/* most fields of a record */
+		buf[0] = (char)('0' + v);
+		kk_put(o, buf, 1);
+		return;
+	}
+	i = kk_utoa(buf, v);
+	if (i < KK_DEC)		/* always: says so to the compiler */
+		kk_put(o, buf + i, KK_DEC - i);
+}
+
+/*
+ * A number kept as its decimal text, for where each record of a function
+ * is: the next record's offset and address are the last ones plus the
+ * last instruction's length, a carry or two rather than a whole number
+ * written anew.
+ */
+struct kk_dec {
+	char		kd_buf[KK_DEC];
+	unsigned	kd_at;		/* its digits: kd_buf[kd_at, KK_DEC) */
+};
+
+static void
+kk_dec_set(struct kk_dec *d, unsigned long long v)
+{
+
+	d->kd_at = kk_utoa(d->kd_buf, v);
+}
+
+/* d += n, in decimal (d + n must not pass 2^64 - 1). */
+static void
+kk_dec_add(struct kk_dec *d, unsigned long long n)
+{
+	unsigned i, v, carry;
+
+	for (i = KK_DEC, carry = 0; n != 0 || carry != 0; n /= 10) {
+		if (--i < d->kd_at) {
+			d->kd_buf[i] = '0';
+			d->kd_at = i;
+		}
+		v = (unsigned)(d->kd_buf[i] - '0') + (unsigned)(n % 10) + carry;
+		carry = v >= 10;
+		d->kd_buf[i] = (char)('0' + (carry ? v - 10 : v));
+	}
+}
+
+/* Where a record is: its offset in its function and its address. */
+struct kk_place {
+	struct kk_dec	kp_off;
+	struct kk_dec	kp_addr;
+};
 
 static void
 kk_int(struct kk_out *o, long long v)
@@ -697,7 +894,7 @@ kk_int(struct kk_out *o, long long v)
 		kk_uint(o, (unsigned long long)v);
 }
 
-/* The bytes b[0, n) in hex (n is at most KK_HEX_MAX). */
+/* The bytes b[0, n) in hex, as a JSON string (n is at most KK_HEX_MAX). */
 #define	KK_HEX_MAX	32
 
 static void
@@ -713,7 +910,9 @@ kk_hex(struct kk_out *o, const uint8_t *b, size_t n)
 		buf[2 * i] = digits[b[i] >> 4];
 		buf[2 * i + 1] = digits[b[i] & 15];
 	}
-	kk_put(o, buf, 2 * n);
+	kk_put(o, "\"", 1);
+	kk_put(o, buf, 2 * n);	/* apart from the quotes: one inlined copy */
+	kk_put(o, "\"", 1);
 }
 
 /* The text of s as json.dumps writes it (ensure_ascii), without quotes. */
@@ -798,7 +997,7 @@ kk_words(void)
 	return (0);
 }
 
-static long long
+static inline long long
 kk_field_int(const uint8_t *p, uint32_t size, int sign)
 {
 	unsigned long long v;
@@ -828,13 +1027,15 @@ kk_field_int(const uint8_t *p, uint32_t size, int sign)
 }
 
 /*
- * One instruction's record: its row, at code (its bytes) and address; a
- * function-wide refusal (refused: the JSON text of its reason) makes every
- * record a refusal.
+ * Fields [first, last) of an instruction's record: its row, at code (its
+ * bytes) and at pl (NULL when no field says where it is); a function-wide
+ * refusal (refused: the JSON text of its reason) makes every record a
+ * refusal.
  */
 static void
 kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
-    uint64_t address, const char *refused, unsigned first, unsigned last)
+    const struct kk_place *pl, const char *refused, unsigned first,
+    unsigned last)
 {
 	const struct kk_jfield *f;
 	const struct kk_word *w;
@@ -848,18 +1049,18 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 		kk_put(o, f->kj_key, kk_jkeylen[i]);
 		switch (f->kj_source) {
 		case KK_S_OFFSET:
-			kk_uint(o, row->kr_off);
+			kk_put(o, pl->kp_off.kd_buf + pl->kp_off.kd_at,
+			    KK_DEC - pl->kp_off.kd_at);
 			break;
 		case KK_S_ADDRESS:
-			kk_uint(o, address);
+			kk_put(o, pl->kp_addr.kd_buf + pl->kp_addr.kd_at,
+			    KK_DEC - pl->kp_addr.kd_at);
 			break;
 		case KK_S_LENGTH:
 			kk_uint(o, row->kr_len);
 			break;
 		case KK_S_BYTES:
-			kk_put(o, "\"", 1);
 			kk_hex(o, code, row->kr_len);
-			kk_put(o, "\"", 1);
 			break;
 		case KK_S_MNEMONIC:
 		case KK_S_OPERANDS:
@@ -905,9 +1106,7 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 				    f->kj_type == KK_J_SINT));
 				break;
 			case KK_J_HEX:
-				kk_put(o, "\"", 1);
 				kk_hex(o, p, f->kj_size);
-				kk_put(o, "\"", 1);
 				break;
 			case KK_J_BOOL:
 				kk_puts(o, *p != 0 ? "true" : "false");
@@ -928,59 +1127,94 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 }
 
 /*
- * Fields [first, last) of a row from cache slot c, written once into the
- * slot's JSON part 'part' and pasted from there.
+ * A function's refusal (kv_json: the JSON text of its reason, or NULL
+ * when it is not refused).  A refused function's records all say the same
+ * verdict, which is written once (kv_n bytes of kv_text; 0: not, when it
+ * does not fit) and pasted.
  */
-static void
-kk_cached_fields(struct kk_out *o, struct kk_cached *c, int part,
-    const struct kk_row *row, const uint8_t *code, unsigned first,
-    unsigned last)
-{
-	struct kk_out t;
-	char *at;
+#define	KK_REFUSAL_MAX	512
 
-	at = c->kc_json + (part == 0 ? 0 : c->kc_jlen[0]);
-	if (c->kc_jlen[part] == 0 && (part == 0 || c->kc_jlen[0] != 0)) {
-		t.p = at;
-		t.end = c->kc_json + sizeof(c->kc_json);
-		t.full = 0;
-		t.ascii = 1;
-		kk_jwrite(&t, row, code, 0, NULL, first, last);
-		if (!t.full && t.ascii && t.p > at)
-			c->kc_jlen[part] = (uint16_t)(t.p - at);
-	}
-	if (c->kc_jlen[part] != 0)
-		kk_put(o, at, c->kc_jlen[part]);
+struct kk_refusal {
+	const char	*kv_json;
+	size_t		 kv_n;
+	char		 kv_text[KK_REFUSAL_MAX];
+};
+
+/* The verdict fields of the record of row, in a function refused as rf says. */
+static void
+kk_verdict(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
+    const struct kk_refusal *rf)
+{
+
+	if (rf->kv_n != 0)
+		kk_put(o, rf->kv_text, rf->kv_n);
 	else
-		kk_jwrite(o, row, code, 0, NULL, first, last);
+		kk_jwrite(o, row, code, NULL, rf->kv_json, kk_jverdict,
+		    kk_jrest);
 }
 
 /*
- * One instruction's record: its row, at code (its bytes) and address; a
- * function-wide refusal (refused: the JSON text of its reason) makes every
- * record a refusal.  For a row from the cache, what depends on the bytes
- * alone (all but where it is and the verdict) is written once and kept in
- * the cache's slot.
+ * The fields of a cached row after where it is, as a function that is not
+ * refused writes them, written once into its slot (with the closing brace)
+ * and pasted from there; in a refused function, the verdict between is
+ * the function's.  0 when the slot cannot hold them (the caller writes the
+ * record).
+ */
+static int
+kk_cached_record(struct kk_out *o, struct kk_cached *c,
+    const struct kk_row *row, const uint8_t *code,
+    const struct kk_refusal *rf)
+{
+	struct kk_out t;
+
+	if (c->kc_jlen == 0) {
+		t.p = c->kc_json;
+		t.end = c->kc_json + sizeof(c->kc_json);
+		t.full = 0;
+		t.ascii = 1;
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jplace, kk_jverdict);
+		c->kc_jverdict = (uint16_t)(t.p - c->kc_json);
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jverdict, kk_jrest);
+		c->kc_jrest = (uint16_t)(t.p - c->kc_json);
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jrest, kk_njfields);
+		kk_put(&t, "}", 1);
+		if (t.full || !t.ascii)
+			return (0);
+		c->kc_jlen = (uint16_t)(t.p - c->kc_json);
+	}
+	if (rf->kv_json == NULL) {
+		kk_put(o, c->kc_json, c->kc_jlen);
+		return (1);
+	}
+	kk_put(o, c->kc_json, c->kc_jverdict);
+	kk_verdict(o, row, code, rf);
+	kk_put(o, c->kc_json + c->kc_jrest, c->kc_jlen - c->kc_jrest);
+	return (1);
+}
+
+/*
+ * One instruction's record: its row, at code (its bytes) and pl, in a
+ * function refused as rf says.  For a row from the cache, what depends on
+ * the bytes alone (all but where it is, and the verdict in a refused
+ * function) is written once and kept in the cache's slot.
  */
 static void
 kk_record(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
-    uint64_t address, const char *refused)
+    const struct kk_place *pl, const struct kk_refusal *rf)
 {
-	struct kk_cached *c;
+	long i;
 
-	c = row->kr_cache != 0 ? &kk_cache[row->kr_cache - 1] : NULL;
-	if (c != NULL && (c->kc_len != row->kr_len ||
-	    memcmp(c->kc_bytes, code, row->kr_len) != 0))
-		c = NULL;	/* the slot went to other bytes since */
-	if (c == NULL || kk_jverdict == kk_jplace) {
-		kk_jwrite(o, row, code, address, refused, 0, kk_njfields);
-		kk_put(o, "}", 1);
+	kk_jwrite(o, row, code, pl, NULL, 0, kk_jplace);
+	/*
+	 * Its slot still holds its bytes: a walk's rows keep their slots
+	 * (kc_epoch) until the next walk, and a function is written before.
+	 */
+	i = (long)row->kr_cache - 1;
+	if (i >= 0 && kk_cached_record(o, &kk_cache[i], row, code, rf))
 		return;
-	}
-	kk_jwrite(o, row, code, address, refused, 0, kk_jplace);
-	kk_cached_fields(o, c, 0, row, code, kk_jplace, kk_jverdict);
-	kk_jwrite(o, row, code, address, refused, kk_jverdict, kk_jrest);
-	kk_cached_fields(o, c, 1, row, code, kk_jrest, kk_njfields);
+	kk_jwrite(o, row, code, pl, NULL, kk_jplace, kk_jverdict);
+	kk_verdict(o, row, code, rf);
+	kk_jwrite(o, row, code, pl, NULL, kk_jrest, kk_njfields);
 	kk_put(o, "}", 1);
 }
 
@@ -997,9 +1231,13 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
     const char *prologue, const char *head_ok, const char *head_refused,
     const char *tail, int *eligible)
 {
+	struct kk_refusal rf;
+	struct kk_place pl;
+	struct kk_out t;
 	const char *refused;
 	size_t i;
-	int rv;
+	uint32_t off;
+	int rv, wraps;
 
 	if ((rv = kk_walk(code, len, limit, address, KK_TEXT_ALL)) != KK_NEXT)
 		return (rv);
@@ -1010,11 +1248,34 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 	*eligible = refused == NULL;
 	if (*eligible ? head_ok != NULL : head_refused != NULL)
 		kk_puts(o, *eligible ? head_ok : head_refused);
+	rf.kv_json = refused;
+	rf.kv_n = 0;
+	if (refused != NULL && kk_nrows > 0) {
+		t.p = rf.kv_text;
+		t.end = rf.kv_text + sizeof(rf.kv_text);
+		t.full = 0;
+		t.ascii = 1;
+		kk_jwrite(&t, &kk_rows[0], code, NULL, refused, kk_jverdict,
+		    kk_jrest);
+		if (!t.full && t.ascii)
+			rf.kv_n = (size_t)(t.p - rf.kv_text);
+	}
+	/* Counted in decimal where no address passes 2^64 - 1. */
+	wraps = address + limit < address;
 	for (i = 0; i < kk_nrows; i++) {
-		if (i > 0)
+		off = kk_rows[i].kr_off;
+		if (i > 0) {
 			kk_put(o, ",", 1);
-		kk_record(o, &kk_rows[i], code + kk_rows[i].kr_off,
-		    address + kk_rows[i].kr_off, refused);
+			kk_dec_add(&pl.kp_off, off - kk_rows[i - 1].kr_off);
+			if (wraps)
+				kk_dec_set(&pl.kp_addr, address + off);
+			else
+				kk_dec_add(&pl.kp_addr, off - kk_rows[i - 1].kr_off);
+		} else {
+			kk_dec_set(&pl.kp_off, off);
+			kk_dec_set(&pl.kp_addr, address + off);
+		}
+		kk_record(o, &kk_rows[i], code + off, &pl, &rf);
 	}
 	if (tail != NULL)
 		kk_puts(o, tail);

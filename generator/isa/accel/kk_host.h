@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <capstone/capstone.h>
+
 #include "kinst_core.h"
 
 /* One instruction of a function, as the walk found and classified it. */
@@ -46,7 +48,6 @@ struct kk_row {
 #define	KK_NEXT		0	/* one more row */
 #define	KK_DEFER	1	/* Python must do this function */
 #define	KK_ERROR	2	/* the rule and capstone disagree: Python says how */
-#define	KK_FULL		3	/* no room for another row */
 
 /* How much text a walk keeps. */
 #define	KK_TEXT_NONE	0
@@ -74,19 +75,23 @@ uint32_t kk_text_add(const char *, const char *, const char *);
 unsigned kk_name_reason(const char *);
 int	kk_cache_get(const uint8_t *, size_t, int, struct kk_row *);
 void	kk_cache_add(const uint8_t *, size_t, struct kk_row *);
+const cs_insn *kk_decode(const uint8_t *, size_t, size_t, uint64_t);
+int	kk_decoded_row(const uint8_t *, size_t, size_t, uint64_t, int, int,
+	    const char *, const char *, struct kk_row *);
 
 
 /*
- * The ISA's step (<arch>/accel/kk_walk.c): opening its decoder; a
- * function's instructions (code[0, len), its own bytes ending at limit, at
- * address) into rows[0, cap), with or without text (KK_TEXT_*), *n of
- * them; one instruction with capstone's text for it; the prologue rules a
- * function (code[0, len), its own bytes ending at limit) of n rows passes,
- * bit i the ISA's rule i (Isa.prologue_reasons, in order).
+ * The ISA's step (<arch>/accel/kk_walk.c): opening capstone for it; the
+ * instruction at offset off of a function (code[0, len), its own bytes
+ * ending at limit, at address) into *row, with or without text (KK_TEXT_*):
+ * KK_NEXT, KK_DEFER or KK_ERROR; one instruction with capstone's text for
+ * it; the prologue rules a function (code[0, len), its own bytes ending at
+ * limit) of n rows passes, bit i the ISA's rule i (Isa.prologue_reasons,
+ * in order).
  */
-int	kk_isa_open(void);
-int	kk_isa_walk(const uint8_t *, size_t, size_t, uint64_t, int,
-	    struct kk_row *, size_t, size_t *);
+int	kk_isa_open(csh *);
+int	kk_isa_step(const uint8_t *, size_t, size_t, size_t, uint64_t, int,
+	    struct kk_row *);
 int	kk_isa_classify(const uint8_t *, size_t, uint64_t, const char *,
 	    const char *, struct kk_row *);
 unsigned kk_isa_prologue(const uint8_t *, size_t, size_t,

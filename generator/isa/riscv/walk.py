@@ -33,6 +33,14 @@ def _md_record(row: Dict[str, Any]) -> M.ProbeMd:
                      row["km_rs2"], row["km_imm"], row["km_funct3"])
 
 
-ACCELERATOR = accelerator(__file__, T, reasons=tuple(r.reason for r in T.CORE_REFUSALS), md_fields=_FIELDS,
+# capstone's mnemonics of each emulated kind.
+MNEMONICS = {M.KIND_JAL: ("jal", "j"), M.KIND_JALR: ("jalr", "jr", "ret"),
+             M.KIND_BRANCH: ("beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez", "bltz",
+                             "bgtz", "bgt", "ble", "bgtu", "bleu"),
+             M.KIND_AUIPC: ("auipc",), M.KIND_C_J: ("c.j",), M.KIND_C_BRANCH: ("c.beqz", "c.bnez"),
+             M.KIND_C_JR: ("c.jr", "c.jalr")}
+
+ACCELERATOR = accelerator(__file__, T, M.TABLE_KINDS, MNEMONICS, reasons=tuple(r.reason for r in T.CORE_REFUSALS),
+                          md_fields=_FIELDS,
                           md_record=_md_record,
                           signed_fields=frozenset({"km_imm", "km_rd", "km_rs1", "km_rs2", "km_funct3"}))

@@ -26,8 +26,6 @@
 #include "kk_host.h"
 #include "kk_opmap.inc"
 
-static csh kk_cs;
-static cs_insn *kk_insn;
 static unsigned long kk_decoded;	/* instructions capstone decoded here */
 
 /* From tables.py (kk_amd64_init()). */
@@ -55,15 +53,13 @@ kk_amd64_init(unsigned ss_reason, int prologue_opcode,
 	kk_nfixed = nfixed;
 }
 
+/* capstone for x86-64, in AT&T syntax (what tables.py's names are in). */
 int
-kk_isa_open(void)
+kk_isa_open(csh *cs)
 {
 
-	if (kk_insn != NULL)
-		return (0);
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, &kk_cs) != CS_ERR_OK ||
-	    cs_option(kk_cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK ||
-	    (kk_insn = cs_malloc(kk_cs)) == NULL)
+	if (cs_open(CS_ARCH_X86, CS_MODE_64, cs) != CS_ERR_OK ||
+	    cs_option(*cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK)
 		return (-1);
 	return (0);
 }
@@ -198,6 +194,42 @@ kk_cross_check(const char *ops, int rip_modrm, long long disp)
 	return ((neg ? -v : v) == disp);
 }
 
+/*
+ * Whether capstone's operands may name an address, so that the same bytes
+ * elsewhere print differently: capstone prints a relative branch's target
+ * as a bare number (hex, or decimal below 10).  Any operand that is a bare
+ * number says yes (an absolute memory operand too, which costs only a
+ * cache entry); a displacement before its parenthesis, an immediate ($)
+ * and a register do not.
+ */
+static int
+kk_prints_address(const char *ops)
+{
+	const char *p;
+	int depth;
+
+	for (p = ops; *p != '\0';) {
+		if (*p == '*')
+			p++;
+		if (*p == '-')
+			p++;
+		if (*p >= '0' && *p <= '9') {
+			while ((*p >= '0' && *p <= '9') ||
+			    (*p >= 'a' && *p <= 'f') || *p == 'x')
+				p++;
+			if (*p != '(')
+				return (1);
+		}
+		/* On to the next operand, past any parenthesis. */
+		for (depth = 0; *p != '\0' && (*p != ',' || depth > 0); p++)
+			depth += (*p == '(') - (*p == ')');
+		if (*p == ',')
+			for (p++; *p == ' '; p++)
+				;
+	}
+	return (0);
+}
+
 static int
 kk_ends(const char *s, const char *suffix)
 {
@@ -308,8 +340,8 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	if ((rip || strstr(operands, "ip)") != NULL) &&
 	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
 		return (KK_ERROR);
-	/* capstone prints a relative operand's address: not cacheable. */
-	if (operands[0] == '0' && operands[1] == 'x')
+	if ((row->kr_flags & KK_R_CACHEABLE) != 0 &&
+	    kk_prints_address(operands))
 		row->kr_flags &= ~KK_R_CACHEABLE;
 	row->kr_text = kk_text_add(mnemonic, operands, base);
 	return (KK_NEXT);
@@ -326,19 +358,15 @@ kk_is_fixed(const char *mnemonic)
 	return (0);
 }
 
-/*
- * The instruction at code[off, len) of a function whose own bytes end at
- * limit, at address, into *row: KK_NEXT, KK_DEFER or KK_ERROR.
- */
-static inline int
-kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
+/* The ISA's step (kk_host.h). */
+int
+kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
     uint64_t address, int text, struct kk_row *row)
 {
+	const cs_insn *insn;
 	const uint8_t *p;
-	uint64_t a;
-	size_t n, tlen;
+	size_t tlen;
 	unsigned attr;
-	int rv;
 
 	p = code + off;
 	tlen = kk_table_length(p, limit - off, &attr);
@@ -375,43 +403,13 @@ kk_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	}
 	/* capstone: text, or what the table does not know. */
 	kk_decoded++;
-	n = len - off;
-	a = address + off;
-	if (!cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ||
-	    kk_is_fixed(kk_insn->mnemonic) ||
-	    kk_ends(kk_insn->op_str, "%gs") ||
-	    strncmp(kk_insn->mnemonic, "lgs", 3) == 0)
+	if ((insn = kk_decode(code, len, off, address)) == NULL ||
+	    kk_is_fixed(insn->mnemonic) || kk_ends(insn->op_str, "%gs") ||
+	    strncmp(insn->mnemonic, "lgs", 3) == 0)
 		return (KK_DEFER);
-	rv = kk_isa_classify(code + off, kk_insn->size, address + off,
-	    kk_insn->mnemonic, kk_insn->op_str, row);
-	if (rv != KK_NEXT)
-		return (rv);
-	row->kr_off = (uint32_t)off;
-	if (tlen == kk_insn->size)
-		kk_cache_add(code + off, tlen, row);
-	if (text == KK_TEXT_NONE)
-		row->kr_text = KK_NO_TEXT;
-	return (KK_NEXT);
-}
-
-int
-kk_isa_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text, struct kk_row *rows, size_t cap, size_t *n)
-{
-	size_t off;
-	int rv;
-
-	*n = 0;
-	for (off = 0; off < limit; off += rows->kr_len, rows++, (*n)++) {
-		if (*n == cap)
-			return (KK_FULL);
-		rv = kk_step(code, len, off, limit, address, text, rows);
-		if (rv != KK_NEXT)
-			return (rv);
-		if (off + rows->kr_len > limit)
-			return (KK_DEFER);	/* past the symbol's end */
-	}
-	return (KK_NEXT);
+	/* Kept by its bytes where the table reads the same length. */
+	return (kk_decoded_row(code, off, insn->size, address, text,
+	    tlen == insn->size, insn->mnemonic, insn->op_str, row));
 }
 
 /*

@@ -69,42 +69,17 @@ kk_reason(int rf, const struct kinst_md *md)
 	}
 }
 
-/* capstone's mnemonics of each emulated kind, and of a direct branch. */
-static const char *const kk_m_b[] = { "b", NULL };
-static const char *const kk_m_bl[] = { "bl", NULL };
-static const char *const kk_m_cbz[] = { "cbz", "cbnz", NULL };
-static const char *const kk_m_tbz[] = { "tbz", "tbnz", NULL };
-static const char *const kk_m_adr[] = { "adr", NULL };
-static const char *const kk_m_adrp[] = { "adrp", NULL };
-static const char *const kk_m_ldr[] = { "ldr", "ldrsw", "prfm", NULL };
-static const char *const kk_m_br[] = { "br", "blr", "ret", NULL };
-static const char *const kk_m_pcrel[] = { "b", "bl", "cbz", "cbnz", "tbz",
-	"tbnz", "adr", "adrp", "br", "blr", "ret", NULL };
-
-static const char *const *
-kk_mnemonics(unsigned kind)
+/*
+ * Is it capstone's mnemonic of a PC-relative word: any emulated kind's
+ * (walk.py's MNEMONICS) but a literal load's, whose mnemonics other loads
+ * share?
+ */
+static int
+kk_pcrel(const char *mnemonic)
 {
 
-	switch (kind) {
-	case KINST_K_B:
-		return (kk_m_b);
-	case KINST_K_BL:
-		return (kk_m_bl);
-	case KINST_K_CBZ:
-		return (kk_m_cbz);
-	case KINST_K_TBZ:
-		return (kk_m_tbz);
-	case KINST_K_ADR:
-		return (kk_m_adr);
-	case KINST_K_ADRP:
-		return (kk_m_adrp);
-	case KINST_K_LDR_LITERAL:
-		return (kk_m_ldr);
-	case KINST_K_BR_REG:
-		return (kk_m_br);
-	default:
-		return (NULL);
-	}
+	return (kk_dbp_any_kind(mnemonic) &&
+	    !kk_dbp_among(mnemonic, kk_dbp_mnemonics(KINST_K_LDR_LITERAL)));
 }
 
 /* The "#0x..." or "#-N" capstone prints last, as an address; 0: none. */
@@ -158,7 +133,7 @@ kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
 
 	(void)rf;	/* a refused word's kind is still checked */
 	kind = md->km_kind;
-	names = kk_mnemonics(kind);
+	names = kk_dbp_mnemonics(kind);
 	if (kind == KINST_K_BCOND) {
 		if (strncmp(mnemonic, "b.", 2) != 0 &&
 		    strncmp(mnemonic, "bc.", 3) != 0)
@@ -166,7 +141,7 @@ kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
 	} else if (names != NULL) {
 		if (!kk_dbp_among(mnemonic, names))
 			return (0);
-	} else if ((kk_dbp_among(mnemonic, kk_m_pcrel) ||
+	} else if ((kk_pcrel(mnemonic) ||
 	    strncmp(mnemonic, "b.", 2) == 0) && !KK_IS(md->km_insn, SVE_ADR))
 		return (0);
 	if (kind == KINST_K_TRAMPOLINE || kind == KINST_K_BR_REG ||

@@ -23,43 +23,6 @@
 const cs_arch kk_dbp_arch = CS_ARCH_RISCV;
 const cs_mode kk_dbp_mode = (cs_mode)(CS_MODE_RISCV64 | CS_MODE_RISCVC);
 
-/* capstone's mnemonics of each emulated kind. */
-static const char *const kk_m_jal[] = { "jal", "j", NULL };
-static const char *const kk_m_jalr[] = { "jalr", "jr", "ret", NULL };
-static const char *const kk_m_branch[] = { "beq", "bne", "blt", "bge",
-	"bltu", "bgeu", "beqz", "bnez", "blez", "bgez", "bltz", "bgtz", "bgt",
-	"ble", "bgtu", "bleu", NULL };
-static const char *const kk_m_auipc[] = { "auipc", NULL };
-static const char *const kk_m_c_j[] = { "c.j", NULL };
-static const char *const kk_m_c_branch[] = { "c.beqz", "c.bnez", NULL };
-static const char *const kk_m_c_jr[] = { "c.jr", "c.jalr", NULL };
-static const char *const *const kk_m_all[] = { kk_m_jal, kk_m_jalr,
-	kk_m_branch, kk_m_auipc, kk_m_c_j, kk_m_c_branch, kk_m_c_jr, NULL };
-
-static const char *const *
-kk_mnemonics(unsigned kind)
-{
-
-	switch (kind) {
-	case KINST_K_JAL:
-		return (kk_m_jal);
-	case KINST_K_JALR:
-		return (kk_m_jalr);
-	case KINST_K_BRANCH:
-		return (kk_m_branch);
-	case KINST_K_AUIPC:
-		return (kk_m_auipc);
-	case KINST_K_C_J:
-		return (kk_m_c_j);
-	case KINST_K_C_BRANCH:
-		return (kk_m_c_branch);
-	case KINST_K_C_JR:
-		return (kk_m_c_jr);
-	default:
-		return (NULL);
-	}
-}
-
 /* Does the kind branch by an offset capstone prints, to a target? */
 static int
 kk_offset_kind(unsigned kind)
@@ -123,22 +86,17 @@ int
 kk_dbp_agrees(const struct kinst_md *md, int rf, uint64_t address,
     const char *mnemonic, const char *ops)
 {
-	const char *const *const *l;
 	const char *const *names;
 	int64_t v;
 	unsigned kind;
 
 	(void)address;	/* capstone prints offsets */
 	kind = rf != 0 ? KINST_K_TRAMPOLINE : md->km_kind;
-	names = kk_mnemonics(kind);
+	names = kk_dbp_mnemonics(kind);
 	if (names != NULL && !kk_dbp_among(mnemonic, names))
 		return (0);
-	if (names == NULL) {
-		for (l = kk_m_all; *l != NULL; l++)
-			if (kk_dbp_among(mnemonic, *l))
-				return (0);
-		return (1);
-	}
+	if (names == NULL)
+		return (!kk_dbp_any_kind(mnemonic));
 	if (kk_offset_kind(kind))
 		return (kk_last_operand(ops, &v) && v == md->km_imm);
 	if (kind == KINST_K_AUIPC) {
