@@ -61,6 +61,10 @@ BREAKS: Mapping[str, str] = {
 }
 
 
+# The breakages of a jump probe's detour: they break nothing without jump probes.
+JUMP_BREAKS = frozenset(n for n in BREAKS if n.startswith("JUMP_"))
+
+
 def sources() -> List[Path]:
     """The hand-written files the module is built from: the guest ISA's portable core, as the harness
     and kinst.ko compile it, and the Linux glue."""
@@ -128,6 +132,8 @@ def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, co
     require_tools()
     if breakage and breakage not in BREAKS:
         raise UserError(f"unknown breakage {breakage!r}: one of {', '.join(BREAKS)}")
+    if breakage in JUMP_BREAKS and not jumps.heads:
+        raise UserError(f"breakage {breakage} breaks a jump probe's detour: it needs jump probes (--jump)")
     if jumps.fires and len(jumps.fires) != plan.nprobes:
         raise UserError(f"the jump placement has {len(jumps.fires)} probes, the table {plan.nprobes}")
     ctx = target_context(vmlinux, plan, module_start, jumps)

@@ -6,6 +6,7 @@
                                           workload runs unprobed: the live image and the reference output
     plan.plan_guest()                     the table: the chosen functions, kinst's rules, the kernel's
                                           (and the target module's, from its .ko, with the loader's)
+    jumps.choose()                        --jump: the jump probes, from the proof over the vmlinux
     kbuild.build_module()                 the same core and table as kinst.ko, with the Linux glue
     probe boot (QEMU plugin loaded)       arm, workload (re-armed meanwhile), disarm, hits, unload
     report.compare()                      module hits against the plugin's counts, the workload's output
