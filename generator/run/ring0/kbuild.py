@@ -68,7 +68,7 @@ JUMP_BREAKS = frozenset(n for n in BREAKS if n.startswith("JUMP_"))
 def sources() -> List[Path]:
     """The hand-written files the module is built from: the guest ISA's portable core, as the harness
     and kinst.ko compile it, and the Linux glue."""
-    return [*core_sources(GUEST_ISA), GLUE / "kinst_linux.c", GLUE / "Kbuild"]
+    return [*core_sources(GUEST_ISA), GLUE / "kinst_linux.c", GLUE / "kinst_linux_text.c", GLUE / "Kbuild"]
 
 
 def target_context(vmlinux: KernelImage, plan: ProbePlan, module_start: int,

@@ -202,15 +202,10 @@ extern uint8_t kinst_linux_tramps[];
 /*
  * The detours, KINST_JUMP_CHUNK bytes per chunk, a head's chunks one after
  * another (kinst_linux_jump.h says how many per head; the slots follow
- * from it in table order), in this module's text like the trampolines.
+ * from it in table order), in this module's text like the trampolines, but
+ * in an object of their own, kinst_linux_text.c (see there).
  */
 #define	KINST_LINUX_JUMP_BYTES	(KINST_LINUX_JUMP_SLOTS * KINST_JUMP_CHUNK)
-asm(".pushsection .text.kinst_linux_jump, \"ax\", @progbits\n"
-    ".balign 4096\n"
-    ".globl kinst_linux_detours\n"
-    "kinst_linux_detours:\n"
-    ".fill " __stringify(KINST_LINUX_JUMP_BYTES) ", 1, 0xcc\n"
-    ".popsection\n");
 extern uint8_t kinst_linux_detours[];
 
 static struct kinst_linux_probe	*kinst_linux_probes;
