@@ -374,10 +374,15 @@ def test_a_jump_left_behind_is_caught_unless_the_instruction_is_one(tmp_path):
 
 
 def test_an_oops_in_a_detour_names_its_head(tmp_path):
-    info = {"detours": "0xffffffffc0100000 960"}
+    info = {"detours": "0xffffffffc0100000 960 192"}
     fires = (0, 2, 0, 3, 0, 0, 0)  # slots 0-1: probe 1's; 2-4: probe 3's
-    at = report.detour_of(["RIP: 0010:kinst_linux_detours+0x190/0x3c0 [kinst]"], {}, fires)
+    at = report.detour_of(["RIP: 0010:kinst_linux_detours+0x190/0x3c0 [kinst]"], info, fires)
     assert at == 3  # 0x190 = 400: chunk 2
     assert report.detour_of(["RIP: 0010:0xffffffffc01000c1"], info, fires) == 1  # chunk 1
-    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x3c0/0x3c0 [kinst]"], {}, fires) is None
+    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x3c0/0x3c0 [kinst]"], info, fires) is None
+    # Chunks of another size (the module says which): 0x190 is chunk 6 of 64 bytes, past every slot.
+    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x190/0x3c0 [kinst]"],
+                            {"detours": "0xffffffffc0100000 320 64"}, fires) is None
+    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x90/0x3c0 [kinst]"],
+                            {"detours": "0xffffffffc0100000 320 64"}, fires) == 3
     assert report.detour_of(["RIP: 0010:0xffffffffc01000c1"], {}, fires) is None

@@ -42,7 +42,6 @@ OOPS = re.compile(r"Oops|BUG:|WARNING:|kernel BUG at|general protection fault|in
 # The module's own reasons, by the number /proc/kinst/hits gives (sys/modules/kinst/linux/kinst_linux.c).
 MODULE_STATES = ("armed", "digest", "derive", "range", "byte", "place", "displaced")
 JMP32 = 0xE9  # the opcode of jmp rel32: what the plugin reports apart
-CHUNK = 192  # bytes of a detour chunk (KINST_JUMP_CHUNK, sys/modules/kinst/amd64/kinst_core_jump.h): names a head
 MISMATCHES_SHOWN = 20
 # Where the kernel says it stopped: a symbol and offset (kallsyms knows the module's trampoline array) or
 # an address.
@@ -293,7 +292,7 @@ def _rip_offset(oops: Sequence[str], pattern: "re.Pattern[str]", base: Optional[
 
 def _base(info: Dict[str, str], key: str) -> Optional[int]:
     words = info.get(key, "").split()
-    return int(words[0], 16) if len(words) == 2 else None
+    return int(words[0], 16) if len(words) >= 2 else None
 
 
 def trampoline_of(oops: Sequence[str], info: Dict[str, str], tramp_size: int, entries: int) -> Optional[int]:
@@ -305,13 +304,18 @@ def trampoline_of(oops: Sequence[str], info: Dict[str, str], tramp_size: int, en
 
 def detour_of(oops: Sequence[str], info: Dict[str, str], fires: Sequence[int]) -> Optional[int]:
     """The jump probe's head whose detour the first oops stopped in, or None: its chunks are at the slots that
-    follow from ``fires`` in table order (kinst_linux.c's kinst_linux_jump_prepare())."""
-    off = _rip_offset(oops, DETOUR, _base(info, "detours"), sum(fires) * CHUNK)
+    follow from ``fires`` in table order (kinst_linux.c's kinst_linux_jump_prepare()), each as many bytes as
+    /proc/kinst/info's ``detours`` line says (the core's KINST_JUMP_CHUNK)."""
+    words = info.get("detours", "").split()
+    if len(words) != 3 or not int(words[2]):
+        return None
+    chunk = int(words[2])
+    off = _rip_offset(oops, DETOUR, _base(info, "detours"), sum(fires) * chunk)
     if off is None:
         return None
     slot = 0
     for i, n in enumerate(fires):
-        if slot <= off // CHUNK < slot + n:
+        if slot <= off // chunk < slot + n:
             return i
         slot += n
     return None

@@ -1106,8 +1106,8 @@ kinst_linux_info_show(struct seq_file *m, void *v)
 	    (long long)atomic64_read(&kinst_linux_samples));
 	seq_printf(m, "samples_in_tramp %lld\n",
 	    (long long)atomic64_read(&kinst_linux_samples_in_tramp));
-	seq_printf(m, "detours %#lx %u\n", (unsigned long)kinst_linux_detours,
-	    (unsigned int)KINST_LINUX_JUMP_BYTES);
+	seq_printf(m, "detours %#lx %u %u\n", (unsigned long)kinst_linux_detours,
+	    (unsigned int)KINST_LINUX_JUMP_BYTES, (unsigned int)KINST_JUMP_CHUNK);
 	seq_printf(m, "jump_heads %u\n", kinst_linux_jheads);
 	seq_printf(m, "jump_refused %u\n", kinst_linux_jrefused);
 	seq_printf(m, "jump_placed %u\n", kinst_linux_jplaced);
