@@ -133,7 +133,7 @@ ko_index(uint64_t addr)
 	return ((long)ko_rel[at].ks_index);
 }
 
-/* What the translated instruction at a probe starts with (userdata's low bits). */
+/* What the instruction at a probe starts with (userdata's low bits). */
 #define	KO_B_OTHER	0
 #define	KO_B_INT3	1
 #define	KO_B_JMP32	2

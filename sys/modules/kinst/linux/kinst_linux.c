@@ -181,7 +181,7 @@ struct kinst_linux_probe {
 	uint8_t		klp_placed;	/* its jump is written */
 	uint8_t		klp_orig[KINST_JUMP_SIZE]; /* what the jump covers */
 	uint8_t		klp_jump[KINST_JUMP_SIZE]; /* the jump */
-	uintptr_t	klp_seen;	/* a stack word just above it, or 0 */
+	uintptr_t	klp_seen;	/* the nearest stack word above, or 0 */
 };
 
 /*
@@ -230,7 +230,7 @@ static DEFINE_MUTEX(kinst_linux_lock);		/* ctl writes, arm state */
 static unsigned int	kinst_linux_jheads;	/* heads with a detour */
 static unsigned int	kinst_linux_jrefused;	/* heads left breakpoints */
 static unsigned int	kinst_linux_jplaced;	/* jumps the last arm wrote */
-static unsigned int	kinst_linux_jplacements;	/* jumps written, all arms */
+static unsigned int	kinst_linux_jplacements; /* jumps written, in all */
 static unsigned int	kinst_linux_jkept;	/* quiescence check said no */
 static unsigned int	kinst_linux_jrounds;	/* protocol rounds run */
 static atomic_t		kinst_linux_unwound;	/* the one unwind done */
@@ -466,7 +466,8 @@ kinst_linux_write_all(bool arm)
 		p = kinst_linux_writable(kp->klp_addr);
 		if (arm) {
 			if (READ_ONCE(*(uint8_t *)kp->klp_addr) !=
-			    kp->klp_saved || (kp->klp_slot != KINST_LINUX_NOSLOT &&
+			    kp->klp_saved ||
+			    (kp->klp_slot != KINST_LINUX_NOSLOT &&
 			    memcmp((void *)kp->klp_addr, kp->klp_orig,
 			    KINST_JUMP_SIZE) != 0)) {
 				kp->klp_why = KINST_LINUX_BYTE;
@@ -487,12 +488,14 @@ kinst_linux_write_all(bool arm)
 /*
  * The quiescence check's input, what Linux can see of stopped tasks: every
  * word of every task's kernel stack (a preempted task's saved %rip is in
- * the pt_regs there; a sleeping one's return addresses too), each given to
- * the head just below it (windows do not overlap: no other head's window
- * can hold it), whose kinst_core_jump_quiet() decides.  A stale word only
- * keeps a breakpoint.  Under stop_machine(): no task runs or exits, and
- * no CPU is inside an interrupt (every one spins with interrupts off in
- * kinst_linux_stop()), so the interrupt stacks hold nothing live.
+ * the pt_regs there; a sleeping one's return addresses too).  Each head is
+ * given the nearest word above it (a word inside its jump's bytes is nearer
+ * than any beyond them; the nearest probe below a word inside a window is
+ * its head, as displaced probes are not ready), and its
+ * kinst_core_jump_quiet() decides.  A stale word only keeps a breakpoint.
+ * Under stop_machine(): no task runs or exits, and no CPU is inside an
+ * interrupt (every one spins with interrupts off in kinst_linux_stop()),
+ * so the interrupt stacks hold nothing live.
  */
 static void
 kinst_linux_see(unsigned long w)
@@ -512,7 +515,8 @@ kinst_linux_see(unsigned long w)
 	if (lo == 0)
 		return;
 	kp = &kinst_linux_probes[kinst_linux_order[lo - 1]];
-	if (kp->klp_slot != KINST_LINUX_NOSLOT && kp->klp_seen == 0)
+	if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+	    (kp->klp_seen == 0 || w < kp->klp_seen))
 		kp->klp_seen = w;
 }
 
@@ -1106,8 +1110,10 @@ kinst_linux_info_show(struct seq_file *m, void *v)
 	    (long long)atomic64_read(&kinst_linux_samples));
 	seq_printf(m, "samples_in_tramp %lld\n",
 	    (long long)atomic64_read(&kinst_linux_samples_in_tramp));
-	seq_printf(m, "detours %#lx %u %u\n", (unsigned long)kinst_linux_detours,
-	    (unsigned int)KINST_LINUX_JUMP_BYTES, (unsigned int)KINST_JUMP_CHUNK);
+	seq_printf(m, "detours %#lx %u %u\n",
+	    (unsigned long)kinst_linux_detours,
+	    (unsigned int)KINST_LINUX_JUMP_BYTES,
+	    (unsigned int)KINST_JUMP_CHUNK);
 	seq_printf(m, "jump_heads %u\n", kinst_linux_jheads);
 	seq_printf(m, "jump_refused %u\n", kinst_linux_jrefused);
 	seq_printf(m, "jump_placed %u\n", kinst_linux_jplaced);
