@@ -386,3 +386,18 @@ def test_an_oops_in_a_detour_names_its_head(tmp_path):
     assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x90/0x3c0 [kinst]"],
                             {"detours": "0xffffffffc0100000 320 64"}, fires) == 3
     assert report.detour_of(["RIP: 0010:0xffffffffc01000c1"], {}, fires) is None
+
+
+def test_the_bench_puts_the_jump_run_beside_the_breakpoint_run():
+    from generator.bench.vm import _ring0_markdown
+
+    vm = {"boot": 1.0, "run": 2.0, "total": 3.0}
+    row = {"ok": True, "functions": 9, "probes_armed": 80, "probes_hit": 20, "hits": 5, "oracle_hits": 5, "vm": vm,
+           "wall": 4.0, "peak_rss_mib": 300.0, "seconds": {}}
+    jump = dict(row, probes_armed=60, jump={"jump_probes_armed": 40, "displaced": 20, "trap_probes_armed": 20})
+    text = _ring0_markdown({"default": row, "default_jump": jump,
+                            "unprobed": {"timings": vm, "wall": 1.0, "peak_rss_mib": 200.0, "status": "pass"}})
+    rows = [line for line in text.splitlines() if line.startswith("| default set")]
+    assert rows == ["| default set (9 functions) | 80 | 20 | 5 (=) | 1.0 | 2.0 | 3.0 | 4.0 | 300.0 | PASS |",
+                    "| default set, --jump: 40 jumps (displacing 20) and 20 breakpoints (9 functions) | 60 | 20 | "
+                    "5 (=) | 1.0 | 2.0 | 3.0 | 4.0 | 300.0 | PASS |"]
