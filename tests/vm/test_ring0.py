@@ -114,7 +114,7 @@ def _flip(kinds: Set[str], flipped: Dict[str, Set[Tuple[str, int]]]) -> Callable
     return tamper
 
 
-@pytest.mark.parametrize("breakage", sorted(set(kbuild.BREAKS) - kbuild.JUMP_BREAKS))
+@pytest.mark.parametrize("breakage", sorted(set(kbuild.BREAKS) - kbuild.NEEDS_JUMPS))
 def test_a_broken_glue_fails_the_run_and_names_the_probe(breakage, tmp_path):
     """The glue built with KINST_LINUX_BREAK_<breakage> (a missing call emulation, a wrong displacement):
     the run must fail, and its report must name a probe of the broken kind."""
@@ -205,3 +205,17 @@ def test_a_broken_detour_fails_the_run_and_names_the_probe(breakage, tmp_path):
     jumped = {(p.function, p.offset) for p in rep.probes if p.mode in ("jump", "displaced")}
     assert named & jumped, f"the failure names no jump probe:\n{rep.text()}"
     assert "FAIL" in rep.text() and kbuild.BREAKS[breakage] in rep.text()
+
+
+def test_the_quiescence_check_keeps_a_head_a_task_is_stopped_in(tmp_path):
+    """A word inside the first head's jump planted on the stack of the CPU that switches the sites
+    (``JUMP_STALE_WORD``), as a task stopped there would leave it: the core's quiescence check, fed every
+    task's stack, keeps that head a breakpoint on every arm -- and only that one -- while every count holds."""
+    require_ring0_inputs()
+    rep = S.run(S.Request(functions=CI_FUNCTIONS, cycles=1, timeout=300.0, runs_dir=str(tmp_path),
+                          breakage=kbuild.STALE_WORD, jump=True), VmBooter())
+    assert rep.ok, rep.text()
+    j = rep.summary()["jump"]
+    heads = int(j["module"]["heads"])
+    assert int(j["module"]["kept_by_quiescence"]) >= 2, j  # two arms
+    assert int(j["module"]["placed"]) <= heads - 1, j

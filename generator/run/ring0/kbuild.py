@@ -13,7 +13,7 @@ common tree by an absolute /usr/src path, hence ``-f``).  The directory is
 ``<cache>/ring0/module/<key>/``, the key hashing everything the module
 depends on, so an unchanged table is not built twice.
 
-``BREAKS`` are the glue's two deliberate breakages (``kinst_linux.c``): a
+``BREAKS`` are the glue's deliberate breakages (``kinst_linux.c``): a
 name there, handed to ``build_module``, becomes ``KINST_LINUX_BREAK`` on
 make's command line and a define in ``Kbuild``; no committed file changes,
 and a normal build passes none.
@@ -58,11 +58,16 @@ BREAKS: Mapping[str, str] = {
     "JUMP_SKIPS_HANDLER": "a detour that skips its handler: a jump probe's head never counts its hits",
     "JUMP_RESUMES_SHORT": "a detour that returns one instruction short: it resumes at its last displaced "
                           "instruction's own address, inside the jump",
+    # Not a breakage: a planted fault the quiescence check must catch, the run passing.
+    "JUMP_STALE_WORD": "a word inside the first head's jump planted on the switching CPU's stack: the "
+                       "quiescence check must keep that head a breakpoint",
 }
 
 
-# The breakages of a jump probe's detour: they break nothing without jump probes.
-JUMP_BREAKS = frozenset(n for n in BREAKS if n.startswith("JUMP_"))
+# The breakages of a jump probe's detour; and what needs jump probes to mean anything.
+JUMP_BREAKS = frozenset({"JUMP_SKIPS_HANDLER", "JUMP_RESUMES_SHORT"})
+STALE_WORD = "JUMP_STALE_WORD"
+NEEDS_JUMPS = JUMP_BREAKS | {STALE_WORD}
 
 
 def sources() -> List[Path]:
@@ -132,7 +137,7 @@ def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, co
     require_tools()
     if breakage and breakage not in BREAKS:
         raise UserError(f"unknown breakage {breakage!r}: one of {', '.join(BREAKS)}")
-    if breakage in JUMP_BREAKS and not jumps.heads:
+    if breakage in NEEDS_JUMPS and not jumps.heads:
         raise UserError(f"breakage {breakage} breaks a jump probe's detour: it needs jump probes (--jump)")
     if jumps.fires and len(jumps.fires) != plan.nprobes:
         raise UserError(f"the jump placement has {len(jumps.fires)} probes, the table {plan.nprobes}")

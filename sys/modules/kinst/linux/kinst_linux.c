@@ -154,7 +154,11 @@ static const char *const kinst_linux_whys[] = {
  * head's chunk the argument of a displaced one, so its detour never
  * counts; KINST_LINUX_BREAK_JUMP_RESUMES_SHORT resumes a detour of two
  * or more instructions at its last instruction's own address, inside the
- * jump, one instruction short.
+ * jump, one instruction short.  KINST_LINUX_BREAK_JUMP_STALE_WORD is no
+ * breakage but a planted fault: the CPU that switches the sites keeps the
+ * address of the first head's second byte on its stack, as a task stopped
+ * inside that jump would, and the quiescence check must keep that head a
+ * breakpoint on every arm while every count still holds.
  */
 #ifdef KINST_LINUX_BREAK_JUMP_SKIPS_HANDLER
 #define	KINST_LINUX_HEAD_ARG(p)		KINST_LINUX_NOSLOT
@@ -610,6 +614,23 @@ kinst_linux_round(const struct kinst_jstep *steps)
 	return (more);
 }
 
+#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+/* The address of the first head with a detour, or 0. */
+static uintptr_t
+kinst_linux_first_head(void)
+{
+	struct kinst_linux_probe *kp;
+	uint32_t i;
+
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot != KINST_LINUX_NOSLOT)
+			return (kp->klp_addr);
+	}
+	return (0);
+}
+#endif
+
 /*
  * stop_machine() runs this on every online CPU at once, interrupts off.  The
  * first to arrive waits for the others, writes, and lets them go; each then
@@ -619,10 +640,17 @@ static int
 kinst_linux_stop(void *arg)
 {
 	struct kinst_linux_sync *ks = arg;
+#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+	volatile uintptr_t planted;
+#endif
 
 	if (atomic_inc_return(&ks->ks_arrived) == 1) {
 		while (atomic_read(&ks->ks_arrived) < num_online_cpus())
 			cpu_relax();
+#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+		planted = kinst_linux_first_head() + 1;
+		barrier_data(&planted);
+#endif
 		if (ks->ks_steps != NULL)
 			ks->ks_more = kinst_linux_round(ks->ks_steps);
 		else
