@@ -14,7 +14,7 @@ With ``--jump`` (``Request.jump``) the same set places jump probes wherever the 
 probe's hits must equal QEMU's executions of its address (its int3 while the jump is placed from and
 removed through a breakpoint, then its jmp), nothing may run at a displaced address, and two detours
 broken on purpose (one that skips its handler, one that resumes one instruction short) must fail the run,
-naming a probe.  Two more change the table in memory (``session.run``'s ``tamper``: a record that hides a
+naming a probe (the ``slow`` tier, with a planted stack word the quiescence check must catch).  Two more change the table in memory (``session.run``'s ``tamper``: a record that hides a
 %rip-relative displacement or a call), which the core's own record check must catch before arming.
 Nothing committed is changed by any of them.
 """
@@ -192,6 +192,7 @@ def test_jump_probes_count_what_qemu_counts(jump_report):
     assert j["preempt"] == "voluntary" and j["unwind"] is not None, j
 
 
+@pytest.mark.slow  # two more runs: over the default tier's time budget with the jump run
 @pytest.mark.parametrize("breakage", sorted(kbuild.JUMP_BREAKS))
 def test_a_broken_detour_fails_the_run_and_names_the_probe(breakage, tmp_path):
     """The glue's detours built broken (a head's chunk that skips the handler; a detour that resumes at its
@@ -207,6 +208,7 @@ def test_a_broken_detour_fails_the_run_and_names_the_probe(breakage, tmp_path):
     assert "FAIL" in rep.text() and kbuild.BREAKS[breakage] in rep.text()
 
 
+@pytest.mark.slow  # one more run, as the broken detours
 def test_the_quiescence_check_keeps_a_head_a_task_is_stopped_in(tmp_path):
     """A word inside the first head's jump planted on the stack of the CPU that switches the sites
     (``JUMP_STALE_WORD``), as a task stopped there would leave it: the core's quiescence check, fed every
