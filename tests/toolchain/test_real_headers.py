@@ -42,8 +42,8 @@ WHY = "the modules are compiled with clang against FreeBSD's headers (vnode_if.h
 NAMES = sorted(RELEASES)  # "14.3", "15.0"
 # Each module's C files (SRCS of its Makefile), as staged: hand-written and generated.
 C_FILES = {
-    "kinst": ["amd64/kinst_core.c", "amd64/kinst_isa.c", "kinst.c", "kinst_funcs.c", "kinst_table.c", "kinst_target.c",
-              "kinst_tramp.c"],
+    "kinst": ["amd64/kinst_core.c", "amd64/kinst_core_jump.c", "amd64/kinst_isa.c", "kinst.c", "kinst_funcs.c",
+              "kinst_table.c", "kinst_target.c", "kinst_tramp.c"],
     "dtmalloc": ["dtmalloc.c", "dtmalloc_core.c", "dtmalloc_table.c"],
 }
 
