@@ -44,7 +44,7 @@ def guest():
         missing(f"the ring-0 guest's pinned Debian packages cannot be had: {e}")
     vm = KernelImage.open(str(assets.vmlinux))
     g = gp.plan_guest(vm, rules.read_rules(vm), NAMES, target=target.build(assets))
-    return vm, g, jumps.choose(g, vm, vm)
+    return vm, g, jumps.choose(g.plan, g.target_tabled, g.rule, vm, vm)
 
 
 def _objdump(vm: KernelImage, lo: int, hi: int) -> List[Tuple[int, int, str]]:
@@ -112,7 +112,7 @@ def test_a_head_whose_live_bytes_differ_stays_a_breakpoint(guest):
                 b[changed - address] ^= 0xFF
             return bytes(b)
 
-    again = jumps.choose(g, vm, Live())
+    again = jumps.choose(g.plan, g.target_tabled, g.rule, vm, Live())
     assert again.fires[head.index] == 0 and again.traps[jumps.LIVE_BYTES] == j.fires[head.index]
     assert again.heads == j.heads - 1
     assert [n for i, n in enumerate(again.fires) if i != head.index] == \

@@ -29,14 +29,11 @@ both are used as they are, never restated here.  What is the guest's own:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple, Tuple
 
 from ...analysis.plan import ProbePlan
 from ...image.elf import KernelImage
 from .. import harnessjump
-
-if TYPE_CHECKING:  # plan -> target -> kbuild -> here
-    from .plan import GuestPlan
 
 # Reasons of the guest's own for a proven head that stays a breakpoint (besides the proof's and
 # harnessjump's codes).
@@ -68,10 +65,11 @@ def _kernel_part(plan: ProbePlan, tabled: int) -> Tuple[ProbePlan, int]:
     return dataclasses.replace(plan, funcs=funcs), n
 
 
-def choose(g: "GuestPlan", vmlinux: KernelImage, live: KernelImage) -> GuestJumps:
-    """The heads of ``g``'s table, ``live`` its image (see the module docstring)."""
-    kernel, theirs = _kernel_part(g.plan, g.target_tabled)
-    choice = harnessjump.choose(kernel, vmlinux, g.rule)
+def choose(plan: ProbePlan, target_tabled: int, rule: str, vmlinux: KernelImage, live: KernelImage) -> GuestJumps:
+    """The heads of a guest table (``plan.GuestPlan``'s ``plan``, its first ``target_tabled`` functions the target
+    module's, planned with prologue rule ``rule``), ``live`` its image (see the module docstring)."""
+    kernel, theirs = _kernel_part(plan, target_tabled)
+    choice = harnessjump.choose(kernel, vmlinux, rule)
     fires = list(choice.fires)
     traps = dict(choice.traps)
     probes = list(kernel.probes())

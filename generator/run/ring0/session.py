@@ -156,7 +156,7 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
             raise UserError("no probe left to arm: every chosen function was refused (see the refusals)")
         if request.jump:
             progress("proving jump probes (the vmlinux's image-wide scan)")
-            s.jumps = jumps.choose(s.guest, vmlinux, img)
+            s.jumps = jumps.choose(s.guest.plan, s.guest.target_tabled, s.guest.rule, vmlinux, img)
         s.seconds["plan"] = time.monotonic() - t
         t = time.monotonic()
         progress(f"building the module ({s.guest.plan.nprobes} probes)")
