@@ -28,7 +28,22 @@
  *   window in which it counts executions of the probed addresses.
  *
  * Whether to arm a probe is a per-probe decision (kinst_linux_prepare()),
- * kept in klp_why; a later jump mode adds its own decision there.
+ * kept in klp_why.
+ *
+ * Jump probes (`vm-test --guest linux --jump`, docs/jump-probes.md): where
+ * the generated kinst_linux_jump.h names a head (the ahead-of-time proof and
+ * the placement are the host's), the head's detour is filled at load by the
+ * portable core (../amd64/kinst_core_jump.c, its one owner: chunks, stub,
+ * relocation, the jump's bytes, the patching steps, the quiescence rule)
+ * into this module's text, and the probes its jump displaces are not armed
+ * (KINST_LINUX_DISPLACED): they run in the detour, and only the head
+ * counts, once per execution of its address, so that every hit is one the
+ * QEMU plugin counts by itself.  Arming writes the head's int3 with every
+ * breakpoint (a trap there resumes in the detour), then walks the core's
+ * kinst_jump_place[] steps, each round of writes ended by a sync under
+ * stop_machine(); the quiescence step is fed every word of every task's
+ * stack (kinst_linux_scan()).  Disarming walks kinst_jump_remove[] back
+ * to the int3, which the breakpoint disarm then removes.
  *
  * A table may also hold functions of one other module, the guest's target
  * (./target/kk_target.c: the call forms the kernel never runs), at the
@@ -83,12 +98,18 @@
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 
+#include <linux/sched/signal.h>
+#include <linux/sched/task_stack.h>
+
 #include <asm/cpufeature.h>
 #include <asm/irq_regs.h>
 #include <asm/sync_core.h>
 #include <asm/text-patching.h>
+#include <asm/unwind.h>
 
 #include "kinst_core.h"
+#include "kinst_core_jump.h"
+#include "kinst_linux_jump.h"
 #include "kinst_linux_target.h"
 
 /* Why a table probe is not armed; KINST_LINUX_OK when it is ready. */
@@ -98,6 +119,7 @@
 #define	KINST_LINUX_RANGE	3	/* the trampoline cannot reach */
 #define	KINST_LINUX_BYTE	4	/* not the byte derived from at arm */
 #define	KINST_LINUX_PLACE	5	/* in neither text it may probe */
+#define	KINST_LINUX_DISPLACED	6	/* under a jump: runs in its detour */
 
 static const char *const kinst_linux_whys[] = {
 	[KINST_LINUX_OK] = "ok",
@@ -111,6 +133,8 @@ static const char *const kinst_linux_whys[] = {
 	    "was made",
 	[KINST_LINUX_PLACE] = "place: not inside the kernel's text or the "
 	    "target module's range",
+	[KINST_LINUX_DISPLACED] = "displaced: under a jump probe's jump, run "
+	    "in its detour, not counted",
 };
 
 #ifdef KINST_LINUX_BREAK_NO_CALL_EMULATION
@@ -125,6 +149,28 @@ static const char *const kinst_linux_whys[] = {
 #else
 #define	KINST_LINUX_RUNS_AT(md, t)	(t)
 #endif
+/*
+ * The jump's breakages: KINST_LINUX_BREAK_JUMP_SKIPS_HANDLER gives a
+ * head's chunk the argument of a displaced one, so its detour never
+ * counts; KINST_LINUX_BREAK_JUMP_RESUMES_SHORT resumes a detour of two
+ * or more instructions at its last instruction's own address, inside the
+ * jump, one instruction short.  KINST_LINUX_BREAK_JUMP_STALE_WORD is no
+ * breakage but a planted fault: the CPU that switches the sites keeps the
+ * address of the first head's second byte on its stack, as a task stopped
+ * inside that jump would, and the quiescence check must keep that head a
+ * breakpoint on every arm while every count still holds.
+ */
+#ifdef KINST_LINUX_BREAK_JUMP_SKIPS_HANDLER
+#define	KINST_LINUX_HEAD_ARG(p)		KINST_LINUX_NOSLOT
+#else
+#define	KINST_LINUX_HEAD_ARG(p)		(p)
+#endif
+#ifdef KINST_LINUX_BREAK_JUMP_RESUMES_SHORT
+#define	KINST_LINUX_RESUME(pc, len, n)	((n) > 1 ? (pc) : (pc) + (len))
+#else
+#define	KINST_LINUX_RESUME(pc, len, n)	((pc) + (len))
+#endif
+#define	KINST_LINUX_NOSLOT	U32_MAX
 
 /* One probe of the table, by table index. */
 struct kinst_linux_probe {
@@ -133,6 +179,13 @@ struct kinst_linux_probe {
 	atomic64_t	klp_hits;	/* breakpoints taken here */
 	uint8_t		klp_saved;	/* the instruction's first byte */
 	uint8_t		klp_why;	/* KINST_LINUX_OK or why not armed */
+	/* A jump probe's head (klp_slot != KINST_LINUX_NOSLOT) only: */
+	uint32_t	klp_slot;	/* its detour's first chunk */
+	uint8_t		klp_jat;	/* next step of the protocol walked */
+	uint8_t		klp_placed;	/* its jump is written */
+	uint8_t		klp_orig[KINST_JUMP_SIZE]; /* what the jump covers */
+	uint8_t		klp_jump[KINST_JUMP_SIZE]; /* the jump */
+	uintptr_t	klp_seen;	/* the nearest stack word above, or 0 */
 };
 
 /*
@@ -149,6 +202,15 @@ asm(".pushsection .text.kinst_linux_tramp, \"ax\", @progbits\n"
     ".fill " __stringify(KINST_LINUX_TRAMP_BYTES) ", 1, 0xcc\n"
     ".popsection\n");
 extern uint8_t kinst_linux_tramps[];
+
+/*
+ * The detours, KINST_JUMP_CHUNK bytes per chunk, a head's chunks one after
+ * another (kinst_linux_jump.h says how many per head; the slots follow
+ * from it in table order), in this module's text like the trampolines, but
+ * in an object of their own, kinst_linux_text.c (see there).
+ */
+#define	KINST_LINUX_JUMP_BYTES	(KINST_LINUX_JUMP_SLOTS * KINST_JUMP_CHUNK)
+extern uint8_t kinst_linux_detours[];
 
 static struct kinst_linux_probe	*kinst_linux_probes;
 static uint32_t		*kinst_linux_order;	/* ready probes by address */
@@ -169,6 +231,16 @@ static bool		kinst_linux_armed;	/* changed under stop_machine */
 static unsigned int	kinst_linux_cycles;	/* arm/disarm cycles */
 static unsigned int	kinst_linux_refused_at_arm;
 static DEFINE_MUTEX(kinst_linux_lock);		/* ctl writes, arm state */
+static unsigned int	kinst_linux_jheads;	/* heads with a detour */
+static unsigned int	kinst_linux_jrefused;	/* heads left breakpoints */
+static unsigned int	kinst_linux_jplaced;	/* jumps the last arm wrote */
+static unsigned int	kinst_linux_jplacements; /* jumps written, in all */
+static unsigned int	kinst_linux_jkept;	/* quiescence check said no */
+static unsigned int	kinst_linux_jrounds;	/* protocol rounds run */
+static atomic_t		kinst_linux_unwound;	/* the one unwind done */
+static int		kinst_linux_unwind_frames;
+static int		kinst_linux_unwind_kernel;
+static int		kinst_linux_unwind_error;
 static struct proc_dir_entry *kinst_linux_dir;
 
 /* Trampoline interrupts: timer samples whose %rip was in a trampoline. */
@@ -255,6 +327,12 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 	if ((kp = kinst_linux_find(pc)) == NULL ||
 	    kp->klp_why != KINST_LINUX_OK)
 		return (NOTIFY_DONE);
+	if (kp->klp_slot != KINST_LINUX_NOSLOT) {
+		/* A jump's head, trapping: its detour counts the hit. */
+		regs->ip = (unsigned long)kinst_linux_detours +
+		    (unsigned long)kp->klp_slot * KINST_JUMP_CHUNK;
+		return (NOTIFY_STOP);
+	}
 	atomic64_inc(&kp->klp_hits);
 	if (!KINST_LINUX_EMULATED(&kp->klp_md)) {
 		regs->ip = (unsigned long)kinst_linux_tramp(kp -
@@ -287,6 +365,58 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 }
 NOKPROBE_SYMBOL(kinst_linux_trap);
 
+/*
+ * What an unwind from inside a detour finds, measured once (the first jump
+ * hit): the frames it walks, whether it got past the detour back into the
+ * kernel's text, and whether the unwinder gave up with an error.  A detour
+ * has no ORC data (docs/jump-probes.md, "ORC"); this says what a stack
+ * trace taken there (a WARN, perf, /proc/PID/stack) gets.
+ */
+static noinline void
+kinst_linux_unwind_once(void)
+{
+	struct unwind_state st;
+	unsigned long a;
+	int frames, kernel;
+
+	if (atomic_cmpxchg(&kinst_linux_unwound, 0, 1) != 0)
+		return;
+	frames = kernel = 0;
+	for (unwind_start(&st, current, NULL, NULL); !unwind_done(&st) &&
+	    frames < 64; unwind_next_frame(&st)) {
+		if ((a = unwind_get_return_address(&st)) == 0)
+			break;
+		frames++;
+		if (a - (KINST_LINUX_TEXT_START + kinst_linux_bias) <
+		    KINST_LINUX_TEXT_END - KINST_LINUX_TEXT_START)
+			kernel++;
+	}
+	kinst_linux_unwind_frames = frames;
+	kinst_linux_unwind_kernel = kernel;
+	kinst_linux_unwind_error = unwind_error(&st);
+}
+
+/*
+ * The detours' handler (kinst_core_jump_fill()'s, called by each chunk's
+ * stub with the frame and the chunk's argument): a head's chunk passes its
+ * table index and counts one hit; a displaced probe's passes
+ * KINST_LINUX_NOSLOT and counts nothing.  It runs in whatever context the
+ * probed code ran in, interrupts as they were; only an atomic increment.
+ */
+void	kinst_linux_jump_hit(const struct kinst_jframe *, kc_uint64_t, void *);
+
+__visible void
+kinst_linux_jump_hit(const struct kinst_jframe *f, kc_uint64_t arg, void *fx)
+{
+
+	if (arg >= kinst_table.kt_nprobes)
+		return;
+	atomic64_inc(&kinst_linux_probes[arg].klp_hits);
+	if (unlikely(atomic_read(&kinst_linux_unwound) == 0))
+		kinst_linux_unwind_once();
+}
+NOKPROBE_SYMBOL(kinst_linux_jump_hit);
+
 static struct notifier_block kinst_linux_nb = {
 	.notifier_call = kinst_linux_trap,
 	/* kprobes' own notifier has INT_MAX too and stays first. */
@@ -298,6 +428,8 @@ struct kinst_linux_sync {
 	atomic_t	ks_arrived;
 	atomic_t	ks_done;
 	bool		ks_arm;
+	const struct kinst_jstep *ks_steps; /* a protocol's round, or NULL */
+	int		ks_more;	/* the round left steps to walk */
 };
 
 /* Which text 'pc' lies in: KINST_LINUX_KERNEL or KINST_LINUX_MODULE. */
@@ -338,7 +470,10 @@ kinst_linux_write_all(bool arm)
 		p = kinst_linux_writable(kp->klp_addr);
 		if (arm) {
 			if (READ_ONCE(*(uint8_t *)kp->klp_addr) !=
-			    kp->klp_saved) {
+			    kp->klp_saved ||
+			    (kp->klp_slot != KINST_LINUX_NOSLOT &&
+			    memcmp((void *)kp->klp_addr, kp->klp_orig,
+			    KINST_JUMP_SIZE) != 0)) {
 				kp->klp_why = KINST_LINUX_BYTE;
 				kinst_linux_refused_at_arm++;
 				continue;
@@ -355,6 +490,148 @@ kinst_linux_write_all(bool arm)
 }
 
 /*
+ * The quiescence check's input, what Linux can see of stopped tasks: every
+ * word of every task's kernel stack (a preempted task's saved %rip is in
+ * the pt_regs there; a sleeping one's return addresses too).  Each head is
+ * given the nearest word above it (a word inside its jump's bytes is nearer
+ * than any beyond them; the nearest probe below a word inside a window is
+ * its head, as displaced probes are not ready), and its
+ * kinst_core_jump_quiet() decides.  A stale word only keeps a breakpoint.
+ * Under stop_machine(): no task runs or exits, and no CPU is inside an
+ * interrupt (every one spins with interrupts off in kinst_linux_stop()),
+ * so the interrupt stacks hold nothing live.
+ */
+static void
+kinst_linux_see(unsigned long w)
+{
+	struct kinst_linux_probe *kp;
+	uint32_t lo, hi, mid;
+
+	lo = 0;
+	hi = kinst_linux_nready;
+	while (lo < hi) {	/* the first ready probe at or above w */
+		mid = lo + (hi - lo) / 2;
+		if (kinst_linux_probes[kinst_linux_order[mid]].klp_addr < w)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return;
+	kp = &kinst_linux_probes[kinst_linux_order[lo - 1]];
+	if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+	    (kp->klp_seen == 0 || w < kp->klp_seen))
+		kp->klp_seen = w;
+}
+
+static void
+kinst_linux_scan(void)
+{
+	struct task_struct *g, *t;
+	const unsigned long *w;
+	uint32_t i;
+	size_t n;
+
+	for (i = 0; i < kinst_linux_nready; i++)
+		kinst_linux_probes[kinst_linux_order[i]].klp_seen = 0;
+	rcu_read_lock();
+	for_each_process_thread(g, t) {
+		if ((w = task_stack_page(t)) == NULL)
+			continue;
+		for (n = 0; n < THREAD_SIZE / sizeof(*w); n++)
+			kinst_linux_see(w[n]);
+	}
+	rcu_read_unlock();
+}
+
+/* One WRITE step of the protocol at head 'kp', through the text alias. */
+static void
+kinst_linux_jwrite(struct kinst_linux_probe *kp, const struct kinst_jstep *js)
+{
+	const uint8_t *src;
+	uint8_t *p, trap = KINST_PATCHVAL;
+	int i;
+
+	src = js->js_src == KINST_JB_JUMP ? kp->klp_jump + js->js_off :
+	    js->js_src == KINST_JB_ORIG ? kp->klp_orig + js->js_off : &trap;
+	p = kinst_linux_writable(kp->klp_addr);
+	for (i = 0; i < js->js_len; i++)
+		WRITE_ONCE(p[js->js_off + i], src[js->js_src == KINST_JB_TRAP ?
+		    0 : i]);
+}
+
+/*
+ * One round of the protocol 'steps' for every head still walking it (the
+ * leader, under stop_machine()): each head's steps up to and including
+ * the next SYNC, which every CPU then performs (kinst_linux_stop()).  A
+ * QUIET step that fails ends that head's walk with its breakpoint in
+ * place.  1 when some head has steps left.
+ */
+static int
+kinst_linux_round(const struct kinst_jstep *steps)
+{
+	const struct kinst_jstep *js;
+	struct kinst_linux_probe *kp;
+	bool scanned;
+	uint32_t i;
+	int more;
+
+	scanned = false;
+	more = 0;
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
+		    kp->klp_why != KINST_LINUX_OK ||
+		    steps[kp->klp_jat].js_op == KINST_JS_END)
+			continue;
+		for (js = &steps[kp->klp_jat]; js->js_op != KINST_JS_END;
+		    js++) {
+			if (js->js_op == KINST_JS_SYNC) {
+				js++;
+				break;
+			}
+			if (js->js_op == KINST_JS_WRITE)
+				kinst_linux_jwrite(kp, js);
+			if (js->js_op != KINST_JS_QUIET)
+				continue;
+			if (!scanned) {
+				kinst_linux_scan();
+				scanned = true;
+			}
+			if (!kinst_core_jump_quiet(kp->klp_addr,
+			    (const kc_uint64_t *)&kp->klp_seen,
+			    kp->klp_seen != 0)) {
+				kinst_linux_jkept++;
+				while (js->js_op != KINST_JS_END)
+					js++;
+				break;
+			}
+		}
+		kp->klp_jat = (uint8_t)(js - steps);
+		more |= js->js_op != KINST_JS_END;
+	}
+	kinst_linux_jrounds++;
+	return (more);
+}
+
+#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+/* The address of the first head with a detour, or 0. */
+static uintptr_t
+kinst_linux_first_head(void)
+{
+	struct kinst_linux_probe *kp;
+	uint32_t i;
+
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot != KINST_LINUX_NOSLOT)
+			return (kp->klp_addr);
+	}
+	return (0);
+}
+#endif
+
+/*
  * stop_machine() runs this on every online CPU at once, interrupts off.  The
  * first to arrive waits for the others, writes, and lets them go; each then
  * serialises its instruction stream, so that none runs a stale byte.
@@ -363,11 +640,21 @@ static int
 kinst_linux_stop(void *arg)
 {
 	struct kinst_linux_sync *ks = arg;
+#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+	volatile uintptr_t planted;
+#endif
 
 	if (atomic_inc_return(&ks->ks_arrived) == 1) {
 		while (atomic_read(&ks->ks_arrived) < num_online_cpus())
 			cpu_relax();
-		kinst_linux_write_all(ks->ks_arm);
+#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+		planted = kinst_linux_first_head() + 1;
+		barrier_data(&planted);
+#endif
+		if (ks->ks_steps != NULL)
+			ks->ks_more = kinst_linux_round(ks->ks_steps);
+		else
+			kinst_linux_write_all(ks->ks_arm);
 		atomic_set_release(&ks->ks_done, 1);
 	} else {
 		while (atomic_read_acquire(&ks->ks_done) == 0)
@@ -377,20 +664,91 @@ kinst_linux_stop(void *arg)
 	return (0);
 }
 
+/* One stop_machine(): the breakpoints (steps NULL), or a protocol round. */
 static int
-kinst_linux_set(bool arm)
+kinst_linux_machine(bool arm, const struct kinst_jstep *steps, int *more)
 {
 	struct kinst_linux_sync ks;
 	int error;
 
-	lockdep_assert_held(&kinst_linux_lock);
-	if (kinst_linux_armed == arm)
-		return (arm ? -EBUSY : 0);
 	atomic_set(&ks.ks_arrived, 0);
 	atomic_set(&ks.ks_done, 0);
 	ks.ks_arm = arm;
+	ks.ks_steps = steps;
+	ks.ks_more = 0;
 	error = stop_machine(kinst_linux_stop, &ks, cpu_online_mask);
-	if (error == 0 && !arm)
+	*more = ks.ks_more;
+	return (error);
+}
+
+/*
+ * Walk 'steps' at every head that 'from' (placed or not) selects, round by
+ * round; a head ends where the walk ended it.
+ */
+static int
+kinst_linux_walk(const struct kinst_jstep *steps, bool from)
+{
+	struct kinst_linux_probe *kp;
+	uint32_t i, n;
+	int error, more;
+
+	for (i = n = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
+		    kp->klp_why != KINST_LINUX_OK)
+			continue;
+		kp->klp_jat = 0;
+		while (kp->klp_placed != from &&
+		    steps[kp->klp_jat].js_op != KINST_JS_END)
+			kp->klp_jat++;
+		n += kp->klp_placed == from;
+	}
+	for (more = n != 0, error = 0; more && error == 0;)
+		error = kinst_linux_machine(false, steps, &more);
+	for (i = n = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
+		    kp->klp_placed != from)
+			continue;
+		/* Placed: the walk wrote the jump's opcode last. */
+		if (!from)
+			kp->klp_placed = READ_ONCE(*(uint8_t *)kp->klp_addr) ==
+			    KINST_JUMP_OP;
+		else
+			kp->klp_placed = false;
+		n += kp->klp_placed;
+	}
+	if (!from) {
+		kinst_linux_jplaced = n;
+		kinst_linux_jplacements += n;
+	}
+	return (error);
+}
+
+/*
+ * Arm: every breakpoint, heads included, at once; then each head's jump,
+ * by the core's protocol.  Disarm: each jump back to its breakpoint, then
+ * every breakpoint away.
+ */
+static int
+kinst_linux_set(bool arm)
+{
+	int error, more;
+
+	lockdep_assert_held(&kinst_linux_lock);
+	if (kinst_linux_armed == arm)
+		return (arm ? -EBUSY : 0);
+	if (arm) {
+		error = kinst_linux_machine(true, NULL, &more);
+		if (error == 0 && kinst_linux_jheads != 0)
+			error = kinst_linux_walk(kinst_jump_place, false);
+		return (error);
+	}
+	if (kinst_linux_jheads != 0 &&
+	    (error = kinst_linux_walk(kinst_jump_remove, true)) != 0)
+		return (error);
+	error = kinst_linux_machine(false, NULL, &more);
+	if (error == 0)
 		kinst_linux_cycles++;
 	return (error);
 }
@@ -539,6 +897,91 @@ kinst_linux_prepare(uint32_t f, uint8_t *copy, uint8_t *talias)
 	}
 }
 
+/*
+ * The detour of head 'p', its jump displacing 'n' probes, from chunk
+ * 'first' on (written through 'dalias'): 0, or -1 when a displaced probe
+ * is not ready, the live instructions are not the window the table says,
+ * or the core cannot relocate one; the head then stays a breakpoint.
+ */
+static int
+kinst_linux_jump_fill(uint32_t p, uint32_t n, uint32_t first, uint8_t *dalias)
+{
+	struct kinst_linux_probe *kp;
+	uint8_t lens[KINST_JUMP_SIZE];
+	uintptr_t chunk, end, resume;
+	uint32_t j;
+
+	if (n > KINST_JUMP_SIZE || p + n > kinst_table.kt_nprobes)
+		return (-1);
+	end = kinst_linux_probes[p].klp_addr;
+	for (j = 0; j < n; j++) {
+		kp = &kinst_linux_probes[p + j];
+		if (kp->klp_why != KINST_LINUX_OK || kp->klp_addr != end)
+			return (-1);
+		lens[j] = kp->klp_md.km_instlen;
+		end += lens[j];
+	}
+	if (kinst_core_jump_window(lens, n) != 0)
+		return (-1);
+	for (j = 0; j < n; j++) {
+		kp = &kinst_linux_probes[p + j];
+		chunk = (uintptr_t)kinst_linux_detours +
+		    (uintptr_t)(first + j) * KINST_JUMP_CHUNK;
+		resume = j + 1 < n ? chunk + KINST_JUMP_CHUNK :
+		    KINST_LINUX_RESUME(kp->klp_addr, lens[j], n);
+		if (kinst_core_jump_fill(&kp->klp_md, kp->klp_addr, chunk,
+		    dalias + (uintptr_t)(first + j) * KINST_JUMP_CHUNK, resume,
+		    j + 1 == n, (kc_uint64_t)(uintptr_t)kinst_linux_jump_hit,
+		    j == 0 ? KINST_LINUX_HEAD_ARG(p) : KINST_LINUX_NOSLOT,
+		    0) != 0)
+			return (-1);
+	}
+	kp = &kinst_linux_probes[p];
+	memcpy(kp->klp_orig, (const void *)kp->klp_addr, KINST_JUMP_SIZE);
+	return (kinst_core_jump_bytes(kp->klp_addr, (uintptr_t)
+	    kinst_linux_detours + (uintptr_t)first * KINST_JUMP_CHUNK,
+	    kp->klp_jump) != 0 ? -1 : 0);
+}
+
+/*
+ * Every head kinst_linux_jump.h names gets its detour, its chunks at the
+ * slots that follow from the table (so that the host can name a head by a
+ * detour address); the probes its jump displaces are then not armed.
+ */
+static int
+kinst_linux_jump_prepare(void)
+{
+	uint8_t *dalias;
+	uint32_t i, j, n, slot;
+
+	for (i = 0; i < kinst_table.kt_nprobes; i++)
+		kinst_linux_probes[i].klp_slot = KINST_LINUX_NOSLOT;
+	if (KINST_LINUX_JUMP_BYTES == 0)
+		return (0);
+	dalias = kinst_linux_map((uintptr_t)kinst_linux_detours,
+	    KINST_LINUX_JUMP_BYTES, true);
+	if (dalias == NULL)
+		return (-ENOMEM);
+	for (i = slot = 0; i < kinst_table.kt_nprobes; i++) {
+		if ((n = kinst_linux_jump_n[i]) == 0)
+			continue;
+		if (slot + n > KINST_LINUX_JUMP_SLOTS ||
+		    kinst_linux_jump_fill(i, n, slot, dalias) != 0) {
+			kinst_linux_jrefused++;
+			slot += n;
+			continue;
+		}
+		kinst_linux_probes[i].klp_slot = slot;
+		for (j = 1; j < n; j++)
+			kinst_linux_probes[i + j].klp_why =
+			    KINST_LINUX_DISPLACED;
+		kinst_linux_jheads++;
+		slot += n;
+	}
+	vunmap(dalias);
+	return (0);
+}
+
 static int
 kinst_linux_cmp(const void *a, const void *b)
 {
@@ -554,6 +997,7 @@ static int
 kinst_linux_map_all(void)
 {
 	struct kinst_linux_alias *ka;
+	struct kinst_linux_probe *kp;
 	uintptr_t lo[2], hi[2], a;
 	uint32_t i;
 	int r;
@@ -561,10 +1005,12 @@ kinst_linux_map_all(void)
 	lo[0] = lo[1] = ~(uintptr_t)0;
 	hi[0] = hi[1] = 0;
 	for (i = 0; i < kinst_linux_nready; i++) {
-		a = kinst_linux_probes[kinst_linux_order[i]].klp_addr;
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		a = kp->klp_addr;
 		r = kinst_linux_region(a);
 		lo[r] = min(lo[r], a);
-		hi[r] = max(hi[r], a + 1);
+		hi[r] = max(hi[r], a + (kp->klp_slot != KINST_LINUX_NOSLOT ?
+		    KINST_JUMP_SIZE : 1));
 	}
 	for (r = 0; r < 2; r++) {
 		if (hi[r] == 0)
@@ -588,6 +1034,7 @@ kinst_linux_load(void)
 	struct kinst_func kf;
 	uint8_t *copy, *talias;
 	uint32_t f, i, maxsize;
+	int error;
 
 	if (kt->kt_nprobes > KINST_LINUX_NTRAMP)
 		return (-E2BIG);
@@ -616,6 +1063,8 @@ kinst_linux_load(void)
 	kvfree(copy);
 	if (talias != NULL)
 		vunmap(talias);
+	if ((error = kinst_linux_jump_prepare()) != 0)
+		return (error);
 
 	for (i = 0; i < kt->kt_nprobes; i++) {
 		if (kinst_linux_probes[i].klp_why == KINST_LINUX_OK)
@@ -689,11 +1138,31 @@ kinst_linux_info_show(struct seq_file *m, void *v)
 	    (long long)atomic64_read(&kinst_linux_samples));
 	seq_printf(m, "samples_in_tramp %lld\n",
 	    (long long)atomic64_read(&kinst_linux_samples_in_tramp));
+	seq_printf(m, "detours %#lx %u %u\n",
+	    (unsigned long)kinst_linux_detours,
+	    (unsigned int)KINST_LINUX_JUMP_BYTES,
+	    (unsigned int)KINST_JUMP_CHUNK);
+	seq_printf(m, "jump_heads %u\n", kinst_linux_jheads);
+	seq_printf(m, "jump_refused %u\n", kinst_linux_jrefused);
+	seq_printf(m, "jump_placed %u\n", kinst_linux_jplaced);
+	seq_printf(m, "jump_placements %u\n", kinst_linux_jplacements);
+	seq_printf(m, "jump_kept_by_quiescence %u\n", kinst_linux_jkept);
+	seq_printf(m, "jump_rounds %u\n", kinst_linux_jrounds);
+	seq_printf(m, "preempt %s\n", preempt_model_full() ? "full" :
+	    preempt_model_voluntary() ? "voluntary" : preempt_model_none() ?
+	    "none" : "other");
+	if (atomic_read(&kinst_linux_unwound) != 0)
+		seq_printf(m, "jump_unwind %d %d %d\n",
+		    kinst_linux_unwind_frames, kinst_linux_unwind_kernel,
+		    kinst_linux_unwind_error);
 	mutex_unlock(&kinst_linux_lock);
 	return (0);
 }
 
-/* /proc/kinst/hits: "index address hits state", one line per table probe. */
+/*
+ * /proc/kinst/hits: "index address hits state jump", one line per table
+ * probe; jump is 1 for a head with a detour, else 0.
+ */
 static void *
 kinst_linux_hits_start(struct seq_file *m, loff_t *pos)
 {
@@ -721,9 +1190,10 @@ kinst_linux_hits_show(struct seq_file *m, void *v)
 	loff_t i = *(loff_t *)v;
 
 	kp = &kinst_linux_probes[i];
-	seq_printf(m, "%lld %lx %lld %u\n", (long long)i,
+	seq_printf(m, "%lld %lx %lld %u %d\n", (long long)i,
 	    (unsigned long)kp->klp_addr,
-	    (long long)atomic64_read(&kp->klp_hits), kp->klp_why);
+	    (long long)atomic64_read(&kp->klp_hits), kp->klp_why,
+	    kp->klp_slot != KINST_LINUX_NOSLOT);
 	return (0);
 }
 
