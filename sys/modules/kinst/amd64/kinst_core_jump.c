@@ -247,8 +247,9 @@ kinst_core_jump_quiet(kc_uintptr_t pc, kc_uintptr_t tramp, kc_uint32_t tlen,
  * kinst_jump_remove[]) over one site whose jump is 'jump' and whose
  * original bytes are 'orig', from step '*at' up to the next SYNC or the
  * end, each WRITE, QUIET and VIA through the glue's 'ops'.  A SYNC is not
- * run here: it returns KINST_JUMP_SYNC with '*at' past it, and the glue
- * makes every CPU serialize before it calls again; so one glue syncs per
+ * run here: it returns with '*at' past it, and the glue makes every CPU
+ * serialize, then calls again (KINST_JUMP_SYNC) or not, the SYNC being
+ * the protocol's last step (KINST_JUMP_SYNC_END); so one glue syncs per
  * site (kinst_core_jump_run()) and another advances every site to its
  * next SYNC and syncs once for all of them.  0 at the end; KINST_E_BUSY
  * when the quiescence check failed, with the steps before it done (the
@@ -274,7 +275,8 @@ kinst_core_jump_next(const struct kinst_jstep *steps, kc_uint32_t *at,
 			break;
 		case KINST_JS_SYNC:
 			*at = (kc_uint32_t)(s + 1 - steps);
-			return (KINST_JUMP_SYNC);
+			return (s[1].js_op == KINST_JS_END ?
+			    KINST_JUMP_SYNC_END : KINST_JUMP_SYNC);
 		case KINST_JS_QUIET:
 			if (ops->jo_quiet(ctx))
 				break;
@@ -306,10 +308,12 @@ kinst_core_jump_run(const struct kinst_jstep *steps,
 	int rv;
 
 	at = 0;
-	while ((rv = kinst_core_jump_next(steps, &at, jump, orig, ops,
-	    ctx)) == KINST_JUMP_SYNC)
-		ops->jo_sync(ctx);
-	return (rv);
+	do {
+		rv = kinst_core_jump_next(steps, &at, jump, orig, ops, ctx);
+		if (rv == KINST_JUMP_SYNC || rv == KINST_JUMP_SYNC_END)
+			ops->jo_sync(ctx);
+	} while (rv == KINST_JUMP_SYNC);
+	return (rv == KINST_JUMP_SYNC_END ? 0 : rv);
 }
 
 /* The %rsp the probed code had when it entered the detour. */

@@ -74,7 +74,9 @@
 /* kinst_core_jump_run(): a thread may be stopped inside; try later */
 #define	KINST_E_BUSY		5
 /* kinst_core_jump_next(): every CPU must serialize, then call again */
-#define	KINST_JUMP_SYNC		1
+#define	KINST_JUMP_SYNC		6	/* (apart from every KINST_E_*) */
+/* kinst_core_jump_next(): every CPU must serialize; the walk is done */
+#define	KINST_JUMP_SYNC_END	7
 
 /* kinst_core_jump_fill() flags */
 #define	KINST_JUMP_FPU		0x1	/* save x87/SSE around the handler */

@@ -39,11 +39,15 @@
  * (KINST_LINUX_DISPLACED): they run in the detour, and only the head
  * counts, once per execution of its address, so that every hit is one the
  * QEMU plugin counts by itself.  Arming writes the head's int3 with every
- * breakpoint (a trap there resumes in the detour), then walks the core's
- * kinst_jump_place[] steps, each round of writes ended by a sync under
- * stop_machine(); the quiescence step is fed every word of every task's
- * stack (kinst_linux_scan()).  Disarming walks kinst_jump_remove[] back
- * to the int3, which the breakpoint disarm then removes.
+ * breakpoint (a trap there counts and resumes in its trampoline), then
+ * the core's walker, kinst_core_jump_next(), takes every head through
+ * kinst_jump_place[] in rounds: each head to its next SYNC, then one
+ * stop_machine() for all of them (not one per head), its steps done
+ * through kinst_linux_jops (a VIA step says where a trap at the head goes
+ * from then on: its trampoline or its detour); the quiescence step is fed
+ * every word of every task's stack (kinst_linux_scan()), against the
+ * head's window and its trampoline.  Disarming walks kinst_jump_remove[]
+ * back to the int3, which the breakpoint disarm then removes.
  *
  * A table may also hold functions of one other module, the guest's target
  * (./target/kk_target.c: the call forms the kernel never runs), at the
@@ -181,11 +185,15 @@ struct kinst_linux_probe {
 	uint8_t		klp_why;	/* KINST_LINUX_OK or why not armed */
 	/* A jump probe's head (klp_slot != KINST_LINUX_NOSLOT) only: */
 	uint32_t	klp_slot;	/* its detour's first chunk */
-	uint8_t		klp_jat;	/* next step of the protocol walked */
+	kc_uint32_t	klp_jat;	/* kinst_core_jump_next()'s next step */
+	uint8_t		klp_jwalk;	/* the walk goes on next round */
+	uint8_t		klp_jbusy;	/* the walk ended at a busy QUIET */
 	uint8_t		klp_placed;	/* its jump is written */
+	int		klp_jvia;	/* KINST_JV_*: where a trap goes */
 	uint8_t		klp_orig[KINST_JUMP_SIZE]; /* what the jump covers */
 	uint8_t		klp_jump[KINST_JUMP_SIZE]; /* the jump */
-	uintptr_t	klp_seen;	/* the nearest stack word above, or 0 */
+	/* Stack words for the quiescence check, 0 for none: */
+	kc_uint64_t	klp_seen[2];	/* the nearest above; one in its tramp */
 };
 
 /*
@@ -327,8 +335,9 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 	if ((kp = kinst_linux_find(pc)) == NULL ||
 	    kp->klp_why != KINST_LINUX_OK)
 		return (NOTIFY_DONE);
-	if (kp->klp_slot != KINST_LINUX_NOSLOT) {
-		/* A jump's head, trapping: its detour counts the hit. */
+	if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+	    READ_ONCE(kp->klp_jvia) == KINST_JV_DETOUR) {
+		/* A jump's head the protocol sends on: its detour counts. */
 		regs->ip = (unsigned long)kinst_linux_detours +
 		    (unsigned long)kp->klp_slot * KINST_JUMP_CHUNK;
 		return (NOTIFY_STOP);
@@ -478,6 +487,7 @@ kinst_linux_write_all(bool arm)
 				kinst_linux_refused_at_arm++;
 				continue;
 			}
+			WRITE_ONCE(kp->klp_jvia, KINST_JV_TRAMP);
 			WRITE_ONCE(*p, KINST_PATCHVAL);
 		} else if (READ_ONCE(*(uint8_t *)kp->klp_addr) ==
 		    KINST_PATCHVAL)
@@ -495,11 +505,12 @@ kinst_linux_write_all(bool arm)
  * the pt_regs there; a sleeping one's return addresses too).  Each head is
  * given the nearest word above it (a word inside its jump's bytes is nearer
  * than any beyond them; the nearest probe below a word inside a window is
- * its head, as displaced probes are not ready), and its
- * kinst_core_jump_quiet() decides.  A stale word only keeps a breakpoint.
- * Under stop_machine(): no task runs or exits, and no CPU is inside an
- * interrupt (every one spins with interrupts off in kinst_linux_stop()),
- * so the interrupt stacks hold nothing live.
+ * its head, as displaced probes are not ready) and a word inside its
+ * trampoline (a task preempted there resumes after the head, inside the
+ * window), and kinst_core_jump_quiet() decides over both.  A stale word
+ * only keeps a breakpoint.  Under stop_machine(): no task runs or exits,
+ * and no CPU is inside an interrupt (every one spins with interrupts off in
+ * kinst_linux_stop()), so the interrupt stacks hold nothing live.
  */
 static void
 kinst_linux_see(unsigned long w)
@@ -507,6 +518,13 @@ kinst_linux_see(unsigned long w)
 	struct kinst_linux_probe *kp;
 	uint32_t lo, hi, mid;
 
+	if (kinst_linux_in_tramps(w)) {
+		kp = &kinst_linux_probes[(w - (uintptr_t)kinst_linux_tramps) /
+		    KINST_TRAMP_SIZE];
+		if (kp->klp_slot != KINST_LINUX_NOSLOT)
+			kp->klp_seen[1] = w;
+		return;
+	}
 	lo = 0;
 	hi = kinst_linux_nready;
 	while (lo < hi) {	/* the first ready probe at or above w */
@@ -520,8 +538,8 @@ kinst_linux_see(unsigned long w)
 		return;
 	kp = &kinst_linux_probes[kinst_linux_order[lo - 1]];
 	if (kp->klp_slot != KINST_LINUX_NOSLOT &&
-	    (kp->klp_seen == 0 || w < kp->klp_seen))
-		kp->klp_seen = w;
+	    (kp->klp_seen[0] == 0 || w < kp->klp_seen[0]))
+		kp->klp_seen[0] = w;
 }
 
 static void
@@ -529,11 +547,14 @@ kinst_linux_scan(void)
 {
 	struct task_struct *g, *t;
 	const unsigned long *w;
+	struct kinst_linux_probe *kp;
 	uint32_t i;
 	size_t n;
 
-	for (i = 0; i < kinst_linux_nready; i++)
-		kinst_linux_probes[kinst_linux_order[i]].klp_seen = 0;
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		kp->klp_seen[0] = kp->klp_seen[1] = 0;
+	}
 	rcu_read_lock();
 	for_each_process_thread(g, t) {
 		if ((w = task_stack_page(t)) == NULL)
@@ -544,71 +565,93 @@ kinst_linux_scan(void)
 	rcu_read_unlock();
 }
 
-/* One WRITE step of the protocol at head 'kp', through the text alias. */
-static void
-kinst_linux_jwrite(struct kinst_linux_probe *kp, const struct kinst_jstep *js)
-{
-	const uint8_t *src;
-	uint8_t *p, trap = KINST_PATCHVAL;
-	int i;
+/* A protocol round's state: the head being walked; the scan, once. */
+struct kinst_linux_jctx {
+	struct kinst_linux_probe *kj_kp;
+	bool		kj_scanned;
+};
 
-	src = js->js_src == KINST_JB_JUMP ? kp->klp_jump + js->js_off :
-	    js->js_src == KINST_JB_ORIG ? kp->klp_orig + js->js_off : &trap;
-	p = kinst_linux_writable(kp->klp_addr);
-	for (i = 0; i < js->js_len; i++)
-		WRITE_ONCE(p[js->js_off + i], src[js->js_src == KINST_JB_TRAP ?
-		    0 : i]);
+/* The core's WRITE step at the head, through the text alias. */
+static void
+kinst_linux_jop_write(void *arg, kc_uint32_t off, const kc_uint8_t *src,
+    kc_uint32_t len)
+{
+	struct kinst_linux_jctx *kj = arg;
+	uint8_t *p;
+	kc_uint32_t i;
+
+	p = kinst_linux_writable(kj->kj_kp->klp_addr);
+	for (i = 0; i < len; i++)
+		WRITE_ONCE(p[off + i], src[i]);
 }
 
 /*
+ * The core's QUIET step: every task's stack, scanned once a round (no task
+ * runs meanwhile), against the head's window and its trampoline's range
+ * (none for an emulated call: its trap resumes at the call's target).
+ */
+static int
+kinst_linux_jop_quiet(void *arg)
+{
+	struct kinst_linux_jctx *kj = arg;
+	struct kinst_linux_probe *kp = kj->kj_kp;
+
+	if (!kj->kj_scanned) {
+		kinst_linux_scan();
+		kj->kj_scanned = true;
+	}
+	return (kinst_core_jump_quiet(kp->klp_addr, (uintptr_t)
+	    kinst_linux_tramp(kp - kinst_linux_probes),
+	    KINST_LINUX_EMULATED(&kp->klp_md) ? 0 : KINST_TRAMP_SIZE,
+	    kp->klp_seen, 2));
+}
+
+/* The core's VIA step: where kinst_linux_trap() sends a hit at the head. */
+static void
+kinst_linux_jop_via(void *arg, int via)
+{
+	struct kinst_linux_jctx *kj = arg;
+
+	WRITE_ONCE(kj->kj_kp->klp_jvia, via);
+}
+
+/* No jo_sync: a round's stop_machine() is the sync (kinst_linux_stop()). */
+static const struct kinst_jops kinst_linux_jops = {
+	.jo_write = kinst_linux_jop_write,
+	.jo_quiet = kinst_linux_jop_quiet,
+	.jo_via = kinst_linux_jop_via,
+};
+
+/*
  * One round of the protocol 'steps' for every head still walking it (the
- * leader, under stop_machine()): each head's steps up to and including
- * the next SYNC, which every CPU then performs (kinst_linux_stop()).  A
- * QUIET step that fails ends that head's walk with its breakpoint in
- * place.  1 when some head has steps left.
+ * leader, under stop_machine()): the core's walker takes each head to its
+ * next SYNC, which every CPU then performs (kinst_linux_stop()).  A failed
+ * QUIET ends that head's walk with its breakpoint in place.  1 when some
+ * head walks on next round.
  */
 static int
 kinst_linux_round(const struct kinst_jstep *steps)
 {
-	const struct kinst_jstep *js;
+	struct kinst_linux_jctx kj;
 	struct kinst_linux_probe *kp;
-	bool scanned;
 	uint32_t i;
-	int more;
+	int more, rv;
 
-	scanned = false;
+	kj.kj_scanned = false;
 	more = 0;
 	for (i = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
-		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
-		    kp->klp_why != KINST_LINUX_OK ||
-		    steps[kp->klp_jat].js_op == KINST_JS_END)
+		if (kp->klp_slot == KINST_LINUX_NOSLOT || !kp->klp_jwalk)
 			continue;
-		for (js = &steps[kp->klp_jat]; js->js_op != KINST_JS_END;
-		    js++) {
-			if (js->js_op == KINST_JS_SYNC) {
-				js++;
-				break;
-			}
-			if (js->js_op == KINST_JS_WRITE)
-				kinst_linux_jwrite(kp, js);
-			if (js->js_op != KINST_JS_QUIET)
-				continue;
-			if (!scanned) {
-				kinst_linux_scan();
-				scanned = true;
-			}
-			if (!kinst_core_jump_quiet(kp->klp_addr,
-			    (const kc_uint64_t *)&kp->klp_seen,
-			    kp->klp_seen != 0)) {
-				kinst_linux_jkept++;
-				while (js->js_op != KINST_JS_END)
-					js++;
-				break;
-			}
+		kj.kj_kp = kp;
+		rv = kinst_core_jump_next(steps, &kp->klp_jat, kp->klp_jump,
+		    kp->klp_orig, &kinst_linux_jops, &kj);
+		if (rv == KINST_E_BUSY) {
+			kp->klp_jbusy = true;
+			kinst_linux_jkept++;
 		}
-		kp->klp_jat = (uint8_t)(js - steps);
-		more |= js->js_op != KINST_JS_END;
+		kp->klp_jwalk = rv == KINST_JUMP_SYNC;
+		more |= kp->klp_jwalk;
 	}
 	kinst_linux_jrounds++;
 	return (more);
@@ -683,7 +726,9 @@ kinst_linux_machine(bool arm, const struct kinst_jstep *steps, int *more)
 
 /*
  * Walk 'steps' at every head that 'from' (placed or not) selects, round by
- * round; a head ends where the walk ended it.
+ * round; a head ends where the walk ended it: placed when kinst_jump_place[]
+ * ran to its end, a breakpoint when its QUIET step was busy or when
+ * kinst_jump_remove[] ran.
  */
 static int
 kinst_linux_walk(const struct kinst_jstep *steps, bool from)
@@ -694,28 +739,22 @@ kinst_linux_walk(const struct kinst_jstep *steps, bool from)
 
 	for (i = n = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
-		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
-		    kp->klp_why != KINST_LINUX_OK)
+		if (kp->klp_slot == KINST_LINUX_NOSLOT)
 			continue;
 		kp->klp_jat = 0;
-		while (kp->klp_placed != from &&
-		    steps[kp->klp_jat].js_op != KINST_JS_END)
-			kp->klp_jat++;
-		n += kp->klp_placed == from;
+		kp->klp_jbusy = false;
+		kp->klp_jwalk = kp->klp_why == KINST_LINUX_OK &&
+		    kp->klp_placed == from;
+		n += kp->klp_jwalk;
 	}
 	for (more = n != 0, error = 0; more && error == 0;)
 		error = kinst_linux_machine(false, steps, &more);
 	for (i = n = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
 		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
-		    kp->klp_placed != from)
+		    kp->klp_why != KINST_LINUX_OK || kp->klp_placed != from)
 			continue;
-		/* Placed: the walk wrote the jump's opcode last. */
-		if (!from)
-			kp->klp_placed = READ_ONCE(*(uint8_t *)kp->klp_addr) ==
-			    KINST_JUMP_OP;
-		else
-			kp->klp_placed = false;
+		kp->klp_placed = !from && error == 0 && !kp->klp_jbusy;
 		n += kp->klp_placed;
 	}
 	if (!from) {
