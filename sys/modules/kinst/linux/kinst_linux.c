@@ -432,14 +432,22 @@ static struct notifier_block kinst_linux_nb = {
 	.priority = INT_MAX,
 };
 
-/* Arming and disarming: one CPU writes, every CPU serialises. */
+/*
+ * Arming and disarming: one CPU writes, every CPU serialises.  Each
+ * stop_machine() runs one round of a jump protocol; the first of an arm
+ * writes every breakpoint before it, the last of a disarm (no head walks
+ * on) removes them after it, so that no trap at a head can come between.
+ */
 struct kinst_linux_sync {
 	atomic_t	ks_arrived;
 	atomic_t	ks_done;
-	bool		ks_arm;
-	const struct kinst_jstep *ks_steps; /* a protocol's round, or NULL */
-	int		ks_more;	/* the round left steps to walk */
+	int		ks_bytes;	/* KINST_LINUX_BP_* */
+	const struct kinst_jstep *ks_steps; /* the protocol walked */
+	int		ks_more;	/* some head walks on */
 };
+#define	KINST_LINUX_BP_KEEP	0	/* the breakpoints stay as they are */
+#define	KINST_LINUX_BP_ARM	1	/* write them, then the round */
+#define	KINST_LINUX_BP_DISARM	2	/* the round; none walks on: remove */
 
 /* Which text 'pc' lies in: KINST_LINUX_KERNEL or KINST_LINUX_MODULE. */
 static int
@@ -634,15 +642,22 @@ kinst_linux_round(const struct kinst_jstep *steps)
 {
 	struct kinst_linux_jctx kj;
 	struct kinst_linux_probe *kp;
+	bool walked;
 	uint32_t i;
 	int more, rv;
 
 	kj.kj_scanned = false;
+	walked = false;
 	more = 0;
 	for (i = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
 		if (kp->klp_slot == KINST_LINUX_NOSLOT || !kp->klp_jwalk)
 			continue;
+		if (kp->klp_why != KINST_LINUX_OK) {	/* refused at arm */
+			kp->klp_jwalk = false;
+			continue;
+		}
+		walked = true;
 		kj.kj_kp = kp;
 		rv = kinst_core_jump_next(steps, &kp->klp_jat, kp->klp_jump,
 		    kp->klp_orig, &kinst_linux_jops, &kj);
@@ -653,7 +668,7 @@ kinst_linux_round(const struct kinst_jstep *steps)
 		kp->klp_jwalk = rv == KINST_JUMP_SYNC;
 		more |= kp->klp_jwalk;
 	}
-	kinst_linux_jrounds++;
+	kinst_linux_jrounds += walked;
 	return (more);
 }
 
@@ -694,10 +709,11 @@ kinst_linux_stop(void *arg)
 		planted = kinst_linux_first_head() + 1;
 		barrier_data(&planted);
 #endif
-		if (ks->ks_steps != NULL)
-			ks->ks_more = kinst_linux_round(ks->ks_steps);
-		else
-			kinst_linux_write_all(ks->ks_arm);
+		if (ks->ks_bytes == KINST_LINUX_BP_ARM)
+			kinst_linux_write_all(true);
+		ks->ks_more = kinst_linux_round(ks->ks_steps);
+		if (ks->ks_bytes == KINST_LINUX_BP_DISARM && !ks->ks_more)
+			kinst_linux_write_all(false);
 		atomic_set_release(&ks->ks_done, 1);
 	} else {
 		while (atomic_read_acquire(&ks->ks_done) == 0)
@@ -707,16 +723,16 @@ kinst_linux_stop(void *arg)
 	return (0);
 }
 
-/* One stop_machine(): the breakpoints (steps NULL), or a protocol round. */
+/* One stop_machine(): a round of 'steps', and the breakpoints ('bytes'). */
 static int
-kinst_linux_machine(bool arm, const struct kinst_jstep *steps, int *more)
+kinst_linux_machine(int bytes, const struct kinst_jstep *steps, int *more)
 {
 	struct kinst_linux_sync ks;
 	int error;
 
 	atomic_set(&ks.ks_arrived, 0);
 	atomic_set(&ks.ks_done, 0);
-	ks.ks_arm = arm;
+	ks.ks_bytes = bytes;
 	ks.ks_steps = steps;
 	ks.ks_more = 0;
 	error = stop_machine(kinst_linux_stop, &ks, cpu_online_mask);
@@ -725,69 +741,56 @@ kinst_linux_machine(bool arm, const struct kinst_jstep *steps, int *more)
 }
 
 /*
- * Walk 'steps' at every head that 'from' (placed or not) selects, round by
- * round; a head ends where the walk ended it: placed when kinst_jump_place[]
- * ran to its end, a breakpoint when its QUIET step was busy or when
- * kinst_jump_remove[] ran.
+ * Arm: every breakpoint, heads included, at once, and the first round of
+ * kinst_jump_place[] at every head not placed (a trap at a head is sent to
+ * its detour before any can happen), then round after round until no head
+ * walks on.  Disarm: kinst_jump_remove[] at every placed head, round by
+ * round, the last with every breakpoint's removal.  A head ends where its
+ * walk ended: placed when kinst_jump_place[] ran to its end, a breakpoint
+ * when its QUIET step was busy or when kinst_jump_remove[] ran.
  */
 static int
-kinst_linux_walk(const struct kinst_jstep *steps, bool from)
+kinst_linux_set(bool arm)
 {
+	const struct kinst_jstep *steps;
 	struct kinst_linux_probe *kp;
 	uint32_t i, n;
-	int error, more;
+	int bytes, error, more;
 
-	for (i = n = 0; i < kinst_linux_nready; i++) {
+	lockdep_assert_held(&kinst_linux_lock);
+	if (kinst_linux_armed == arm)
+		return (arm ? -EBUSY : 0);
+	steps = arm ? kinst_jump_place : kinst_jump_remove;
+	for (i = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
 		if (kp->klp_slot == KINST_LINUX_NOSLOT)
 			continue;
 		kp->klp_jat = 0;
 		kp->klp_jbusy = false;
 		kp->klp_jwalk = kp->klp_why == KINST_LINUX_OK &&
-		    kp->klp_placed == from;
-		n += kp->klp_jwalk;
+		    kp->klp_placed != arm;
 	}
-	for (more = n != 0, error = 0; more && error == 0;)
-		error = kinst_linux_machine(false, steps, &more);
+	bytes = arm ? KINST_LINUX_BP_ARM : KINST_LINUX_BP_DISARM;
+	do {
+		error = kinst_linux_machine(bytes, steps, &more);
+		if (arm)
+			bytes = KINST_LINUX_BP_KEEP;
+	} while (error == 0 && more);
 	for (i = n = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
-		if (kp->klp_slot == KINST_LINUX_NOSLOT ||
-		    kp->klp_why != KINST_LINUX_OK || kp->klp_placed != from)
+		if (kp->klp_slot == KINST_LINUX_NOSLOT)
 			continue;
-		kp->klp_placed = !from && error == 0 && !kp->klp_jbusy;
+		if (arm && !kp->klp_placed)
+			kp->klp_placed = kp->klp_why == KINST_LINUX_OK &&
+			    error == 0 && !kp->klp_jbusy;
+		else if (!arm && error == 0)
+			kp->klp_placed = false;
 		n += kp->klp_placed;
 	}
-	if (!from) {
+	if (arm) {
 		kinst_linux_jplaced = n;
 		kinst_linux_jplacements += n;
-	}
-	return (error);
-}
-
-/*
- * Arm: every breakpoint, heads included, at once; then each head's jump,
- * by the core's protocol.  Disarm: each jump back to its breakpoint, then
- * every breakpoint away.
- */
-static int
-kinst_linux_set(bool arm)
-{
-	int error, more;
-
-	lockdep_assert_held(&kinst_linux_lock);
-	if (kinst_linux_armed == arm)
-		return (arm ? -EBUSY : 0);
-	if (arm) {
-		error = kinst_linux_machine(true, NULL, &more);
-		if (error == 0 && kinst_linux_jheads != 0)
-			error = kinst_linux_walk(kinst_jump_place, false);
-		return (error);
-	}
-	if (kinst_linux_jheads != 0 &&
-	    (error = kinst_linux_walk(kinst_jump_remove, true)) != 0)
-		return (error);
-	error = kinst_linux_machine(false, NULL, &more);
-	if (error == 0)
+	} else if (error == 0)
 		kinst_linux_cycles++;
 	return (error);
 }
