@@ -21,6 +21,7 @@ import pytest
 from generator.image.elf import KernelImage
 from generator.run.ring0 import jumps, kernel, rules, target
 from generator.run.ring0 import plan as gp
+from helpers.ctext import c_bytes
 from helpers.skips import missing, require_ring0_inputs, require_tool
 
 # The CI set of tests/vm/test_ring0.py, kernel functions and the target module's two.
@@ -117,3 +118,24 @@ def test_a_head_whose_live_bytes_differ_stays_a_breakpoint(guest):
     assert again.heads == j.heads - 1
     assert [n for i, n in enumerate(again.fires) if i != head.index] == \
         [n for i, n in enumerate(j.fires) if i != head.index]
+
+
+def test_the_guests_table_carries_the_heads_as_kinst_does(guest, tmp_path):
+    """One record of the heads for both kernels: the guest's module is staged with the table's ``kt_jump``
+    (``kinst_table.c`` as ``generate --jump`` renders it), per probe the guest's choice; its
+    ``kinst_linux_jump.h`` only sizes the detours (the sum of the choice), and names no head itself."""
+    from generator.providers.kinst import generate as kinst
+    from generator.run.ring0 import kbuild
+
+    vm, g, j = guest
+    kinst.stage_core(g.plan, tmp_path, "test", [], j.as_choice())
+    text = (tmp_path / "kinst_table.c").read_text()
+    assert ".kt_jump = kinst_jump_blob," in text
+    blob = c_bytes(text, "kinst_jump_blob")
+    assert blob == bytes(j.fires) and j.heads > 100
+    ctx = kbuild.target_context(vm, g.plan, 0, j)
+    assert ctx["jump_slots"] == sum(j.fires) and "jump_blob" not in ctx
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    kinst.stage_core(g.plan, plain, "test", [], jumps.NO_JUMPS.as_choice())
+    assert "kt_jump" not in (plain / "kinst_table.c").read_text()

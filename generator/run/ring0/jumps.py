@@ -29,8 +29,9 @@ both are used as they are, never restated here.  What is the guest's own:
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
+from ...analysis.jumpplan import JumpChoice
 from ...analysis.plan import ProbePlan
 from ...image.elf import KernelImage
 from .. import harnessjump
@@ -42,7 +43,7 @@ TARGET = "target"  # a function of the target module, not of the vmlinux
 
 
 class GuestJumps(NamedTuple):
-    """The jump heads of a guest table (the glue's ``kinst_linux_jump.h``)."""
+    """The jump heads of a guest table (its ``kt_jump``; the glue's ``kinst_linux_jump.h`` sizes the detours)."""
 
     fires: Tuple[int, ...]  # per table probe: the probes its jump displaces, itself included (0: not a head)
     heads: int  # jump probes
@@ -52,6 +53,13 @@ class GuestJumps(NamedTuple):
     @property
     def breakpoints(self) -> int:
         return sum(self.traps.values())
+
+    def as_choice(self) -> Optional[JumpChoice]:
+        """What the guest's table carries (``kt_jump``, rendered as ``generate --jump`` renders the proof's
+        choice), or None without heads: one record of the heads for the FreeBSD module and this glue."""
+        if not self.heads:
+            return None
+        return JumpChoice(self.fires, self.heads, sum(self.fires), dict(self.traps))
 
 
 NO_JUMPS = GuestJumps((), 0, 0, {})

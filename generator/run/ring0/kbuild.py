@@ -29,7 +29,6 @@ from typing import Dict, List, Mapping, Sequence
 
 from ...analysis.plan import ProbePlan
 from ...common.ccache import compile_cached, content_key
-from ...common.cstring import c_blob
 from ...common.errors import UserError
 from ...common.paths import CACHE, SYS_MODULES
 from ...common.tools import checked, run_tool, tool_version
@@ -79,8 +78,8 @@ def sources() -> List[Path]:
 def target_context(vmlinux: KernelImage, plan: ProbePlan, module_start: int,
                    jumps: GuestJumps = NO_JUMPS) -> Dict[str, object]:
     """What ``kinst_linux_target.h`` says of the kernel, from its vmlinux, the plugin's markers, and where the
-    target module's probed range starts in its .ko (``module_start``); and ``kinst_linux_jump.h``, where the
-    jump probes go (``jumps``; none by default)."""
+    target module's probed range starts in its .ko (``module_start``); and ``kinst_linux_jump.h``, how many detour
+    chunks the jump probes take (``jumps``; none by default; which probes are heads, the table says: ``kt_jump``)."""
     want = (ANCHOR, "_stext", "_etext")
     sym = {s.name: s.value for s in vmlinux.symbols() if s.name in want and s.value}
     missing = [n for n in want if n not in sym]
@@ -98,7 +97,6 @@ def target_context(vmlinux: KernelImage, plan: ProbePlan, module_start: int,
         "module_start": f"{module_start:#x}",
         "jump_heads": jumps.heads,
         "jump_slots": sum(jumps.fires),
-        "jump_blob": c_blob(bytes(jumps.fires)) if jumps.heads else "{ 0 }",
     }
 
 
@@ -148,7 +146,7 @@ def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, co
     parts += kinst.core_key_parts(files, "kinst_linux")
 
     def make(out: Path) -> None:
-        kinst.stage_core(plan, out, command, files)
+        kinst.stage_core(plan, out, command, files, jumps.as_choice())
         inputs = [Input(plan.image, plan.build_id, plan.sha256),
                   Input(target_ko.path, target_ko.build_id or "", target_ko.sha256())]
         render_tree("kinst_linux", out, ctx, inputs, command)

@@ -31,8 +31,9 @@
  * kept in klp_why.
  *
  * Jump probes (`vm-test --guest linux --jump`, docs/jump-probes.md): where
- * the generated kinst_linux_jump.h names a head (the ahead-of-time proof and
- * the placement are the host's), the head's detour is filled at load by the
+ * the table names a head (kt_jump, the record generate --jump makes for
+ * the FreeBSD module; the ahead-of-time proof and the placement are the
+ * host's), the head's detour is filled at load by the
  * portable core (../amd64/kinst_core_jump.c, its one owner: chunks, stub,
  * relocation, the jump's bytes, the patching steps, the quiescence rule)
  * into this module's text, and the probes its jump displaces are not armed
@@ -213,8 +214,8 @@ extern uint8_t kinst_linux_tramps[];
 
 /*
  * The detours, KINST_JUMP_CHUNK bytes per chunk, a head's chunks one after
- * another (kinst_linux_jump.h says how many per head; the slots follow
- * from it in table order), in this module's text like the trampolines, but
+ * another (the table's kt_jump says how many per head; the slots follow
+ * from it in table order; kinst_linux_jump.h, how many in all), in this module's text like the trampolines, but
  * in an object of their own, kinst_linux_text.c (see there).
  */
 #define	KINST_LINUX_JUMP_BYTES	(KINST_LINUX_JUMP_SLOTS * KINST_JUMP_CHUNK)
@@ -986,7 +987,7 @@ kinst_linux_jump_fill(uint32_t p, uint32_t n, uint32_t first, uint8_t *dalias)
 }
 
 /*
- * Every head kinst_linux_jump.h names gets its detour, its chunks at the
+ * Every head the table's kt_jump names gets its detour, its chunks at the
  * slots that follow from the table (so that the host can name a head by a
  * detour address); the probes its jump displaces are then not armed.
  */
@@ -1005,7 +1006,8 @@ kinst_linux_jump_prepare(void)
 	if (dalias == NULL)
 		return (-ENOMEM);
 	for (i = slot = 0; i < kinst_table.kt_nprobes; i++) {
-		if ((n = kinst_linux_jump_n[i]) == 0)
+		if (kinst_table.kt_jump == NULL ||
+		    (n = kinst_table.kt_jump[i]) == 0)
 			continue;
 		if (slot + n > KINST_LINUX_JUMP_SLOTS ||
 		    kinst_linux_jump_fill(i, n, slot, dalias) != 0) {
