@@ -149,11 +149,13 @@ struct kinst_jops {
 };
 
 int	kinst_core_jump_next(const struct kinst_jstep *, kc_uint32_t *,
-	    const kc_uint8_t[KINST_JUMP_SIZE], const kc_uint8_t[KINST_JUMP_SIZE],
-	    const struct kinst_jops *, void *);
+	    const kc_uint8_t[KINST_JUMP_SIZE],
+	    const kc_uint8_t[KINST_JUMP_SIZE], const struct kinst_jops *,
+	    void *);
 int	kinst_core_jump_run(const struct kinst_jstep *,
-	    const kc_uint8_t[KINST_JUMP_SIZE], const kc_uint8_t[KINST_JUMP_SIZE],
-	    const struct kinst_jops *, void *);
+	    const kc_uint8_t[KINST_JUMP_SIZE],
+	    const kc_uint8_t[KINST_JUMP_SIZE], const struct kinst_jops *,
+	    void *);
 int	kinst_core_jump_window(const kc_uint8_t *, kc_uint32_t);
 int	kinst_core_jump_fill(const struct kinst_md *, kc_uintptr_t,
 	    kc_uintptr_t, volatile kc_uint8_t *, kc_uint64_t, int,

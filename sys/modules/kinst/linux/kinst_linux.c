@@ -194,7 +194,7 @@ struct kinst_linux_probe {
 	uint8_t		klp_orig[KINST_JUMP_SIZE]; /* what the jump covers */
 	uint8_t		klp_jump[KINST_JUMP_SIZE]; /* the jump */
 	/* Stack words for the quiescence check, 0 for none: */
-	kc_uint64_t	klp_seen[2];	/* the nearest above; one in its tramp */
+	kc_uint64_t	klp_seen[2];	/* the nearest above; one in tramp */
 };
 
 /*
@@ -215,8 +215,9 @@ extern uint8_t kinst_linux_tramps[];
 /*
  * The detours, KINST_JUMP_CHUNK bytes per chunk, a head's chunks one after
  * another (the table's kt_jump says how many per head; the slots follow
- * from it in table order; kinst_linux_jump.h, how many in all), in this module's text like the trampolines, but
- * in an object of their own, kinst_linux_text.c (see there).
+ * from it in table order; kinst_linux_jump.h, how many in all), in this
+ * module's text like the trampolines, but in an object of their own,
+ * kinst_linux_text.c (see there).
  */
 #define	KINST_LINUX_JUMP_BYTES	(KINST_LINUX_JUMP_SLOTS * KINST_JUMP_CHUNK)
 extern uint8_t kinst_linux_detours[];
