@@ -208,14 +208,17 @@ def test_a_broken_detour_fails_the_run_and_names_the_probe(breakage, tmp_path):
     assert "FAIL" in rep.text() and kbuild.BREAKS[breakage] in rep.text()
 
 
-@pytest.mark.slow  # one more run, as the broken detours
-def test_the_quiescence_check_keeps_a_head_a_task_is_stopped_in(tmp_path):
-    """A word inside the first head's jump planted on the stack of the CPU that switches the sites
-    (``JUMP_STALE_WORD``), as a task stopped there would leave it: the core's quiescence check, fed every
-    task's stack, keeps that head a breakpoint on every arm -- and only that one -- while every count holds."""
+@pytest.mark.slow  # one more run each, as the broken detours
+@pytest.mark.parametrize("planted", sorted(kbuild.STALE_WORDS))
+def test_the_quiescence_check_keeps_a_head_a_task_is_stopped_in(planted, tmp_path):
+    """A word inside the first head's jump (``JUMP_STALE_WORD``), or inside a head's trampoline, which resumes
+    inside the window (``JUMP_STALE_TRAMP_WORD``), planted on the stack of the CPU that switches the sites, as
+    a task stopped there would leave it: the core's quiescence check, fed every task's stack and the head's
+    trampoline range, keeps that head a breakpoint on every arm -- and only that one -- while every count
+    holds."""
     require_ring0_inputs()
     rep = S.run(S.Request(functions=CI_FUNCTIONS, cycles=1, timeout=300.0, runs_dir=str(tmp_path),
-                          breakage=kbuild.STALE_WORD, jump=True), VmBooter())
+                          breakage=planted, jump=True), VmBooter())
     assert rep.ok, rep.text()
     j = rep.summary()["jump"]
     heads = int(j["module"]["heads"])

@@ -60,13 +60,16 @@ BREAKS: Mapping[str, str] = {
     # Not a breakage: a planted fault the quiescence check must catch, the run passing.
     "JUMP_STALE_WORD": "a word inside the first head's jump planted on the switching CPU's stack: the "
                        "quiescence check must keep that head a breakpoint",
+    "JUMP_STALE_TRAMP_WORD": "a word inside a head's trampoline planted on the switching CPU's stack: the "
+                             "quiescence check must keep that head a breakpoint",
 }
 
 
 # The breakages of a jump probe's detour; and what needs jump probes to mean anything.
 JUMP_BREAKS = frozenset({"JUMP_SKIPS_HANDLER", "JUMP_RESUMES_SHORT"})
 STALE_WORD = "JUMP_STALE_WORD"
-NEEDS_JUMPS = JUMP_BREAKS | {STALE_WORD}
+STALE_WORDS = frozenset({STALE_WORD, "JUMP_STALE_TRAMP_WORD"})  # planted faults the run must catch, passing
+NEEDS_JUMPS = JUMP_BREAKS | STALE_WORDS
 
 
 def sources() -> List[Path]:

@@ -164,7 +164,17 @@ static const char *const kinst_linux_whys[] = {
  * address of the first head's second byte on its stack, as a task stopped
  * inside that jump would, and the quiescence check must keep that head a
  * breakpoint on every arm while every count still holds.
+ * KINST_LINUX_BREAK_JUMP_STALE_TRAMP_WORD plants the second byte of the
+ * first trampoline-resumed head's trampoline instead, as a task preempted
+ * there after a trap at the head would leave it (it would resume inside
+ * the window): the check must keep that head a breakpoint too.
  */
+#if defined(KINST_LINUX_BREAK_JUMP_STALE_WORD)
+#define	KINST_LINUX_PLANTED(kp)		((kp)->klp_addr + 1)
+#elif defined(KINST_LINUX_BREAK_JUMP_STALE_TRAMP_WORD)
+#define	KINST_LINUX_PLANTED(kp)		(KINST_LINUX_EMULATED(&(kp)->klp_md) ? \
+	0 : (uintptr_t)kinst_linux_tramp((kp) - kinst_linux_probes) + 1)
+#endif
 #ifdef KINST_LINUX_BREAK_JUMP_SKIPS_HANDLER
 #define	KINST_LINUX_HEAD_ARG(p)		KINST_LINUX_NOSLOT
 #else
@@ -674,18 +684,19 @@ kinst_linux_round(const struct kinst_jstep *steps)
 	return (more);
 }
 
-#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
-/* The address of the first head with a detour, or 0. */
+#ifdef KINST_LINUX_PLANTED
+/* The word to plant for the first head with a detour that has one, or 0. */
 static uintptr_t
-kinst_linux_first_head(void)
+kinst_linux_planted(void)
 {
 	struct kinst_linux_probe *kp;
 	uint32_t i;
 
 	for (i = 0; i < kinst_linux_nready; i++) {
 		kp = &kinst_linux_probes[kinst_linux_order[i]];
-		if (kp->klp_slot != KINST_LINUX_NOSLOT)
-			return (kp->klp_addr);
+		if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+		    KINST_LINUX_PLANTED(kp) != 0)
+			return (KINST_LINUX_PLANTED(kp));
 	}
 	return (0);
 }
@@ -700,15 +711,15 @@ static int
 kinst_linux_stop(void *arg)
 {
 	struct kinst_linux_sync *ks = arg;
-#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
+#ifdef KINST_LINUX_PLANTED
 	volatile uintptr_t planted;
 #endif
 
 	if (atomic_inc_return(&ks->ks_arrived) == 1) {
 		while (atomic_read(&ks->ks_arrived) < num_online_cpus())
 			cpu_relax();
-#ifdef KINST_LINUX_BREAK_JUMP_STALE_WORD
-		planted = kinst_linux_first_head() + 1;
+#ifdef KINST_LINUX_PLANTED
+		planted = kinst_linux_planted();
 		barrier_data(&planted);
 #endif
 		if (ks->ks_bytes == KINST_LINUX_BP_ARM)
