@@ -401,3 +401,27 @@ def test_the_bench_puts_the_jump_run_beside_the_breakpoint_run():
     assert rows == ["| default set (9 functions) | 80 | 20 | 5 (=) | 1.0 | 2.0 | 3.0 | 4.0 | 300.0 | PASS |",
                     "| default set, --jump: 40 jumps (displacing 20) and 20 breakpoints (9 functions) | 60 | 20 | "
                     "5 (=) | 1.0 | 2.0 | 3.0 | 4.0 | 300.0 | PASS |"]
+
+
+def test_the_module_cache_key_holds_the_heads(tmp_path, monkeypatch):
+    """The heads reach the module through the table (``kt_jump``), not the header's context: two choices with
+    the same number of heads and chunks must still build two modules, not share a cached one."""
+    from generator.run.ring0 import kbuild
+
+    keys: List[str] = []
+    monkeypatch.setattr(kbuild, "require_tools", lambda: None)
+    monkeypatch.setattr(kbuild, "tool_version", lambda cc: "gcc 12")
+    monkeypatch.setattr(kbuild, "target_context", lambda vm, plan, start, j: {"jump_slots": sum(j.fires)})
+    monkeypatch.setattr(kbuild, "compile_cached", lambda d, key, make, marker: keys.append(key) or tmp_path)
+
+    class Ko:
+        headers = "headers"  # stands for the assets too
+
+        def sha256(self) -> str:
+            return "0" * 64
+
+    one = jumps.GuestJumps((0, 2, 0, 0, 0), 1, 1, {})
+    other = jumps.GuestJumps((0, 0, 0, 2, 0), 1, 1, {})
+    for j in (one, other, one):
+        kbuild.build_module(Ko(), None, _plan(), "cmd", Ko(), 0, jumps=j)  # type: ignore[arg-type]
+    assert keys[0] != keys[1] and keys[0] == keys[2]

@@ -145,7 +145,7 @@ def build_module(assets: KernelAssets, vmlinux: KernelImage, plan: ProbePlan, co
     ctx = target_context(vmlinux, plan, module_start, jumps)
     files = sources()
     parts = [repr(plan), repr(sorted(ctx.items())), command, str(assets.headers), tool_version(KERNEL_CC), breakage,
-             target_ko.sha256()]
+             target_ko.sha256(), repr(jumps.fires)]  # the heads: the table's kt_jump, not in ctx
     parts += kinst.core_key_parts(files, "kinst_linux")
 
     def make(out: Path) -> None:
