@@ -7,6 +7,8 @@ accelerator this machine has, with QEMU's peak resident memory (its
 - **unprobed**: the guest with the module loaded on an empty table and the
   workload run, nothing armed (the run's capture boot, forced);
 - **default**: ``vm-test --guest linux`` with its default function set;
+- **default, --jump**: the same set with jump probes wherever the proof
+  allows them (docs/jump-probes.md, "The ring-0 guest");
 - **ladder** (``ladder=True``): larger and larger function sets (``LEVELS``,
   each adding source files to the default set's: every function the kernel
   built from them, read from its DWARF's compile units with llvm-dwarfdump),
@@ -20,6 +22,7 @@ stand-in's cycle (``generator/bench/vm.py``).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import re
 import subprocess
@@ -191,7 +194,7 @@ def probed_run(req: S.Request) -> Dict[str, object]:
         wall = time.monotonic() - t
     keep = ("ok", "functions_requested", "functions", "functions_tabled", "probes", "probes_armed", "probes_hit",
             "hits", "oracle_hits", "mismatches", "workload_identical", "oops", "windows", "rearmed",
-            "interrupts_in_trampolines", "timer_samples", "kinds", "kinds_not_hit", "seconds")
+            "interrupts_in_trampolines", "timer_samples", "kinds", "kinds_not_hit", "seconds", "jump")
     out = {k: d[k] for k in keep}
     out.update(vm=d["vm"]["timings"], vm_status=d["vm"]["status"], wall=round(wall, 2),
                peak_rss_mib=round(peak.peak_kib / 1024, 1))
@@ -203,6 +206,7 @@ def bench_ring0(ladder: bool = False, runs_dir: Optional[str] = None) -> Dict[st
     default = S.default_functions(DEFAULT_FUNCTIONS)
     base = S.Request(functions=default, timeout=BUDGET_SECONDS * 3, runs_dir=runs_dir)
     result: Dict[str, object] = {"default": probed_run(base)}  # first: it also fills the capture cache
+    result["default_jump"] = probed_run(dataclasses.replace(base, jump=True))
     result["unprobed"] = unprobed_boot(base)
     if ladder:
         rungs: List[Dict[str, object]] = [dict(result["default"], level="default set")]

@@ -94,12 +94,18 @@ def _ring0_markdown(r: Dict[str, object]) -> str:
         f"{u['wall']} | {u['peak_rss_mib']} | {u['status']} |",
     ]
     rungs = r.get("ladder") or [dict(d, level="default set")]
+    if "default_jump" in r:  # beside the default set's breakpoints: its jump probes
+        rungs = rungs[:1] + [dict(r["default_jump"], level="default set, --jump")] + rungs[1:]
     for x in rungs:
         if "error" in x:
             lines.append(f"| {x['level']} ({x['functions_requested']} names) | - | - | - | - | - | - | {x['wall']} | "
                          f"{x['peak_rss_mib']} | error: {x['error']} |")
             continue
         vm = x["vm"]
+        j = x.get("jump")
+        if j:  # armed: jump probes + breakpoints; the displaced are not probed
+            x = dict(x, level=f"{x['level']}: {j['jump_probes_armed']} jumps (displacing {j['displaced']}) and "
+                              f"{j['trap_probes_armed']} breakpoints")
         lines.append(f"| {x['level']} ({x['functions']} functions) | {x['probes_armed']} | {x['probes_hit']} | "
                      f"{x['hits']} ({'=' if x['hits'] == x['oracle_hits'] else '!='}) | {vm['boot']} | {vm['run']} | "
                      f"{vm['total']} | {x['wall']} | {x['peak_rss_mib']} | {'PASS' if x['ok'] else 'FAIL'} |")

@@ -73,7 +73,7 @@ def request_of(args: argparse.Namespace) -> S.Request:
     return S.Request(functions=functions_of(args), workload=workload, cpus=cpus, memory_mib=args.memory or 512,
                      cycles=args.cycles, rule=args.prologue_rule,
                      timeout=args.timeout if args.timeout is not None else DEFAULT_TIMEOUT, keep=args.keep,
-                     runs_dir=args.runs_dir)
+                     runs_dir=args.runs_dir, jump=args.jump)
 
 
 def cmd_linux(args: argparse.Namespace) -> int:

@@ -44,6 +44,9 @@ def add_parsers(subparsers) -> None:
                    "(default: vm/guest/linux/workload.sh)")
     g.add_argument("--cycles", type=int, default=3,
                    help="disarm and re-arm every probe this many times while the workload runs (default: 3)")
+    g.add_argument("--jump", action="store_true",
+                   help="a jump instead of the breakpoint wherever the proof allows it (probes --jump), "
+                   "placed and removed by the live patching protocol; breakpoints elsewhere")
     A.add_prologue_rule(g, default=PROLOGUE_NONE, extra=(PROLOGUE_NONE,))
     t.set_defaults(run=cmd_vm_test)
 
@@ -127,8 +130,8 @@ def cmd_vm_test(args: argparse.Namespace) -> int:
         from .linuxguest import cmd_linux
 
         return cmd_linux(args)
-    if args.function or args.functions_from or args.workload or args.smp is not None:
-        raise UserError("--function, --functions-from, --workload and --smp go with --guest linux")
+    if args.function or args.functions_from or args.workload or args.smp is not None or args.jump:
+        raise UserError("--function, --functions-from, --workload, --smp and --jump go with --guest linux")
     from vm import run
 
     res = run(_config(args, interactive=False))

@@ -55,6 +55,7 @@ from generator.image.elf import KernelImage
 from generator.isa.contract import STATUS_OK
 from generator.isa.amd64.probe_md import KinstFlag
 from generator.isa.amd64.probe_md import TABLE_KINDS
+from helpers.ctext import c_bytes
 from helpers.paths import KINST_FIXTURES as FIXTURES
 from generator.providers.kinst.generate import build_plan
 from helpers.skips import require_sample_toolchain, require_sysdir, require_tools
@@ -659,17 +660,6 @@ def test_invoke_generate(sample_kernel: Path, tmp_path: Path) -> None:
 
 
 # --- generate --jump: the table carries the jump proof (issue 22) -------------------------------------------
-
-
-def c_bytes(text: str, name: str) -> bytes:
-    """The bytes of the C array ``name`` that ``c_blob`` wrote (adjacent string literals of octal escapes)."""
-    import ast
-
-    m = re.search(rf"^static const kc_uint8_t {name}\[(\d+)\] =\n((?:\t\".*\";?\n)+)", text, re.M)
-    assert m, f"no {name} in the table"
-    data = ast.literal_eval("b" + " b".join(line.strip() for line in m.group(2).splitlines()).rstrip(";"))
-    assert len(data) + 1 == int(m.group(1))
-    return data
 
 
 def test_jump_table_is_opt_in_deterministic_and_follows_the_proof(sample_kernel: Path, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from generator.analysis.plan import PlanFunc, ProbePlan, digest
 from generator.common import apt
 from generator.common.errors import UserError
 from generator.image.elf import Function
-from generator.run.ring0 import oracle, packages, report, rules
+from generator.run.ring0 import jumps, oracle, packages, report, rules
 from generator.run.ring0 import plan as rp
 from generator.run.ring0.records import Booted, Request, Session
 
@@ -160,9 +160,10 @@ def test_plugin_counts(tmp_path):
     oracle.write_probes(tmp_path / "p.txt", [oracle.Site(0xFFFFFFFF81000000, False), oracle.Site(0x1C, True)])
     assert (tmp_path / "p.txt").read_text() == "ffffffff81000000\n+1c\n"
     out = tmp_path / "o.txt"
-    out.write_text("windows 2\nunpaired 0\nopen 0\nanchors 1\nlast 1 1\nlast 0 7\n0 5 0 0\n1 3 1 2\n")
+    out.write_text("windows 2\nunpaired 0\nopen 0\nanchors 1\nlast 1 1\nlast 0 7\n0 5 0 0 4 0\n1 3 1 2 0 6\n")
     c = oracle.read_counts(out, 2)
     assert (c.windows, c.anchors, c.inside, c.other, c.stray, c.last) == (2, 1, [5, 3], [0, 1], [0, 2], {1: 1})
+    assert (c.jumps, c.jumps_out) == ([4, 0], [0, 6])
     with pytest.raises(UserError, match="expected 3"):
         oracle.read_counts(out, 3)
     with pytest.raises(UserError, match="wrote no counts"):
@@ -183,25 +184,37 @@ def test_oops_lines_and_the_trampoline_they_name(tmp_path):
 
 
 def _session(tmp_path: Path, hits: List[int], inside: List[int], stray: List[int], workload: str,
-             windows: int = 2) -> report.Report:
+             windows: int = 2, jumped: List[int] = (0,) * 5, jumps_out: List[int] = (0,) * 5,
+             fires: tuple = (), states: List[int] = (0,) * 5, other: List[int] = (0,) * 5,
+             jump: bool = False) -> report.Report:
+    """A finished probe boot over ``_plan()``'s five probes: the module's hits (``hits``, ``states``, and 1 in
+    its jump column where ``fires`` names a head), the plugin's counts (int3 ``inside`` and ``stray``, ``other``,
+    jmp executions ``jumped`` and ``jumps_out``)."""
     plan = _plan()
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     probes = list(plan.probes())
     addrs = [plan.link_address(p) for p in probes]
-    (out / "hits.txt").write_text("".join(f"{i} {a:x} {h} 0\n" for i, (a, h) in enumerate(zip(addrs, hits))))
+    heads = [1 if fires and fires[i] else 0 for i in range(5)]
+    (out / "hits.txt").write_text("".join(f"{i} {a:x} {h} {st} {j}\n" for i, (a, h, st, j)
+                                          in enumerate(zip(addrs, hits, states, heads))))
     (out / "rearmed").write_text("1\n")
     (out / "workload.out").write_text(workload)
     (tmp_path / "console.log").write_text("[ 0.1] ok\n")
     counts = tmp_path / "oracle.txt"
     counts.write_text(f"windows {windows}\nunpaired 0\nopen 0\n"
-                      + "".join(f"{i} {x} 0 {s}\n" for i, (x, s) in enumerate(zip(inside, stray))))
+                      + "".join(f"{i} {x} {o} {s} {j} {jo}\n"
+                                for i, (x, o, s, j, jo) in enumerate(zip(inside, other, stray, jumped, jumps_out))))
     ref = tmp_path / "ref.out"
     ref.write_text("same\n")
-    s = Session(Request(functions=("f",)))
+    s = Session(Request(functions=("f",), jump=jump))
     s.guest = rp.GuestPlan(plan, ("f",), 2, 0, 0, "none")
     s.probe = Booted("pass", "poweroff", tmp_path, out, tmp_path / "console.log", {}, (), "")
-    return report.compare(s, probes, addrs, counts, ref)
+    if fires:
+        s.jumps = jumps.GuestJumps(tuple(fires), sum(1 for n in fires if n), sum(fires) - sum(1 for n in fires if n),
+                                   {})
+    firsts = [CODE[a - BASE] for a in addrs]
+    return report.compare(s, probes, addrs, counts, ref, firsts)
 
 
 def test_compare_passes_only_when_everything_agrees(tmp_path):
@@ -245,6 +258,7 @@ def test_a_version_gone_from_the_archive_says_how_to_move_the_pin(tmp_path, monk
 @pytest.mark.parametrize("argv, message", [
     (["--guest", "linux", "--script", "x.sh"], "do not go with --guest linux"),
     (["--function", "pipe_read"], "go with --guest linux"),
+    (["--jump"], "go with --guest linux"),
     (["--guest", "linux", "--smp", "0"], "at least 1"),
     (["--guest", "linux", "--smp", "2", "--cpus", "1"], "disagree"),
     (["--guest", "linux", "--workload", "/no/such/file"], "no such file"),
@@ -289,3 +303,126 @@ def test_qemu_gets_the_callers_switches_last(tmp_path):
                 meta=tmp_path / "m.tar", kernel=Path("/k"), append="x", qemu_args=("-plugin", "lib.so,a=1"))
     argv = qemu.qemu_args(plan)
     assert argv[-2:] == ["-plugin", "lib.so,a=1"] and argv[argv.index("-smp") + 1] == "2"
+
+
+# _plan()'s probes: f+0 call rel32 (e8, 5 bytes), f+5 mov (3), f+8 ret, g+0 push, g+1 ret.  A head at f+0
+# whose jump displaces f+0 only, and one at f+5 displacing f+5 and f+8 (as if the proof allowed it).
+FIRES = (1, 2, 0, 0, 0)
+
+
+def test_planned_states_follow_the_heads():
+    assert jumps.states(jumps.GuestJumps(FIRES, 2, 1, {})) == ("jump", "jump", "displaced", "trap", "trap")
+    assert jumps.states(jumps.GuestJumps((0, 3, 0, 0, 1), 2, 2, {})) == ("trap", "jump", "displaced", "displaced",
+                                                                         "jump")
+
+
+def test_a_jump_probe_counts_its_breakpoint_and_its_jump_executions(tmp_path):
+    """A head's hits are the int3 executions (while its jump is placed from and removed through a
+    breakpoint) and the jmp executions together; a breakpoint's are its int3 executions alone."""
+    states = [0, 0, 6, 0, 0]  # f+8 displaced (KINST_LINUX_DISPLACED)
+    good = _session(tmp_path, [7, 3, 0, 2, 0], [2, 1, 0, 2, 0], [0] * 5, "same\n", fires=FIRES, states=states,
+                    jumped=[5, 2, 0, 0, 0], jump=True)
+    assert good.ok, good.text()
+    assert [p.mode for p in good.probes] == ["jump", "jump", "displaced", "trap", "trap"]
+    d = good.summary()
+    assert d["hits"] == d["oracle_hits"] == 12 and d["jump"]["jump_probes_armed"] == 2, d["jump"]
+    assert d["jump"]["oracle_jump_executions"] == 7 and d["jump"]["displaced"] == 1
+    # The detour skipped its handler (the module missed its jump hits).
+    short = _session(tmp_path, [2, 3, 0, 2, 0], [2, 1, 0, 2, 0], [0] * 5, "same\n", fires=FIRES, states=states,
+                     jumped=[5, 2, 0, 0, 0], jump=True)
+    assert not short.ok and short.mismatches == ["f:0 (call-direct, 0xffffffff81000000): module 2 hits, QEMU 7 "
+                                                 "breakpoint and jump executions"]
+    # A jmp executed at a breakpoint probe while armed is its original instruction, not a hit.
+    trap = _session(tmp_path, [7, 3, 0, 2, 0], [2, 1, 0, 2, 0], [0] * 5, "same\n", fires=FIRES, states=states,
+                    jumped=[5, 2, 0, 4, 0], jump=True)
+    assert not trap.ok and "g:0" in trap.mismatches[0] and "original instruction 4 times" in trap.mismatches[0]
+
+
+def test_nothing_may_run_at_a_displaced_address(tmp_path):
+    """The proof says nothing enters a jump's displaced bytes; a detour that resumed short would run there."""
+    states = [0, 0, 6, 0, 0]
+    bad = _session(tmp_path, [7, 3, 0, 2, 0], [2, 1, 0, 2, 0], [0] * 5, "same\n", fires=FIRES, states=states,
+                   jumped=[5, 2, 0, 0, 0], other=[0, 0, 3, 0, 0], jump=True)
+    assert not bad.ok and bad.mismatches == ["f:8 (trampoline, 0xffffffff81000008): QEMU ran 3 instructions at "
+                                             "this displaced address while its jump was armed"]
+    # Without the module's rows (the guest died), the host's plan says which probes are displaced.
+    (tmp_path / "out" / "hits.txt").unlink()
+    s = bad.session
+    again = report.compare(s, list(s.guest.plan.probes()), [p.address for p in bad.probes], tmp_path / "oracle.txt",
+                           tmp_path / "ref.out")
+    assert [p.mode for p in again.probes] == ["jump", "jump", "displaced", "trap", "trap"]
+    assert any("displaced address" in m for m in again.mismatches), again.mismatches
+
+
+def test_a_jump_left_behind_is_caught_unless_the_instruction_is_one(tmp_path):
+    """A jmp rel32 executed at a jump probe's head outside every window is a jump left behind, unless the
+    original instruction is a jmp rel32 (the plugin cannot tell; the host judges by the original first byte).
+    Elsewhere the kernel runs jumps of its own outside the windows (its unpatched text early in the boot, jump
+    labels): not ours to judge."""
+    quiet = dict(fires=FIRES, states=[0, 0, 6, 0, 0], jump=True)
+    left = _session(tmp_path, [0] * 5, [0] * 5, [0] * 5, "same\n", jumps_out=[0, 9, 0, 0, 0], **quiet)
+    assert not left.ok and "f:5" in left.mismatches[0] and "a jump there 9 times" in left.mismatches[0]
+    kernel = _session(tmp_path, [0] * 5, [0] * 5, [0] * 5, "same\n", jumps_out=[0, 0, 0, 9, 0], **quiet)
+    assert not kernel.mismatches, kernel.mismatches
+    global CODE
+    saved = CODE
+    try:
+        CODE = saved[:5] + bytes([0xE9]) + saved[6:]  # f+5 "is" a jmp rel32
+        natural = _session(tmp_path, [0] * 5, [0] * 5, [0] * 5, "same\n", jumps_out=[0, 9, 0, 0, 0], **quiet)
+        assert not natural.mismatches, natural.mismatches
+    finally:
+        CODE = saved
+
+
+def test_an_oops_in_a_detour_names_its_head(tmp_path):
+    info = {"detours": "0xffffffffc0100000 960 192"}
+    fires = (0, 2, 0, 3, 0, 0, 0)  # slots 0-1: probe 1's; 2-4: probe 3's
+    at = report.detour_of(["RIP: 0010:kinst_linux_detours+0x190/0x3c0 [kinst]"], info, fires)
+    assert at == 3  # 0x190 = 400: chunk 2
+    assert report.detour_of(["RIP: 0010:0xffffffffc01000c1"], info, fires) == 1  # chunk 1
+    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x3c0/0x3c0 [kinst]"], info, fires) is None
+    # Chunks of another size (the module says which): 0x190 is chunk 6 of 64 bytes, past every slot.
+    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x190/0x3c0 [kinst]"],
+                            {"detours": "0xffffffffc0100000 320 64"}, fires) is None
+    assert report.detour_of(["RIP: 0010:kinst_linux_detours+0x90/0x3c0 [kinst]"],
+                            {"detours": "0xffffffffc0100000 320 64"}, fires) == 3
+    assert report.detour_of(["RIP: 0010:0xffffffffc01000c1"], {}, fires) is None
+
+
+def test_the_bench_puts_the_jump_run_beside_the_breakpoint_run():
+    from generator.bench.vm import _ring0_markdown
+
+    vm = {"boot": 1.0, "run": 2.0, "total": 3.0}
+    row = {"ok": True, "functions": 9, "probes_armed": 80, "probes_hit": 20, "hits": 5, "oracle_hits": 5, "vm": vm,
+           "wall": 4.0, "peak_rss_mib": 300.0, "seconds": {}}
+    jump = dict(row, probes_armed=60, jump={"jump_probes_armed": 40, "displaced": 20, "trap_probes_armed": 20})
+    text = _ring0_markdown({"default": row, "default_jump": jump,
+                            "unprobed": {"timings": vm, "wall": 1.0, "peak_rss_mib": 200.0, "status": "pass"}})
+    rows = [line for line in text.splitlines() if line.startswith("| default set")]
+    assert rows == ["| default set (9 functions) | 80 | 20 | 5 (=) | 1.0 | 2.0 | 3.0 | 4.0 | 300.0 | PASS |",
+                    "| default set, --jump: 40 jumps (displacing 20) and 20 breakpoints (9 functions) | 60 | 20 | "
+                    "5 (=) | 1.0 | 2.0 | 3.0 | 4.0 | 300.0 | PASS |"]
+
+
+def test_the_module_cache_key_holds_the_heads(tmp_path, monkeypatch):
+    """The heads reach the module through the table (``kt_jump``), not the header's context: two choices with
+    the same number of heads and chunks must still build two modules, not share a cached one."""
+    from generator.run.ring0 import kbuild
+
+    keys: List[str] = []
+    monkeypatch.setattr(kbuild, "require_tools", lambda: None)
+    monkeypatch.setattr(kbuild, "tool_version", lambda cc: "gcc 12")
+    monkeypatch.setattr(kbuild, "target_context", lambda vm, plan, start, j: {"jump_slots": sum(j.fires)})
+    monkeypatch.setattr(kbuild, "compile_cached", lambda d, key, make, marker: keys.append(key) or tmp_path)
+
+    class Ko:
+        headers = "headers"  # stands for the assets too
+
+        def sha256(self) -> str:
+            return "0" * 64
+
+    one = jumps.GuestJumps((0, 2, 0, 0, 0), 1, 1, {})
+    other = jumps.GuestJumps((0, 0, 0, 2, 0), 1, 1, {})
+    for j in (one, other, one):
+        kbuild.build_module(Ko(), None, _plan(), "cmd", Ko(), 0, jumps=j)  # type: ignore[arg-type]
+    assert keys[0] != keys[1] and keys[0] == keys[2]

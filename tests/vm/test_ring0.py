@@ -8,7 +8,13 @@ never runs; the default set (~86,000 probes) runs behind the ``slow`` marker.
 
 Two runs build the glue broken on purpose (``kbuild.BREAKS``: a missing call emulation, a wrong
 displacement, each a define that kbuild passes from make's command line) and must fail, naming a probe of
-the broken kind.  Two more change the table in memory (``session.run``'s ``tamper``: a record that hides a
+the broken kind.
+
+With ``--jump`` (``Request.jump``) the same set places jump probes wherever the proof allows: every jump
+probe's hits must equal QEMU's executions of its address (its int3 while the jump is placed from and
+removed through a breakpoint, then its jmp), nothing may run at a displaced address, and two detours
+broken on purpose (one that skips its handler, one that resumes one instruction short) must fail the run,
+naming a probe (the ``slow`` tier, with a planted stack word the quiescence check must catch).  Two more change the table in memory (``session.run``'s ``tamper``: a record that hides a
 %rip-relative displacement or a call), which the core's own record check must catch before arming.
 Nothing committed is changed by any of them.
 """
@@ -108,7 +114,7 @@ def _flip(kinds: Set[str], flipped: Dict[str, Set[Tuple[str, int]]]) -> Callable
     return tamper
 
 
-@pytest.mark.parametrize("breakage", sorted(kbuild.BREAKS))
+@pytest.mark.parametrize("breakage", sorted(set(kbuild.BREAKS) - kbuild.NEEDS_JUMPS))
 def test_a_broken_glue_fails_the_run_and_names_the_probe(breakage, tmp_path):
     """The glue built with KINST_LINUX_BREAK_<breakage> (a missing call emulation, a wrong displacement):
     the run must fail, and its report must name a probe of the broken kind."""
@@ -157,3 +163,64 @@ def test_default_function_set(tmp_path):
     assert summary["probes_armed"] >= 50000 and summary["mismatches"] == 0 and summary["workload_identical"]
     assert len(lines) - 1 == summary["probes"]
     assert DEFAULT_FUNCTIONS.is_file()
+
+
+@pytest.fixture(scope="module")
+def jump_report(tmp_path_factory):
+    require_ring0_inputs()
+    runs = tmp_path_factory.mktemp("runs")
+    return S.run(S.Request(functions=CI_FUNCTIONS, timeout=600.0, runs_dir=str(runs), jump=True), VmBooter())
+
+
+def test_jump_probes_count_what_qemu_counts(jump_report):
+    """`vm-test --guest linux --jump` over the CI set: jumps wherever proven, breakpoints elsewhere, every
+    probe's hits equal to QEMU's count, the workload's output identical, no oops, BUG or WARN (an unwinder
+    warning from a walk through a detour would be one)."""
+    rep = jump_report
+    d = rep.summary()
+    j = d["jump"]
+    assert rep.ok, rep.text()
+    assert j["jump_probes_armed"] > 500 and j["jump_probes_hit"] > 100 and j["trap_probes_armed"] > 100, j
+    # The jumps were really written and run: QEMU executed a jmp at heads, many times.
+    assert j["oracle_jump_executions"] > 10000 and int(j["module"]["placed"]) > 500, j
+    heads = [p for p in rep.probes if p.mode == "jump" and p.state == "armed"]
+    assert all(p.hits == p.oracle_hits + p.oracle_jumps and p.oracle_other == 0 for p in heads)
+    displaced = [p for p in rep.probes if p.mode == "displaced"]
+    assert displaced and all(p.oracle_hits + p.oracle_other + p.oracle_jumps == 0 for p in displaced)
+    assert d["workload_identical"] and not d["oops"] and d["windows"] == d["rearmed"] + 1 >= 2, d
+    # What the module measured: the kernel's preemption model, and an unwind from inside a detour.
+    assert j["preempt"] == "voluntary" and j["unwind"] is not None, j
+
+
+@pytest.mark.slow  # two more runs: over the default tier's time budget with the jump run
+@pytest.mark.parametrize("breakage", sorted(kbuild.JUMP_BREAKS))
+def test_a_broken_detour_fails_the_run_and_names_the_probe(breakage, tmp_path):
+    """The glue's detours built broken (a head's chunk that skips the handler; a detour that resumes at its
+    last displaced instruction, inside the jump): the run fails and names a jump probe's head or a probe its
+    jump displaced."""
+    require_ring0_inputs()
+    rep = S.run(S.Request(functions=CI_FUNCTIONS, cycles=0, timeout=300.0, runs_dir=str(tmp_path),
+                          breakage=breakage, jump=True), VmBooter())
+    assert not rep.ok, f"the detour broken with {breakage} passed:\n{rep.text()}"
+    named = {(m.group(1), int(m.group(2))) for m in map(NAMED.match, rep.mismatches) if m}
+    jumped = {(p.function, p.offset) for p in rep.probes if p.mode in ("jump", "displaced")}
+    assert named & jumped, f"the failure names no jump probe:\n{rep.text()}"
+    assert "FAIL" in rep.text() and kbuild.BREAKS[breakage] in rep.text()
+
+
+@pytest.mark.slow  # one more run each, as the broken detours
+@pytest.mark.parametrize("planted", sorted(kbuild.STALE_WORDS))
+def test_the_quiescence_check_keeps_a_head_a_task_is_stopped_in(planted, tmp_path):
+    """A word inside the first head's jump (``JUMP_STALE_WORD``), or inside a head's trampoline, which resumes
+    inside the window (``JUMP_STALE_TRAMP_WORD``), planted on the stack of the CPU that switches the sites, as
+    a task stopped there would leave it: the core's quiescence check, fed every task's stack and the head's
+    trampoline range, keeps that head a breakpoint on every arm -- and only that one -- while every count
+    holds."""
+    require_ring0_inputs()
+    rep = S.run(S.Request(functions=CI_FUNCTIONS, cycles=1, timeout=300.0, runs_dir=str(tmp_path),
+                          breakage=planted, jump=True), VmBooter())
+    assert rep.ok, rep.text()
+    j = rep.summary()["jump"]
+    heads = int(j["module"]["heads"])
+    assert int(j["module"]["kept_by_quiescence"]) >= 2, j  # two arms
+    assert int(j["module"]["placed"]) <= heads - 1, j

@@ -160,12 +160,14 @@ def core_key_parts(files: Sequence[Path], *template_dirs: str) -> List[bytes]:
     return [t.read_bytes() for t in templates] + [f.name.encode() + b"\0" + f.read_bytes() for f in files]
 
 
-def stage_core(plan: ProbePlan, out: Path, command: str, files: Sequence[Path]) -> None:
+def stage_core(plan: ProbePlan, out: Path, command: str, files: Sequence[Path],
+               jump: Optional["JumpChoice"] = None) -> None:
     """``files`` copied into ``out`` and the plan's core templates rendered beside them: one directory in which
-    every ``#include "..."`` finds this build's files."""
+    every ``#include "..."`` finds this build's files.  ``jump``: the table carries these jump heads
+    (``kt_jump``), as ``generate --jump``'s does."""
     for f in files:
         shutil.copyfile(f, out / f.name)
-    render_plan(plan, out, command, only=CORE_TEMPLATES)
+    render_plan(plan, out, command, only=CORE_TEMPLATES, jump=jump)
 
 
 def generate(img: KernelImage, functions: Sequence[str], all_functions: bool, out: Optional[Path] = None,

@@ -3,7 +3,9 @@
 The plugin is told the probes' addresses and the two marker encodings and
 counts, per probe, the int3 executions at that address between the module's
 arm and disarm markers (``inside``), anything else executed there inside
-them (``other``), and int3 executions there outside them (``stray``).  It
+them (``other``), int3 executions there outside them (``stray``), and the
+executions of a ``jmp rel32`` there inside and outside them (``jumps``,
+``jumps_out``: a jump probe's jump, or an original jmp rel32).  It
 shares no code with the module; the marker values are owned here and
 rendered into the module's ``kinst_linux_target.h``.  The target module's
 probes are given relative to a third marker, the anchor, which that module
@@ -87,6 +89,8 @@ class Counts:
     inside: List[int]  # int3 executions inside a window
     other: List[int]  # other executions inside a window
     stray: List[int]  # int3 executions outside every window
+    jumps: List[int]  # jmp rel32 (0xe9) executions inside a window
+    jumps_out: List[int]  # jmp rel32 executions outside every window
     last: Dict[int, int]  # vCPU -> the probe whose breakpoint it ran last (names the probe before a crash)
 
 
@@ -101,10 +105,11 @@ def read_counts(path: Path, entries: int) -> Counts:
             last[int(words[1])] = int(words[2])
         elif len(words) == 2:
             head[words[0]] = int(words[1])
-        elif len(words) == 4:
+        elif len(words) == 6:
             rows.append([int(w) for w in words])
     if len(rows) != entries or any(r[0] != i for i, r in enumerate(rows)):
         raise UserError(f"{path}: {len(rows)} probe lines, expected {entries} in order")
     return Counts(head.get("windows", 0), head.get("unpaired", 0), bool(head.get("open", 0)), head.get("anchors", 0),
-                  [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows],
+                  [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows],
+                  [r[5] for r in rows],
                   {c: i for c, i in last.items() if 0 <= i < entries})

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Protocol, Tuple
 
 from . import kernel
 from . import plan as guest_plan
+from .jumps import NO_JUMPS, GuestJumps
 
 WORKLOAD = Path(__file__).resolve().parents[3] / "vm" / "guest" / "linux" / "workload.sh"
 
@@ -30,6 +31,7 @@ class Request:
     keep: bool = False  # keep the VMs' disks
     runs_dir: Optional[str] = None  # where vm-test's run directories go
     breakage: str = ""  # tests only: a name of kbuild.BREAKS, the glue built broken on purpose
+    jump: bool = False  # jump probes where the proof allows them (--jump), breakpoints elsewhere
 
 
 @dataclass(frozen=True)
@@ -83,5 +85,6 @@ class Session:
     probe: Optional[Booted] = None
     guest: Optional[guest_plan.GuestPlan] = None
     module: Optional[Path] = None
+    jumps: GuestJumps = NO_JUMPS  # the jump probes placed (none without --jump)
     seconds: Dict[str, float] = field(default_factory=dict)  # stage -> wall seconds
     notes: List[str] = field(default_factory=list)

@@ -5,10 +5,16 @@ The run passes only when every check holds:
 - both boots passed vm-test's own checks (boot, module load, arm, workload,
   disarm, unload, power-off, teardown);
 - for every armed probe the module's hits equal the plugin's int3
-  executions there inside the arm windows, and the plugin saw nothing else
-  executed at an armed address inside a window; for every probe, no int3
-  executed there outside the windows (none left behind by a disarm or the
-  unload); the windows came in pairs, as many as the module armed;
+  executions there inside the arm windows (a jump probe: its int3 and
+  ``jmp rel32`` executions together, the jump being placed from and removed
+  through a breakpoint), and the plugin saw nothing else executed at an
+  armed address inside a window; nothing at all executed at an address a
+  jump displaces while armed; for every probe, no int3 executed there
+  outside the windows, and at a jump probe's head no ``jmp rel32`` where
+  the original instruction is none (none left behind by a disarm or the
+  unload; elsewhere the kernel runs jumps of its own outside the windows:
+  its unpatched text early in the boot, jump labels); the windows came in
+  pairs, as many as the module armed;
 - the workload printed exactly what it printed in the unprobed boot;
 - no console line of the probed boot shows an oops, a BUG or a WARN;
 - at least one probe was armed.
@@ -27,17 +33,20 @@ from ... import isa as isa_registry
 from ...analysis.plan import TableProbe
 from ...common.errors import UserError
 from . import oracle
+from .jumps import states as planned_states
 from .records import Session
 
 # Console lines of a kernel in trouble (the kernel's own wording: oops, BUG(), WARN(), die(), panic()).
 OOPS = re.compile(r"Oops|BUG:|WARNING:|kernel BUG at|general protection fault|invalid opcode|"
                   r"\bint3: 0000|Kernel panic|double fault|stack guard page|RIP: 00[0-9a-f]{2}:")
 # The module's own reasons, by the number /proc/kinst/hits gives (sys/modules/kinst/linux/kinst_linux.c).
-MODULE_STATES = ("armed", "digest", "derive", "range", "byte", "place")
+MODULE_STATES = ("armed", "digest", "derive", "range", "byte", "place", "displaced")
+JMP32 = 0xE9  # the opcode of jmp rel32: what the plugin reports apart
 MISMATCHES_SHOWN = 20
 # Where the kernel says it stopped: a symbol and offset (kallsyms knows the module's trampoline array) or
 # an address.
 RIP = re.compile(r"RIP: 0010:(?:kinst_linux_tramps\+(0x[0-9a-f]+)|(?:0x)?([0-9a-f]{16})\b)")
+DETOUR = re.compile(r"RIP: 0010:(?:kinst_linux_detours\+(0x[0-9a-f]+)|(?:0x)?([0-9a-f]{16})\b)")
 
 
 @dataclass
@@ -49,17 +58,27 @@ class ProbeLine:
     offset: int
     address: int
     kind: str
+    mode: str  # "trap" (a breakpoint), "jump" (a jump probe's head) or "displaced" (under a head's jump)
     state: str  # "armed", or the module's reason for not arming it
     hits: int  # the module's
     oracle_hits: int  # the plugin's int3 executions inside the windows
     oracle_other: int  # other executions at the address inside the windows
     oracle_stray: int  # int3 executions outside the windows
+    oracle_jumps: int = 0  # jmp rel32 executions at the address inside the windows
+    oracle_jumps_out: int = 0  # jmp rel32 executions there outside them
+
+    @property
+    def counted(self) -> int:
+        """What the plugin counted that the module's hits must equal: a breakpoint's int3 executions, a jump
+        probe's int3 and jmp executions together."""
+        return self.oracle_hits + (self.oracle_jumps if self.mode == "jump" else 0)
 
     def to_json(self) -> Dict[str, object]:
         return {"probe": self.index, "function": self.function, "offset": self.offset,
-                "address": f"{self.address:#x}", "kind": self.kind, "state": self.state, "hits": self.hits,
-                "oracle_hits": self.oracle_hits, "oracle_other": self.oracle_other,
-                "oracle_stray": self.oracle_stray}
+                "address": f"{self.address:#x}", "kind": self.kind, "probe_kind": self.mode, "state": self.state,
+                "hits": self.hits, "oracle_hits": self.counted, "oracle_traps": self.oracle_hits,
+                "oracle_jumps": self.oracle_jumps, "oracle_other": self.oracle_other,
+                "oracle_stray": self.oracle_stray, "oracle_jumps_out": self.oracle_jumps_out}
 
 
 @dataclass
@@ -82,6 +101,25 @@ class Report:
     @property
     def hit(self) -> int:
         return sum(1 for p in self.probes if p.state == "armed" and p.hits)
+
+    def jump_summary(self) -> Dict[str, object]:
+        """The jump probes: planned by the host, armed and hit as the module says, and what the module's
+        /proc/kinst/info says of the protocol and of an unwind from a detour."""
+        j = self.session.jumps
+        heads = [p for p in self.probes if p.mode == "jump" and p.state == "armed"]
+        traps = [p for p in self.probes if p.mode == "trap" and p.state == "armed"]
+        unwind = [int(w) for w in self.module_info.get("jump_unwind", "").split()]
+        return {
+            "planned_heads": j.heads, "planned_displaced": j.displaced, "planned_traps": j.traps,
+            "jump_probes_armed": len(heads), "jump_probes_hit": sum(1 for p in heads if p.hits),
+            "jump_hits": sum(p.hits for p in heads), "oracle_jump_executions": sum(p.oracle_jumps for p in heads),
+            "trap_probes_armed": len(traps), "trap_probes_hit": sum(1 for p in traps if p.hits),
+            "displaced": sum(1 for p in self.probes if p.mode == "displaced"),
+            "module": {k[len("jump_"):]: v for k, v in self.module_info.items() if k.startswith("jump_")},
+            "preempt": self.module_info.get("preempt", ""),
+            "unwind": None if len(unwind) != 3 else {"frames": unwind[0], "in_kernel_text": unwind[1],
+                                                       "error": bool(unwind[2])},
+        }
 
     @property
     def ok(self) -> bool:
@@ -122,7 +160,7 @@ class Report:
             "probes_armed": self.armed,
             "probes_hit": self.hit,
             "hits": sum(p.hits for p in self.probes),
-            "oracle_hits": sum(p.oracle_hits for p in self.probes),
+            "oracle_hits": sum(p.counted for p in self.probes),
             "mismatches": len(self.mismatches),
             "mismatch_lines": self.mismatches[:MISMATCHES_SHOWN],
             "oops": self.oops,
@@ -132,6 +170,7 @@ class Report:
             "rearmed": self.rearmed,
             "kinds": kinds,
             "kinds_not_hit": [k for k, v in kinds.items() if not v["hit"]],
+            "jump": self.jump_summary() if self.session.request.jump else None,
             "interrupts_in_trampolines": int(self.module_info.get("samples_in_tramp", "0")),
             "timer_samples": int(self.module_info.get("samples", "0")),
             "vm": {"status": b.status if b else None, "end": b.end if b else None,
@@ -163,6 +202,16 @@ class Report:
             "kinds (armed/hit/hits): " + ", ".join(f"{k} {v['armed']}/{v['hit']}/{v['hits']}"
                                                    for k, v in d["kinds"].items()),
         ]
+        if d["jump"] is not None:
+            j = d["jump"]
+            u = j["unwind"]
+            lines.append(f"jump probes: {j['jump_probes_armed']} armed, {j['jump_probes_hit']} hit, "
+                         f"{j['jump_hits']} hits ({j['oracle_jump_executions']} through the jump), displacing "
+                         f"{j['displaced']}; breakpoints {j['trap_probes_armed']} armed, {j['trap_probes_hit']} hit; "
+                         f"planned {j['planned_heads']} heads, breakpoints by reason {j['planned_traps']}")
+            lines.append(f"jump protocol: {j['module']}; preemption model {j['preempt'] or '?'}; unwind from a "
+                         "detour: " + ("none taken" if u is None else f"{u['frames']} frames, {u['in_kernel_text']} "
+                                       f"in the kernel's text, error {u['error']}"))
         if "samples" in self.module_info:
             lines.append(f"interrupts taken inside a trampoline: {d['interrupts_in_trampolines']} of "
                          f"{d['timer_samples']} timer samples")
@@ -189,14 +238,14 @@ class Report:
 
 
 def read_hits(path: Path, entries: int) -> List[List[int]]:
-    """/proc/kinst/hits as the guest saved it: [index, address, hits, state] per table probe."""
+    """/proc/kinst/hits as the guest saved it: [index, address, hits, state, jump] per table probe."""
     if not path.is_file():
         raise UserError(f"{path}: the guest saved no hits (the run ended before the disarm)")
     rows = []
     for line in path.read_text().splitlines():
         w = line.split()
-        if len(w) == 4:
-            rows.append([int(w[0]), int(w[1], 16), int(w[2]), int(w[3])])
+        if len(w) == 5:
+            rows.append([int(w[0]), int(w[1], 16), int(w[2]), int(w[3]), int(w[4])])
     if len(rows) != entries or any(r[0] != i for i, r in enumerate(rows)):
         raise UserError(f"{path}: {len(rows)} probes, the table has {entries}")
     return rows
@@ -223,13 +272,11 @@ def oops_lines(console: Path) -> List[str]:
     return out
 
 
-def trampoline_of(oops: Sequence[str], info: Dict[str, str], tramp_size: int, entries: int) -> Optional[int]:
-    """The table probe whose trampoline the first oops stopped in, or None.  The kernel names the module's
-    trampoline array with an offset; a bare address is placed with /proc/kinst/info's (``info``)."""
-    words = info.get("tramps", "").split()
-    base = int(words[0], 16) if len(words) == 2 else None
+def _rip_offset(oops: Sequence[str], pattern: "re.Pattern[str]", base: Optional[int], size: int) -> Optional[int]:
+    """The offset in the module's array ``pattern`` names (by symbol, or by a bare address from ``base``) at
+    which the first oops that stopped there stopped, or None."""
     for line in oops:
-        m = RIP.search(line)
+        m = pattern.search(line)
         if m is None:
             continue
         if m.group(1):
@@ -238,8 +285,39 @@ def trampoline_of(oops: Sequence[str], info: Dict[str, str], tramp_size: int, en
             off = int(m.group(2), 16) - base
         else:
             continue
-        if 0 <= off < entries * tramp_size:
-            return off // tramp_size
+        if 0 <= off < size:
+            return off
+    return None
+
+
+def _base(info: Dict[str, str], key: str) -> Optional[int]:
+    words = info.get(key, "").split()
+    return int(words[0], 16) if len(words) >= 2 else None
+
+
+def trampoline_of(oops: Sequence[str], info: Dict[str, str], tramp_size: int, entries: int) -> Optional[int]:
+    """The table probe whose trampoline the first oops stopped in, or None.  The kernel names the module's
+    trampoline array with an offset; a bare address is placed with /proc/kinst/info's (``info``)."""
+    off = _rip_offset(oops, RIP, _base(info, "tramps"), entries * tramp_size)
+    return None if off is None else off // tramp_size
+
+
+def detour_of(oops: Sequence[str], info: Dict[str, str], fires: Sequence[int]) -> Optional[int]:
+    """The jump probe's head whose detour the first oops stopped in, or None: its chunks are at the slots that
+    follow from ``fires`` in table order (kinst_linux.c's kinst_linux_jump_prepare()), each as many bytes as
+    /proc/kinst/info's ``detours`` line says (the core's KINST_JUMP_CHUNK)."""
+    words = info.get("detours", "").split()
+    if len(words) != 3 or not int(words[2]):
+        return None
+    chunk = int(words[2])
+    off = _rip_offset(oops, DETOUR, _base(info, "detours"), sum(fires) * chunk)
+    if off is None:
+        return None
+    slot = 0
+    for i, n in enumerate(fires):
+        if slot <= off // chunk < slot + n:
+            return i
+        slot += n
     return None
 
 
@@ -251,9 +329,33 @@ def _first_diff(a: str, b: str) -> str:
     return f"unprobed {len(al)} lines, probed {len(bl)}"
 
 
+def _mismatch(line: ProbeLine, row: Optional[List[int]], first: int) -> str:
+    """Why ``line`` disagrees with the plugin (its module row ``row``, None when the guest saved none;
+    ``first`` the original first byte at its address), or ""."""
+    if line.mode == "displaced":
+        ran = line.oracle_hits + line.oracle_other + line.oracle_jumps
+        if ran:
+            return f"QEMU ran {ran} instructions at this displaced address while its jump was armed"
+    elif row is not None:
+        if row[1] != line.address:
+            return f"the module placed it at {row[1]:#x}"
+        if line.hits != line.counted:
+            what = "breakpoint and jump executions" if line.mode == "jump" else "breakpoint executions"
+            return f"module {line.hits} hits, QEMU {line.counted} {what}"
+        other = line.oracle_other + (line.oracle_jumps if line.mode == "trap" else 0)
+        if line.state == "armed" and other:
+            return f"QEMU ran its original instruction {other} times while it was armed"
+    if line.oracle_stray:
+        return f"QEMU ran a breakpoint there {line.oracle_stray} times while nothing was armed"
+    if line.mode == "jump" and line.oracle_jumps_out and first != JMP32:
+        return f"QEMU ran a jump there {line.oracle_jumps_out} times while nothing was armed"
+    return ""
+
+
 def compare(s: Session, probes: Sequence[TableProbe], addrs: Sequence[int], counts_file: Path,
-            reference: Path) -> Report:
-    """The report of a finished probe boot (see the module docstring)."""
+            reference: Path, firsts: Sequence[int] = ()) -> Report:
+    """The report of a finished probe boot (see the module docstring); ``firsts``: each probe's original first
+    byte (for the jumps the plugin saw outside the windows)."""
     b, g = s.probe, s.guest
     assert b is not None and g is not None
     errors: List[str] = []
@@ -267,28 +369,21 @@ def compare(s: Session, probes: Sequence[TableProbe], addrs: Sequence[int], coun
     except UserError as e:
         counts, _ = None, errors.append(str(e))
     info = read_info(b.out / "info-after.out")
+    planned = planned_states(s.jumps) if s.jumps.fires else ("trap",) * n
     lines: List[ProbeLine] = []
     mismatches: List[str] = []
     for i, p in enumerate(probes):
-        hits = rows[i][2] if rows else 0
-        state = MODULE_STATES[rows[i][3]] if rows and rows[i][3] < len(MODULE_STATES) else "unknown"
-        inside = counts.inside[i] if counts else 0
-        other = counts.other[i] if counts else 0
-        stray = counts.stray[i] if counts else 0
-        line = ProbeLine(i, g.plan.funcs[p.func].qualified, p.offset, addrs[i], p.kind, state, hits, inside,
-                         other, stray)
+        row = rows[i] if rows else None
+        state = MODULE_STATES[row[3]] if row and row[3] < len(MODULE_STATES) else "unknown"
+        mode = planned[i] if row is None else "displaced" if state == "displaced" else "jump" if row[4] else "trap"
+        c = counts
+        line = ProbeLine(i, g.plan.funcs[p.func].qualified, p.offset, addrs[i], p.kind, mode, state,
+                         row[2] if row else 0, c.inside[i] if c else 0, c.other[i] if c else 0,
+                         c.stray[i] if c else 0, c.jumps[i] if c else 0, c.jumps_out[i] if c else 0)
         lines.append(line)
-        if rows is None or counts is None:
-            continue
-        name = f"{line.function}:{line.offset} ({line.kind}, {addrs[i]:#x})"
-        if rows[i][1] != addrs[i]:
-            mismatches.append(f"{name}: the module placed it at {rows[i][1]:#x}")
-        elif hits != inside:
-            mismatches.append(f"{name}: module {hits} hits, QEMU {inside} breakpoint executions")
-        elif state == "armed" and other:
-            mismatches.append(f"{name}: QEMU ran its original instruction {other} times while it was armed")
-        elif stray:
-            mismatches.append(f"{name}: QEMU ran a breakpoint there {stray} times while nothing was armed")
+        why = _mismatch(line, row, firsts[i] if firsts else -1) if counts is not None else ""
+        if why:
+            mismatches.append(f"{line.function}:{line.offset} ({line.kind}, {addrs[i]:#x}): {why}")
     rearmed_file = b.out / "rearmed"
     rearmed = int(rearmed_file.read_text().strip() or 0) if rearmed_file.is_file() else 0
     windows = counts.windows if counts else 0
@@ -305,11 +400,13 @@ def compare(s: Session, probes: Sequence[TableProbe], addrs: Sequence[int], coun
     want = reference.read_text(errors="replace")
     identical = bool(want) and got == want
     oops = oops_lines(b.console_log)
-    at = trampoline_of(oops, read_info(b.out / "info.out"), isa_registry.by_name(g.plan.arch).tramp_size, n)
-    if at is not None:
-        p = lines[at]
+    before = read_info(b.out / "info.out")
+    at = trampoline_of(oops, before, isa_registry.by_name(g.plan.arch).tramp_size, n)
+    head = detour_of(oops, before, s.jumps.fires) if at is None and s.jumps.heads else None
+    if at is not None or head is not None:
+        p = lines[at if at is not None else head]
         mismatches.insert(0, f"{p.function}:{p.offset} ({p.kind}, {p.address:#x}): the kernel oopsed in its "
-                             "trampoline")
+                             + ("trampoline" if at is not None else "detour"))
     elif oops and counts is not None:
         for cpu, i in sorted(counts.last.items()):
             p = lines[i]

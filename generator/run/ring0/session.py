@@ -6,6 +6,7 @@
                                           workload runs unprobed: the live image and the reference output
     plan.plan_guest()                     the table: the chosen functions, kinst's rules, the kernel's
                                           (and the target module's, from its .ko, with the loader's)
+    jumps.choose()                        --jump: the jump probes, from the proof over the vmlinux
     kbuild.build_module()                 the same core and table as kinst.ko, with the Linux glue
     probe boot (QEMU plugin loaded)       arm, workload (re-armed meanwhile), disarm, hits, unload
     report.compare()                      module hits against the plugin's counts, the workload's output
@@ -33,7 +34,7 @@ from ...analysis.plan import ProbePlan
 from ...common.errors import UserError
 from ...common.paths import CACHE
 from ...image.elf import KernelImage
-from . import kbuild, kernel, live, oracle, records, target
+from . import jumps, kbuild, kernel, live, oracle, records, target
 from . import plan as guest_plan
 from .records import Boot, Booted, Booter, Request, Session
 from .report import Report, compare
@@ -128,7 +129,8 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
 
     ``tamper`` changes the table before the module is built: the tests break the core's input on purpose
     (a record that hides a displacement or a call), which the core's record check must catch.  The
-    request's ``breakage`` builds the glue broken on purpose (``kbuild.BREAKS``); the run must then fail."""
+    request's ``breakage`` builds the glue broken on purpose (``kbuild.BREAKS``); the run must then fail.
+    The request's ``jump`` places jump probes where ``jumps.choose()`` proves them."""
     s = Session(request)
     t0 = time.monotonic()
     progress("fetching the pinned Debian kernel packages")
@@ -152,11 +154,14 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
             s.notes.append("the table was changed on purpose before the build (a test breaking the core)")
         if s.guest.plan.nprobes == 0:
             raise UserError("no probe left to arm: every chosen function was refused (see the refusals)")
+        if request.jump:
+            progress("proving jump probes (the vmlinux's image-wide scan)")
+            s.jumps = jumps.choose(s.guest.plan, s.guest.target_tabled, s.guest.rule, vmlinux, img)
         s.seconds["plan"] = time.monotonic() - t
         t = time.monotonic()
         progress(f"building the module ({s.guest.plan.nprobes} probes)")
         s.module = kbuild.build_module(s.assets, vmlinux, s.guest.plan, kbuild.command_line(list(request.functions)),
-                                       target_ko, target.probed_range(target_ko)[0], request.breakage)
+                                       target_ko, target.probed_range(target_ko)[0], request.breakage, s.jumps)
         if request.breakage:
             s.notes.append(f"the glue was built broken on purpose: {kbuild.BREAKS[request.breakage]}")
         s.seconds["build"] = time.monotonic() - t
@@ -180,7 +185,8 @@ def run(request: Request, booter: Booter, progress: Callable[[str], None] = lamb
         base = _text_base(b)
         addrs = [target.live_address(target_ko, base, a) if p.func < theirs else a
                  for p in probes for a in [s.guest.plan.link_address(p)]]
-        rep = compare(s, probes, addrs, counts_file, reference)
+        firsts = [(target_ko if p.func < theirs else img).read(s.guest.plan.link_address(p), 1)[0] for p in probes]
+        rep = compare(s, probes, addrs, counts_file, reference, firsts)
     s.seconds["total"] = time.monotonic() - t0
     return rep
 

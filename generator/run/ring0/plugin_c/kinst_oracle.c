@@ -19,9 +19,16 @@
  * - executions inside a window of anything else (a probe the module claims
  *   armed but that ran its original instruction);
  * - executions of an int3 there outside every window (a breakpoint left
- *   behind, or written outside the window).
+ *   behind, or written outside the window);
+ * - executions there of a "jmp rel32" (0xe9), inside the windows and
+ *   outside them, apart: a jump probe's jump, or the original instruction
+ *   where that is a jmp rel32 (the plugin does not know which; the host
+ *   judges, from the probe's original bytes).
  *
- * The module's hits must equal the first, and the other two must be zero.
+ * A breakpoint probe's hits must equal the first, and the rest must be
+ * zero; a jump probe's hits equal the int3 and jmp executions inside the
+ * windows together (its jump is placed from a breakpoint, and removed
+ * through one).
  * QEMU retranslates code whose page is written, through any mapping, so the
  * bytes seen at translation are those executed.
  *
@@ -37,8 +44,8 @@
  *
  * Arguments: probes=FILE (one hexadecimal address per line, any order, or
  * "+OFFSET" from the anchor), out=FILE (written at exit: "windows N", ...,
- * then "index inside other stray" per probe, in the input order), arm=DISP,
- * disarm=DISP, anchor=DISP (decimal).
+ * then "index inside other stray jin jout" per probe, in the input order),
+ * arm=DISP, disarm=DISP, anchor=DISP (decimal).
  */
 
 #define	_GNU_SOURCE	/* asprintf() */
@@ -53,6 +60,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 #define	KO_UNUSED	__attribute__((unused))
 #define	KO_INT3		0xcc
+#define	KO_JMP32	0xe9
 #define	KO_KERNEL	0xffff800000000000ULL	/* kernel half of the address space */
 
 struct ko_site {
@@ -64,6 +72,8 @@ struct ko_count {
 	uint64_t	kc_inside;	/* int3 executed inside a window */
 	uint64_t	kc_other;	/* anything else inside a window */
 	uint64_t	kc_stray;	/* int3 executed outside every window */
+	uint64_t	kc_jin;		/* jmp rel32 executed inside a window */
+	uint64_t	kc_jout;	/* jmp rel32 executed outside them */
 };
 
 static struct ko_site	*ko_sites;	/* by address */
@@ -123,23 +133,32 @@ ko_index(uint64_t addr)
 	return ((long)ko_rel[at].ks_index);
 }
 
-/* userdata: the input index << 1 | 1 when the translated byte is int3. */
+/* What the instruction at a probe starts with (userdata's low bits). */
+#define	KO_B_OTHER	0
+#define	KO_B_INT3	1
+#define	KO_B_JMP32	2
+#define	KO_B_BITS	2
+
+/* userdata: the input index << KO_B_BITS | KO_B_*. */
 static void
 ko_exec_probe(unsigned int vcpu, void *userdata)
 {
 	uintptr_t u = (uintptr_t)userdata;
-	struct ko_count *c = &ko_counts[u >> 1];
+	struct ko_count *c = &ko_counts[u >> KO_B_BITS];
+	uint64_t *n;
+	int b = (int)(u & ((1 << KO_B_BITS) - 1));
 
-	if ((u & 1) && vcpu < (unsigned int)ko_nvcpus)
-		__atomic_store_n(&ko_last[vcpu], (int64_t)(u >> 1),
+	if (b == KO_B_INT3 && vcpu < (unsigned int)ko_nvcpus)
+		__atomic_store_n(&ko_last[vcpu], (int64_t)(u >> KO_B_BITS),
 		    __ATOMIC_RELAXED);
-	if (__atomic_load_n(&ko_window, __ATOMIC_ACQUIRE)) {
-		if (u & 1)
-			__atomic_fetch_add(&c->kc_inside, 1, __ATOMIC_RELAXED);
-		else
-			__atomic_fetch_add(&c->kc_other, 1, __ATOMIC_RELAXED);
-	} else if (u & 1)
-		__atomic_fetch_add(&c->kc_stray, 1, __ATOMIC_RELAXED);
+	if (__atomic_load_n(&ko_window, __ATOMIC_ACQUIRE))
+		n = b == KO_B_INT3 ? &c->kc_inside : b == KO_B_JMP32 ?
+		    &c->kc_jin : &c->kc_other;
+	else
+		n = b == KO_B_INT3 ? &c->kc_stray : b == KO_B_JMP32 ?
+		    &c->kc_jout : NULL;
+	if (n != NULL)
+		__atomic_fetch_add(n, 1, __ATOMIC_RELAXED);
 }
 
 static void
@@ -201,8 +220,9 @@ ko_translate(qemu_plugin_id_t id KO_UNUSED, struct qemu_plugin_tb *tb)
 			continue;
 		qemu_plugin_register_vcpu_insn_exec_cb(insn, ko_exec_probe,
 		    QEMU_PLUGIN_CB_NO_REGS,
-		    (void *)((uintptr_t)at << 1 |
-		    (len >= 1 && p[0] == KO_INT3)));
+		    (void *)((uintptr_t)at << KO_B_BITS |
+		    (len >= 1 && p[0] == KO_INT3 ? KO_B_INT3 :
+		    len >= 1 && p[0] == KO_JMP32 ? KO_B_JMP32 : KO_B_OTHER)));
 	}
 }
 
@@ -226,10 +246,12 @@ ko_exit(qemu_plugin_id_t id KO_UNUSED, void *userdata KO_UNUSED)
 		if (ko_last[i] >= 0)
 			fprintf(f, "last %zu %lld\n", i, (long long)ko_last[i]);
 	for (i = 0; i < ko_nsites + ko_nrel; i++)
-		fprintf(f, "%zu %llu %llu %llu\n", i,
+		fprintf(f, "%zu %llu %llu %llu %llu %llu\n", i,
 		    (unsigned long long)ko_counts[i].kc_inside,
 		    (unsigned long long)ko_counts[i].kc_other,
-		    (unsigned long long)ko_counts[i].kc_stray);
+		    (unsigned long long)ko_counts[i].kc_stray,
+		    (unsigned long long)ko_counts[i].kc_jin,
+		    (unsigned long long)ko_counts[i].kc_jout);
 	if (fclose(f) == 0)
 		rename(tmp, ko_out);
 	free(tmp);

@@ -243,14 +243,20 @@ kinst_core_jump_quiet(kc_uintptr_t pc, kc_uintptr_t tramp, kc_uint32_t tlen,
 }
 
 /*
- * Run a protocol, kinst_jump_place[] or kinst_jump_remove[], over one site
- * whose jump is 'jump' and whose original bytes are 'orig': each step
- * through the glue's 'ops'.  0 when every step ran; KINST_E_BUSY when the
- * quiescence check failed, with the steps before it done (the breakpoint
- * stays).
+ * The protocol's one walker: run 'steps' (kinst_jump_place[] or
+ * kinst_jump_remove[]) over one site whose jump is 'jump' and whose
+ * original bytes are 'orig', from step '*at' up to the next SYNC or the
+ * end, each WRITE, QUIET and VIA through the glue's 'ops'.  A SYNC is not
+ * run here: it returns with '*at' past it, and the glue makes every CPU
+ * serialize, then calls again (KINST_JUMP_SYNC) or not, the SYNC being
+ * the protocol's last step (KINST_JUMP_SYNC_END); so one glue syncs per
+ * site (kinst_core_jump_run()) and another advances every site to its
+ * next SYNC and syncs once for all of them.  0 at the end; KINST_E_BUSY
+ * when the quiescence check failed, with the steps before it done (the
+ * breakpoint stays).  '*at' is then at the end: the walk is over.
  */
 int
-kinst_core_jump_run(const struct kinst_jstep *steps,
+kinst_core_jump_next(const struct kinst_jstep *steps, kc_uint32_t *at,
     const kc_uint8_t jump[KINST_JUMP_SIZE],
     const kc_uint8_t orig[KINST_JUMP_SIZE], const struct kinst_jops *ops,
     void *ctx)
@@ -259,7 +265,7 @@ kinst_core_jump_run(const struct kinst_jstep *steps,
 	const struct kinst_jstep *s;
 	const kc_uint8_t *src;
 
-	for (s = steps; s->js_op != KINST_JS_END; s++) {
+	for (s = &steps[*at]; s->js_op != KINST_JS_END; s++) {
 		switch (s->js_op) {
 		case KINST_JS_WRITE:
 			src = s->js_src == KINST_JB_TRAP ? &trap :
@@ -268,18 +274,46 @@ kinst_core_jump_run(const struct kinst_jstep *steps,
 			ops->jo_write(ctx, s->js_off, src, s->js_len);
 			break;
 		case KINST_JS_SYNC:
-			ops->jo_sync(ctx);
-			break;
+			*at = (kc_uint32_t)(s + 1 - steps);
+			return (s[1].js_op == KINST_JS_END ?
+			    KINST_JUMP_SYNC_END : KINST_JUMP_SYNC);
 		case KINST_JS_QUIET:
-			if (!ops->jo_quiet(ctx))
-				return (KINST_E_BUSY);
-			break;
+			if (ops->jo_quiet(ctx))
+				break;
+			while (s->js_op != KINST_JS_END)
+				s++;
+			*at = (kc_uint32_t)(s - steps);
+			return (KINST_E_BUSY);
 		case KINST_JS_VIA:
 			ops->jo_via(ctx, s->js_src);
 			break;
 		}
 	}
+	*at = (kc_uint32_t)(s - steps);
 	return (0);
+}
+
+/*
+ * Run a protocol over one site to its end, each SYNC through the glue's
+ * jo_sync: kinst_core_jump_next() site by site.  0 when every step ran;
+ * KINST_E_BUSY as there.
+ */
+int
+kinst_core_jump_run(const struct kinst_jstep *steps,
+    const kc_uint8_t jump[KINST_JUMP_SIZE],
+    const kc_uint8_t orig[KINST_JUMP_SIZE], const struct kinst_jops *ops,
+    void *ctx)
+{
+	kc_uint32_t at;
+	int rv;
+
+	at = 0;
+	do {
+		rv = kinst_core_jump_next(steps, &at, jump, orig, ops, ctx);
+		if (rv == KINST_JUMP_SYNC || rv == KINST_JUMP_SYNC_END)
+			ops->jo_sync(ctx);
+	} while (rv == KINST_JUMP_SYNC);
+	return (rv == KINST_JUMP_SYNC_END ? 0 : rv);
 }
 
 /* The %rsp the probed code had when it entered the detour. */

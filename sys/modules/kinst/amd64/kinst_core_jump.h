@@ -49,10 +49,16 @@
  *   4. the live protocol: kinst_core_jump_run() over kinst_jump_place[]
  *      and, to remove, kinst_jump_remove[], with the glue's struct
  *      kinst_jops doing each step (a write of bytes of the site, a sync
- *      of every CPU, or the quiescence check, kinst_core_jump_quiet(),
- *      over the saved PCs of every stopped thread and interrupted CPU);
- *      a failed check stops the placing with the breakpoint in place
- *      (always safe; KINST_E_BUSY), to be retried later.
+ *      of every CPU, the quiescence check, kinst_core_jump_quiet(),
+ *      over the saved PCs of every stopped thread and interrupted CPU
+ *      and the head's trampoline range, or where its breakpoint handler
+ *      sends a hit at the head); a failed check stops the placing with
+ *      the breakpoint in place (always safe; KINST_E_BUSY), to be
+ *      retried later.  kinst_core_jump_run() syncs once per SYNC per
+ *      site; a glue that places many sites at once calls
+ *      kinst_core_jump_next() instead, which stops each site at its next
+ *      SYNC, and makes one sync for all of them (the one walker either
+ *      way: no glue interprets the steps itself).
  */
 
 #ifndef _KINST_CORE_JUMP_H_
@@ -67,6 +73,10 @@
 
 /* kinst_core_jump_run(): a thread may be stopped inside; try later */
 #define	KINST_E_BUSY		5
+/* kinst_core_jump_next(): every CPU must serialize, then call again */
+#define	KINST_JUMP_SYNC		6	/* (apart from every KINST_E_*) */
+/* kinst_core_jump_next(): every CPU must serialize; the walk is done */
+#define	KINST_JUMP_SYNC_END	7
 
 /* kinst_core_jump_fill() flags */
 #define	KINST_JUMP_FPU		0x1	/* save x87/SSE around the handler */
@@ -126,7 +136,9 @@ extern const struct kinst_jstep kinst_jump_remove[];
  * quiescence check over every stopped thread's and interrupted CPU's
  * saved PCs (kinst_core_jump_quiet() over each, 1 when none is inside),
  * with whatever lock dance it needs; say where its breakpoint handler
- * sends a hit at the head from now on (KINST_JV_*).
+ * sends a hit at the head from now on (KINST_JV_*).  Only
+ * kinst_core_jump_run() calls jo_sync; a glue that syncs for itself after
+ * kinst_core_jump_next() leaves it NULL.
  */
 struct kinst_jops {
 	void	(*jo_write)(void *, kc_uint32_t, const kc_uint8_t *,
@@ -136,9 +148,14 @@ struct kinst_jops {
 	void	(*jo_via)(void *, int);
 };
 
+int	kinst_core_jump_next(const struct kinst_jstep *, kc_uint32_t *,
+	    const kc_uint8_t[KINST_JUMP_SIZE],
+	    const kc_uint8_t[KINST_JUMP_SIZE], const struct kinst_jops *,
+	    void *);
 int	kinst_core_jump_run(const struct kinst_jstep *,
-	    const kc_uint8_t[KINST_JUMP_SIZE], const kc_uint8_t[KINST_JUMP_SIZE],
-	    const struct kinst_jops *, void *);
+	    const kc_uint8_t[KINST_JUMP_SIZE],
+	    const kc_uint8_t[KINST_JUMP_SIZE], const struct kinst_jops *,
+	    void *);
 int	kinst_core_jump_window(const kc_uint8_t *, kc_uint32_t);
 int	kinst_core_jump_fill(const struct kinst_md *, kc_uintptr_t,
 	    kc_uintptr_t, volatile kc_uint8_t *, kc_uint64_t, int,

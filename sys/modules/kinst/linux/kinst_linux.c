@@ -28,7 +28,27 @@
  *   window in which it counts executions of the probed addresses.
  *
  * Whether to arm a probe is a per-probe decision (kinst_linux_prepare()),
- * kept in klp_why; a later jump mode adds its own decision there.
+ * kept in klp_why.
+ *
+ * Jump probes (`vm-test --guest linux --jump`, docs/jump-probes.md): where
+ * the table names a head (kt_jump, the record generate --jump makes for
+ * the FreeBSD module; the ahead-of-time proof and the placement are the
+ * host's), the head's detour is filled at load by the
+ * portable core (../amd64/kinst_core_jump.c, its one owner: chunks, stub,
+ * relocation, the jump's bytes, the patching steps, the quiescence rule)
+ * into this module's text, and the probes its jump displaces are not armed
+ * (KINST_LINUX_DISPLACED): they run in the detour, and only the head
+ * counts, once per execution of its address, so that every hit is one the
+ * QEMU plugin counts by itself.  Arming writes the head's int3 with every
+ * breakpoint (a trap there counts and resumes in its trampoline), then
+ * the core's walker, kinst_core_jump_next(), takes every head through
+ * kinst_jump_place[] in rounds: each head to its next SYNC, then one
+ * stop_machine() for all of them (not one per head), its steps done
+ * through kinst_linux_jops (a VIA step says where a trap at the head goes
+ * from then on: its trampoline or its detour); the quiescence step is fed
+ * every word of every task's stack (kinst_linux_scan()), against the
+ * head's window and its trampoline.  Disarming walks kinst_jump_remove[]
+ * back to the int3, which the breakpoint disarm then removes.
  *
  * A table may also hold functions of one other module, the guest's target
  * (./target/kk_target.c: the call forms the kernel never runs), at the
@@ -83,12 +103,18 @@
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 
+#include <linux/sched/signal.h>
+#include <linux/sched/task_stack.h>
+
 #include <asm/cpufeature.h>
 #include <asm/irq_regs.h>
 #include <asm/sync_core.h>
 #include <asm/text-patching.h>
+#include <asm/unwind.h>
 
 #include "kinst_core.h"
+#include "kinst_core_jump.h"
+#include "kinst_linux_jump.h"
 #include "kinst_linux_target.h"
 
 /* Why a table probe is not armed; KINST_LINUX_OK when it is ready. */
@@ -98,6 +124,7 @@
 #define	KINST_LINUX_RANGE	3	/* the trampoline cannot reach */
 #define	KINST_LINUX_BYTE	4	/* not the byte derived from at arm */
 #define	KINST_LINUX_PLACE	5	/* in neither text it may probe */
+#define	KINST_LINUX_DISPLACED	6	/* under a jump: runs in its detour */
 
 static const char *const kinst_linux_whys[] = {
 	[KINST_LINUX_OK] = "ok",
@@ -111,6 +138,8 @@ static const char *const kinst_linux_whys[] = {
 	    "was made",
 	[KINST_LINUX_PLACE] = "place: not inside the kernel's text or the "
 	    "target module's range",
+	[KINST_LINUX_DISPLACED] = "displaced: under a jump probe's jump, run "
+	    "in its detour, not counted",
 };
 
 #ifdef KINST_LINUX_BREAK_NO_CALL_EMULATION
@@ -125,6 +154,38 @@ static const char *const kinst_linux_whys[] = {
 #else
 #define	KINST_LINUX_RUNS_AT(md, t)	(t)
 #endif
+/*
+ * The jump's breakages: KINST_LINUX_BREAK_JUMP_SKIPS_HANDLER gives a
+ * head's chunk the argument of a displaced one, so its detour never
+ * counts; KINST_LINUX_BREAK_JUMP_RESUMES_SHORT resumes a detour of two
+ * or more instructions at its last instruction's own address, inside the
+ * jump, one instruction short.  KINST_LINUX_BREAK_JUMP_STALE_WORD is no
+ * breakage but a planted fault: the CPU that switches the sites keeps the
+ * address of the first head's second byte on its stack, as a task stopped
+ * inside that jump would, and the quiescence check must keep that head a
+ * breakpoint on every arm while every count still holds.
+ * KINST_LINUX_BREAK_JUMP_STALE_TRAMP_WORD plants the second byte of the
+ * first trampoline-resumed head's trampoline instead, as a task preempted
+ * there after a trap at the head would leave it (it would resume inside
+ * the window): the check must keep that head a breakpoint too.
+ */
+#if defined(KINST_LINUX_BREAK_JUMP_STALE_WORD)
+#define	KINST_LINUX_PLANTED(kp)		((kp)->klp_addr + 1)
+#elif defined(KINST_LINUX_BREAK_JUMP_STALE_TRAMP_WORD)
+#define	KINST_LINUX_PLANTED(kp)		(KINST_LINUX_EMULATED(&(kp)->klp_md) ? \
+	0 : (uintptr_t)kinst_linux_tramp((kp) - kinst_linux_probes) + 1)
+#endif
+#ifdef KINST_LINUX_BREAK_JUMP_SKIPS_HANDLER
+#define	KINST_LINUX_HEAD_ARG(p)		KINST_LINUX_NOSLOT
+#else
+#define	KINST_LINUX_HEAD_ARG(p)		(p)
+#endif
+#ifdef KINST_LINUX_BREAK_JUMP_RESUMES_SHORT
+#define	KINST_LINUX_RESUME(pc, len, n)	((n) > 1 ? (pc) : (pc) + (len))
+#else
+#define	KINST_LINUX_RESUME(pc, len, n)	((pc) + (len))
+#endif
+#define	KINST_LINUX_NOSLOT	U32_MAX
 
 /* One probe of the table, by table index. */
 struct kinst_linux_probe {
@@ -133,6 +194,17 @@ struct kinst_linux_probe {
 	atomic64_t	klp_hits;	/* breakpoints taken here */
 	uint8_t		klp_saved;	/* the instruction's first byte */
 	uint8_t		klp_why;	/* KINST_LINUX_OK or why not armed */
+	/* A jump probe's head (klp_slot != KINST_LINUX_NOSLOT) only: */
+	uint32_t	klp_slot;	/* its detour's first chunk */
+	kc_uint32_t	klp_jat;	/* kinst_core_jump_next()'s next step */
+	uint8_t		klp_jwalk;	/* the walk goes on next round */
+	uint8_t		klp_jbusy;	/* the walk ended at a busy QUIET */
+	uint8_t		klp_placed;	/* its jump is written */
+	int		klp_jvia;	/* KINST_JV_*: where a trap goes */
+	uint8_t		klp_orig[KINST_JUMP_SIZE]; /* what the jump covers */
+	uint8_t		klp_jump[KINST_JUMP_SIZE]; /* the jump */
+	/* Stack words for the quiescence check, 0 for none: */
+	kc_uint64_t	klp_seen[2];	/* the nearest above; one in tramp */
 };
 
 /*
@@ -149,6 +221,16 @@ asm(".pushsection .text.kinst_linux_tramp, \"ax\", @progbits\n"
     ".fill " __stringify(KINST_LINUX_TRAMP_BYTES) ", 1, 0xcc\n"
     ".popsection\n");
 extern uint8_t kinst_linux_tramps[];
+
+/*
+ * The detours, KINST_JUMP_CHUNK bytes per chunk, a head's chunks one after
+ * another (the table's kt_jump says how many per head; the slots follow
+ * from it in table order; kinst_linux_jump.h, how many in all), in this
+ * module's text like the trampolines, but in an object of their own,
+ * kinst_linux_text.c (see there).
+ */
+#define	KINST_LINUX_JUMP_BYTES	(KINST_LINUX_JUMP_SLOTS * KINST_JUMP_CHUNK)
+extern uint8_t kinst_linux_detours[];
 
 static struct kinst_linux_probe	*kinst_linux_probes;
 static uint32_t		*kinst_linux_order;	/* ready probes by address */
@@ -169,6 +251,16 @@ static bool		kinst_linux_armed;	/* changed under stop_machine */
 static unsigned int	kinst_linux_cycles;	/* arm/disarm cycles */
 static unsigned int	kinst_linux_refused_at_arm;
 static DEFINE_MUTEX(kinst_linux_lock);		/* ctl writes, arm state */
+static unsigned int	kinst_linux_jheads;	/* heads with a detour */
+static unsigned int	kinst_linux_jrefused;	/* heads left breakpoints */
+static unsigned int	kinst_linux_jplaced;	/* jumps the last arm wrote */
+static unsigned int	kinst_linux_jplacements; /* jumps written, in all */
+static unsigned int	kinst_linux_jkept;	/* quiescence check said no */
+static unsigned int	kinst_linux_jrounds;	/* protocol rounds run */
+static atomic_t		kinst_linux_unwound;	/* the one unwind done */
+static int		kinst_linux_unwind_frames;
+static int		kinst_linux_unwind_kernel;
+static int		kinst_linux_unwind_error;
 static struct proc_dir_entry *kinst_linux_dir;
 
 /* Trampoline interrupts: timer samples whose %rip was in a trampoline. */
@@ -255,6 +347,13 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 	if ((kp = kinst_linux_find(pc)) == NULL ||
 	    kp->klp_why != KINST_LINUX_OK)
 		return (NOTIFY_DONE);
+	if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+	    READ_ONCE(kp->klp_jvia) == KINST_JV_DETOUR) {
+		/* A jump's head the protocol sends on: its detour counts. */
+		regs->ip = (unsigned long)kinst_linux_detours +
+		    (unsigned long)kp->klp_slot * KINST_JUMP_CHUNK;
+		return (NOTIFY_STOP);
+	}
 	atomic64_inc(&kp->klp_hits);
 	if (!KINST_LINUX_EMULATED(&kp->klp_md)) {
 		regs->ip = (unsigned long)kinst_linux_tramp(kp -
@@ -287,18 +386,80 @@ kinst_linux_trap(struct notifier_block *nb, unsigned long val, void *data)
 }
 NOKPROBE_SYMBOL(kinst_linux_trap);
 
+/*
+ * What an unwind from inside a detour finds, measured once (the first jump
+ * hit): the frames it walks, whether it got past the detour back into the
+ * kernel's text, and whether the unwinder gave up with an error.  A detour
+ * has no ORC data (docs/jump-probes.md, "ORC"); this says what a stack
+ * trace taken there (a WARN, perf, /proc/PID/stack) gets.
+ */
+static noinline void
+kinst_linux_unwind_once(void)
+{
+	struct unwind_state st;
+	unsigned long a;
+	int frames, kernel;
+
+	if (atomic_cmpxchg(&kinst_linux_unwound, 0, 1) != 0)
+		return;
+	frames = kernel = 0;
+	for (unwind_start(&st, current, NULL, NULL); !unwind_done(&st) &&
+	    frames < 64; unwind_next_frame(&st)) {
+		if ((a = unwind_get_return_address(&st)) == 0)
+			break;
+		frames++;
+		if (a - (KINST_LINUX_TEXT_START + kinst_linux_bias) <
+		    KINST_LINUX_TEXT_END - KINST_LINUX_TEXT_START)
+			kernel++;
+	}
+	kinst_linux_unwind_frames = frames;
+	kinst_linux_unwind_kernel = kernel;
+	kinst_linux_unwind_error = unwind_error(&st);
+}
+
+/*
+ * The detours' handler (kinst_core_jump_fill()'s, called by each chunk's
+ * stub with the frame and the chunk's argument): a head's chunk passes its
+ * table index and counts one hit; a displaced probe's passes
+ * KINST_LINUX_NOSLOT and counts nothing.  It runs in whatever context the
+ * probed code ran in, interrupts as they were; only an atomic increment.
+ */
+void	kinst_linux_jump_hit(const struct kinst_jframe *, kc_uint64_t, void *);
+
+__visible void
+kinst_linux_jump_hit(const struct kinst_jframe *f, kc_uint64_t arg, void *fx)
+{
+
+	if (arg >= kinst_table.kt_nprobes)
+		return;
+	atomic64_inc(&kinst_linux_probes[arg].klp_hits);
+	if (unlikely(atomic_read(&kinst_linux_unwound) == 0))
+		kinst_linux_unwind_once();
+}
+NOKPROBE_SYMBOL(kinst_linux_jump_hit);
+
 static struct notifier_block kinst_linux_nb = {
 	.notifier_call = kinst_linux_trap,
 	/* kprobes' own notifier has INT_MAX too and stays first. */
 	.priority = INT_MAX,
 };
 
-/* Arming and disarming: one CPU writes, every CPU serialises. */
+/*
+ * Arming and disarming: one CPU writes, every CPU serialises.  Each
+ * stop_machine() runs one round of a jump protocol; the first of an arm
+ * writes every breakpoint before it, the last of a disarm (no head walks
+ * on) removes them after it, so that no trap at a head can come between.
+ */
 struct kinst_linux_sync {
 	atomic_t	ks_arrived;
 	atomic_t	ks_done;
-	bool		ks_arm;
+	int		ks_bytes;	/* KINST_LINUX_BP_* */
+	const struct kinst_jstep *ks_steps; /* the protocol walked */
+	int		ks_more;	/* some head walks on */
 };
+#define	KINST_LINUX_BP_KEEP	0	/* the breakpoints stay as they are */
+#define	KINST_LINUX_BP_ARM	1	/* write them, then the round */
+#define	KINST_LINUX_BP_DISARM	2	/* the round; none walks on: remove */
 
 /* Which text 'pc' lies in: KINST_LINUX_KERNEL or KINST_LINUX_MODULE. */
 static int
@@ -338,11 +499,15 @@ kinst_linux_write_all(bool arm)
 		p = kinst_linux_writable(kp->klp_addr);
 		if (arm) {
 			if (READ_ONCE(*(uint8_t *)kp->klp_addr) !=
-			    kp->klp_saved) {
+			    kp->klp_saved ||
+			    (kp->klp_slot != KINST_LINUX_NOSLOT &&
+			    memcmp((void *)kp->klp_addr, kp->klp_orig,
+			    KINST_JUMP_SIZE) != 0)) {
 				kp->klp_why = KINST_LINUX_BYTE;
 				kinst_linux_refused_at_arm++;
 				continue;
 			}
+			WRITE_ONCE(kp->klp_jvia, KINST_JV_TRAMP);
 			WRITE_ONCE(*p, KINST_PATCHVAL);
 		} else if (READ_ONCE(*(uint8_t *)kp->klp_addr) ==
 		    KINST_PATCHVAL)
@@ -355,6 +520,189 @@ kinst_linux_write_all(bool arm)
 }
 
 /*
+ * The quiescence check's input, what Linux can see of stopped tasks: every
+ * word of every task's kernel stack (a preempted task's saved %rip is in
+ * the pt_regs there; a sleeping one's return addresses too).  Each head is
+ * given the nearest word above it (a word inside its jump's bytes is nearer
+ * than any beyond them; the nearest probe below a word inside a window is
+ * its head, as displaced probes are not ready) and a word inside its
+ * trampoline (a task preempted there resumes after the head, inside the
+ * window), and kinst_core_jump_quiet() decides over both.  A stale word
+ * only keeps a breakpoint.  Under stop_machine(): no task runs or exits,
+ * and no CPU is inside an interrupt (every one spins with interrupts off in
+ * kinst_linux_stop()), so the interrupt stacks hold nothing live.
+ */
+static void
+kinst_linux_see(unsigned long w)
+{
+	struct kinst_linux_probe *kp;
+	uint32_t lo, hi, mid;
+
+	if (kinst_linux_in_tramps(w)) {
+		kp = &kinst_linux_probes[(w - (uintptr_t)kinst_linux_tramps) /
+		    KINST_TRAMP_SIZE];
+		if (kp->klp_slot != KINST_LINUX_NOSLOT)
+			kp->klp_seen[1] = w;
+		return;
+	}
+	lo = 0;
+	hi = kinst_linux_nready;
+	while (lo < hi) {	/* the first ready probe at or above w */
+		mid = lo + (hi - lo) / 2;
+		if (kinst_linux_probes[kinst_linux_order[mid]].klp_addr < w)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return;
+	kp = &kinst_linux_probes[kinst_linux_order[lo - 1]];
+	if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+	    (kp->klp_seen[0] == 0 || w < kp->klp_seen[0]))
+		kp->klp_seen[0] = w;
+}
+
+static void
+kinst_linux_scan(void)
+{
+	struct task_struct *g, *t;
+	const unsigned long *w;
+	struct kinst_linux_probe *kp;
+	uint32_t i;
+	size_t n;
+
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		kp->klp_seen[0] = kp->klp_seen[1] = 0;
+	}
+	rcu_read_lock();
+	for_each_process_thread(g, t) {
+		if ((w = task_stack_page(t)) == NULL)
+			continue;
+		for (n = 0; n < THREAD_SIZE / sizeof(*w); n++)
+			kinst_linux_see(w[n]);
+	}
+	rcu_read_unlock();
+}
+
+/* A protocol round's state: the head being walked; the scan, once. */
+struct kinst_linux_jctx {
+	struct kinst_linux_probe *kj_kp;
+	bool		kj_scanned;
+};
+
+/* The core's WRITE step at the head, through the text alias. */
+static void
+kinst_linux_jop_write(void *arg, kc_uint32_t off, const kc_uint8_t *src,
+    kc_uint32_t len)
+{
+	struct kinst_linux_jctx *kj = arg;
+	uint8_t *p;
+	kc_uint32_t i;
+
+	p = kinst_linux_writable(kj->kj_kp->klp_addr);
+	for (i = 0; i < len; i++)
+		WRITE_ONCE(p[off + i], src[i]);
+}
+
+/*
+ * The core's QUIET step: every task's stack, scanned once a round (no task
+ * runs meanwhile), against the head's window and its trampoline's range
+ * (none for an emulated call: its trap resumes at the call's target).
+ */
+static int
+kinst_linux_jop_quiet(void *arg)
+{
+	struct kinst_linux_jctx *kj = arg;
+	struct kinst_linux_probe *kp = kj->kj_kp;
+
+	if (!kj->kj_scanned) {
+		kinst_linux_scan();
+		kj->kj_scanned = true;
+	}
+	return (kinst_core_jump_quiet(kp->klp_addr, (uintptr_t)
+	    kinst_linux_tramp(kp - kinst_linux_probes),
+	    KINST_LINUX_EMULATED(&kp->klp_md) ? 0 : KINST_TRAMP_SIZE,
+	    kp->klp_seen, 2));
+}
+
+/* The core's VIA step: where kinst_linux_trap() sends a hit at the head. */
+static void
+kinst_linux_jop_via(void *arg, int via)
+{
+	struct kinst_linux_jctx *kj = arg;
+
+	WRITE_ONCE(kj->kj_kp->klp_jvia, via);
+}
+
+/* No jo_sync: a round's stop_machine() is the sync (kinst_linux_stop()). */
+static const struct kinst_jops kinst_linux_jops = {
+	.jo_write = kinst_linux_jop_write,
+	.jo_quiet = kinst_linux_jop_quiet,
+	.jo_via = kinst_linux_jop_via,
+};
+
+/*
+ * One round of the protocol 'steps' for every head still walking it (the
+ * leader, under stop_machine()): the core's walker takes each head to its
+ * next SYNC, which every CPU then performs (kinst_linux_stop()).  A failed
+ * QUIET ends that head's walk with its breakpoint in place.  1 when some
+ * head walks on next round.
+ */
+static int
+kinst_linux_round(const struct kinst_jstep *steps)
+{
+	struct kinst_linux_jctx kj;
+	struct kinst_linux_probe *kp;
+	bool walked;
+	uint32_t i;
+	int more, rv;
+
+	kj.kj_scanned = false;
+	walked = false;
+	more = 0;
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot == KINST_LINUX_NOSLOT || !kp->klp_jwalk)
+			continue;
+		if (kp->klp_why != KINST_LINUX_OK) {	/* refused at arm */
+			kp->klp_jwalk = false;
+			continue;
+		}
+		walked = true;
+		kj.kj_kp = kp;
+		rv = kinst_core_jump_next(steps, &kp->klp_jat, kp->klp_jump,
+		    kp->klp_orig, &kinst_linux_jops, &kj);
+		if (rv == KINST_E_BUSY) {
+			kp->klp_jbusy = true;
+			kinst_linux_jkept++;
+		}
+		kp->klp_jwalk = rv == KINST_JUMP_SYNC;
+		more |= kp->klp_jwalk;
+	}
+	kinst_linux_jrounds += walked;
+	return (more);
+}
+
+#ifdef KINST_LINUX_PLANTED
+/* The word to plant for the first head with a detour that has one, or 0. */
+static uintptr_t
+kinst_linux_planted(void)
+{
+	struct kinst_linux_probe *kp;
+	uint32_t i;
+
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot != KINST_LINUX_NOSLOT &&
+		    KINST_LINUX_PLANTED(kp) != 0)
+			return (KINST_LINUX_PLANTED(kp));
+	}
+	return (0);
+}
+#endif
+
+/*
  * stop_machine() runs this on every online CPU at once, interrupts off.  The
  * first to arrive waits for the others, writes, and lets them go; each then
  * serialises its instruction stream, so that none runs a stale byte.
@@ -363,11 +711,22 @@ static int
 kinst_linux_stop(void *arg)
 {
 	struct kinst_linux_sync *ks = arg;
+#ifdef KINST_LINUX_PLANTED
+	volatile uintptr_t planted;
+#endif
 
 	if (atomic_inc_return(&ks->ks_arrived) == 1) {
 		while (atomic_read(&ks->ks_arrived) < num_online_cpus())
 			cpu_relax();
-		kinst_linux_write_all(ks->ks_arm);
+#ifdef KINST_LINUX_PLANTED
+		planted = kinst_linux_planted();
+		barrier_data(&planted);
+#endif
+		if (ks->ks_bytes == KINST_LINUX_BP_ARM)
+			kinst_linux_write_all(true);
+		ks->ks_more = kinst_linux_round(ks->ks_steps);
+		if (ks->ks_bytes == KINST_LINUX_BP_DISARM && !ks->ks_more)
+			kinst_linux_write_all(false);
 		atomic_set_release(&ks->ks_done, 1);
 	} else {
 		while (atomic_read_acquire(&ks->ks_done) == 0)
@@ -377,20 +736,74 @@ kinst_linux_stop(void *arg)
 	return (0);
 }
 
+/* One stop_machine(): a round of 'steps', and the breakpoints ('bytes'). */
 static int
-kinst_linux_set(bool arm)
+kinst_linux_machine(int bytes, const struct kinst_jstep *steps, int *more)
 {
 	struct kinst_linux_sync ks;
 	int error;
 
+	atomic_set(&ks.ks_arrived, 0);
+	atomic_set(&ks.ks_done, 0);
+	ks.ks_bytes = bytes;
+	ks.ks_steps = steps;
+	ks.ks_more = 0;
+	error = stop_machine(kinst_linux_stop, &ks, cpu_online_mask);
+	*more = ks.ks_more;
+	return (error);
+}
+
+/*
+ * Arm: every breakpoint, heads included, at once, and the first round of
+ * kinst_jump_place[] at every head not placed (a trap at a head is sent to
+ * its detour before any can happen), then round after round until no head
+ * walks on.  Disarm: kinst_jump_remove[] at every placed head, round by
+ * round, the last with every breakpoint's removal.  A head ends where its
+ * walk ended: placed when kinst_jump_place[] ran to its end, a breakpoint
+ * when its QUIET step was busy or when kinst_jump_remove[] ran.
+ */
+static int
+kinst_linux_set(bool arm)
+{
+	const struct kinst_jstep *steps;
+	struct kinst_linux_probe *kp;
+	uint32_t i, n;
+	int bytes, error, more;
+
 	lockdep_assert_held(&kinst_linux_lock);
 	if (kinst_linux_armed == arm)
 		return (arm ? -EBUSY : 0);
-	atomic_set(&ks.ks_arrived, 0);
-	atomic_set(&ks.ks_done, 0);
-	ks.ks_arm = arm;
-	error = stop_machine(kinst_linux_stop, &ks, cpu_online_mask);
-	if (error == 0 && !arm)
+	steps = arm ? kinst_jump_place : kinst_jump_remove;
+	for (i = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot == KINST_LINUX_NOSLOT)
+			continue;
+		kp->klp_jat = 0;
+		kp->klp_jbusy = false;
+		kp->klp_jwalk = kp->klp_why == KINST_LINUX_OK &&
+		    kp->klp_placed != arm;
+	}
+	bytes = arm ? KINST_LINUX_BP_ARM : KINST_LINUX_BP_DISARM;
+	do {
+		error = kinst_linux_machine(bytes, steps, &more);
+		if (arm)
+			bytes = KINST_LINUX_BP_KEEP;
+	} while (error == 0 && more);
+	for (i = n = 0; i < kinst_linux_nready; i++) {
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		if (kp->klp_slot == KINST_LINUX_NOSLOT)
+			continue;
+		if (arm && !kp->klp_placed)
+			kp->klp_placed = kp->klp_why == KINST_LINUX_OK &&
+			    error == 0 && !kp->klp_jbusy;
+		else if (!arm && error == 0)
+			kp->klp_placed = false;
+		n += kp->klp_placed;
+	}
+	if (arm) {
+		kinst_linux_jplaced = n;
+		kinst_linux_jplacements += n;
+	} else if (error == 0)
 		kinst_linux_cycles++;
 	return (error);
 }
@@ -539,6 +952,92 @@ kinst_linux_prepare(uint32_t f, uint8_t *copy, uint8_t *talias)
 	}
 }
 
+/*
+ * The detour of head 'p', its jump displacing 'n' probes, from chunk
+ * 'first' on (written through 'dalias'): 0, or -1 when a displaced probe
+ * is not ready, the live instructions are not the window the table says,
+ * or the core cannot relocate one; the head then stays a breakpoint.
+ */
+static int
+kinst_linux_jump_fill(uint32_t p, uint32_t n, uint32_t first, uint8_t *dalias)
+{
+	struct kinst_linux_probe *kp;
+	uint8_t lens[KINST_JUMP_SIZE];
+	uintptr_t chunk, end, resume;
+	uint32_t j;
+
+	if (n > KINST_JUMP_SIZE || p + n > kinst_table.kt_nprobes)
+		return (-1);
+	end = kinst_linux_probes[p].klp_addr;
+	for (j = 0; j < n; j++) {
+		kp = &kinst_linux_probes[p + j];
+		if (kp->klp_why != KINST_LINUX_OK || kp->klp_addr != end)
+			return (-1);
+		lens[j] = kp->klp_md.km_instlen;
+		end += lens[j];
+	}
+	if (kinst_core_jump_window(lens, n) != 0)
+		return (-1);
+	for (j = 0; j < n; j++) {
+		kp = &kinst_linux_probes[p + j];
+		chunk = (uintptr_t)kinst_linux_detours +
+		    (uintptr_t)(first + j) * KINST_JUMP_CHUNK;
+		resume = j + 1 < n ? chunk + KINST_JUMP_CHUNK :
+		    KINST_LINUX_RESUME(kp->klp_addr, lens[j], n);
+		if (kinst_core_jump_fill(&kp->klp_md, kp->klp_addr, chunk,
+		    dalias + (uintptr_t)(first + j) * KINST_JUMP_CHUNK, resume,
+		    j + 1 == n, (kc_uint64_t)(uintptr_t)kinst_linux_jump_hit,
+		    j == 0 ? KINST_LINUX_HEAD_ARG(p) : KINST_LINUX_NOSLOT,
+		    0) != 0)
+			return (-1);
+	}
+	kp = &kinst_linux_probes[p];
+	memcpy(kp->klp_orig, (const void *)kp->klp_addr, KINST_JUMP_SIZE);
+	return (kinst_core_jump_bytes(kp->klp_addr, (uintptr_t)
+	    kinst_linux_detours + (uintptr_t)first * KINST_JUMP_CHUNK,
+	    kp->klp_jump) != 0 ? -1 : 0);
+}
+
+/*
+ * Every head the table's kt_jump names gets its detour, its chunks at the
+ * slots that follow from the table (so that the host can name a head by a
+ * detour address); the probes its jump displaces are then not armed.
+ */
+static int
+kinst_linux_jump_prepare(void)
+{
+	uint8_t *dalias;
+	uint32_t i, j, n, slot;
+
+	for (i = 0; i < kinst_table.kt_nprobes; i++)
+		kinst_linux_probes[i].klp_slot = KINST_LINUX_NOSLOT;
+	if (KINST_LINUX_JUMP_BYTES == 0)
+		return (0);
+	dalias = kinst_linux_map((uintptr_t)kinst_linux_detours,
+	    KINST_LINUX_JUMP_BYTES, true);
+	if (dalias == NULL)
+		return (-ENOMEM);
+	for (i = slot = 0; i < kinst_table.kt_nprobes; i++) {
+		if (kinst_table.kt_jump == NULL ||
+		    (n = kinst_table.kt_jump[i]) == 0)
+			continue;
+		if (slot + n > KINST_LINUX_JUMP_SLOTS ||
+		    kinst_linux_jump_fill(i, n, slot, dalias) != 0) {
+			kinst_linux_jrefused++;
+			slot += n;
+			continue;
+		}
+		kinst_linux_probes[i].klp_slot = slot;
+		for (j = 1; j < n; j++)
+			kinst_linux_probes[i + j].klp_why =
+			    KINST_LINUX_DISPLACED;
+		kinst_linux_jheads++;
+		slot += n;
+	}
+	vunmap(dalias);
+	return (0);
+}
+
 static int
 kinst_linux_cmp(const void *a, const void *b)
 {
@@ -554,6 +1053,7 @@ static int
 kinst_linux_map_all(void)
 {
 	struct kinst_linux_alias *ka;
+	struct kinst_linux_probe *kp;
 	uintptr_t lo[2], hi[2], a;
 	uint32_t i;
 	int r;
@@ -561,10 +1061,12 @@ kinst_linux_map_all(void)
 	lo[0] = lo[1] = ~(uintptr_t)0;
 	hi[0] = hi[1] = 0;
 	for (i = 0; i < kinst_linux_nready; i++) {
-		a = kinst_linux_probes[kinst_linux_order[i]].klp_addr;
+		kp = &kinst_linux_probes[kinst_linux_order[i]];
+		a = kp->klp_addr;
 		r = kinst_linux_region(a);
 		lo[r] = min(lo[r], a);
-		hi[r] = max(hi[r], a + 1);
+		hi[r] = max(hi[r], a + (kp->klp_slot != KINST_LINUX_NOSLOT ?
+		    KINST_JUMP_SIZE : 1));
 	}
 	for (r = 0; r < 2; r++) {
 		if (hi[r] == 0)
@@ -588,6 +1090,7 @@ kinst_linux_load(void)
 	struct kinst_func kf;
 	uint8_t *copy, *talias;
 	uint32_t f, i, maxsize;
+	int error;
 
 	if (kt->kt_nprobes > KINST_LINUX_NTRAMP)
 		return (-E2BIG);
@@ -616,6 +1119,8 @@ kinst_linux_load(void)
 	kvfree(copy);
 	if (talias != NULL)
 		vunmap(talias);
+	if ((error = kinst_linux_jump_prepare()) != 0)
+		return (error);
 
 	for (i = 0; i < kt->kt_nprobes; i++) {
 		if (kinst_linux_probes[i].klp_why == KINST_LINUX_OK)
@@ -689,11 +1194,31 @@ kinst_linux_info_show(struct seq_file *m, void *v)
 	    (long long)atomic64_read(&kinst_linux_samples));
 	seq_printf(m, "samples_in_tramp %lld\n",
 	    (long long)atomic64_read(&kinst_linux_samples_in_tramp));
+	seq_printf(m, "detours %#lx %u %u\n",
+	    (unsigned long)kinst_linux_detours,
+	    (unsigned int)KINST_LINUX_JUMP_BYTES,
+	    (unsigned int)KINST_JUMP_CHUNK);
+	seq_printf(m, "jump_heads %u\n", kinst_linux_jheads);
+	seq_printf(m, "jump_refused %u\n", kinst_linux_jrefused);
+	seq_printf(m, "jump_placed %u\n", kinst_linux_jplaced);
+	seq_printf(m, "jump_placements %u\n", kinst_linux_jplacements);
+	seq_printf(m, "jump_kept_by_quiescence %u\n", kinst_linux_jkept);
+	seq_printf(m, "jump_rounds %u\n", kinst_linux_jrounds);
+	seq_printf(m, "preempt %s\n", preempt_model_full() ? "full" :
+	    preempt_model_voluntary() ? "voluntary" : preempt_model_none() ?
+	    "none" : "other");
+	if (atomic_read(&kinst_linux_unwound) != 0)
+		seq_printf(m, "jump_unwind %d %d %d\n",
+		    kinst_linux_unwind_frames, kinst_linux_unwind_kernel,
+		    kinst_linux_unwind_error);
 	mutex_unlock(&kinst_linux_lock);
 	return (0);
 }
 
-/* /proc/kinst/hits: "index address hits state", one line per table probe. */
+/*
+ * /proc/kinst/hits: "index address hits state jump", one line per table
+ * probe; jump is 1 for a head with a detour, else 0.
+ */
 static void *
 kinst_linux_hits_start(struct seq_file *m, loff_t *pos)
 {
@@ -721,9 +1246,10 @@ kinst_linux_hits_show(struct seq_file *m, void *v)
 	loff_t i = *(loff_t *)v;
 
 	kp = &kinst_linux_probes[i];
-	seq_printf(m, "%lld %lx %lld %u\n", (long long)i,
+	seq_printf(m, "%lld %lx %lld %u %d\n", (long long)i,
 	    (unsigned long)kp->klp_addr,
-	    (long long)atomic64_read(&kp->klp_hits), kp->klp_why);
+	    (long long)atomic64_read(&kp->klp_hits), kp->klp_why,
+	    kp->klp_slot != KINST_LINUX_NOSLOT);
 	return (0);
 }
 
