@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import isa as isa_registry
+from ..analysis import jumpplan
 from ..analysis.plan import ProbePlan, TableProbe
 from ..common.cstring import c_blob
 from ..common.ccache import compile_cached, content_key
@@ -123,7 +124,7 @@ class Build:
     probes: Tuple[TableProbe, ...]  # the table's probes, in table order
     target_addr: Tuple[int, ...]  # per plan function: its link address in the target, 0 if absent
     notes: Tuple[str, ...]  # table functions that could not be placed in the target, and why
-    jump: Optional["harnessjump.JumpChoice"] = None  # harness --jump: the jumps chosen from the proof
+    jump: Optional["jumpplan.JumpChoice"] = None  # harness --jump: the jumps chosen from the proof
 
     def probe_name(self, idx: int) -> str:
         return self.plan.probe_name(self.probes[idx])
@@ -277,7 +278,7 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     command += "" if given is None else " (table supplied by the caller)"
     choice = None
     if jump:
-        choice = harnessjump.choose(plan, img, rule)
+        choice = jumpplan.choose(plan, img, rule)
         generated = [*generated, harnessjump.render(choice, command, [Input(plan.image, plan.build_id, plan.sha256)])]
         optional = [*optional, harnessjump.GLUE]
     ctx = glue_context(elf, lay, target_addr)
@@ -497,7 +498,7 @@ def _result(
     )
 
 
-def jump_report(choice: "harnessjump.JumpChoice", dumps: List[Dump], placed: int) -> dict:
+def jump_report(choice: "jumpplan.JumpChoice", dumps: List[Dump], placed: int) -> dict:
     """The ``--json`` fields of a ``--jump`` run: jumps and breakpoints placed (the most any copy placed, as
     ``placed``), and the placement the proof allowed, with every breakpoint's reason counted."""
     sites = max([0] + [s for d in dumps for s, _ in d.jumps.values()])

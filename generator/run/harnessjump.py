@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from ..analysis.jumpplan import JumpChoice, choose  # noqa: F401 (the harness's placement is the table's)
+from ..analysis.jumpplan import JumpChoice
 from ..common.cstring import c_blob
 from ..common.errors import UserError
 

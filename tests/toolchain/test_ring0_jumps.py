@@ -1,7 +1,7 @@
 """The ring-0 guest's jump probes (``generator/run/ring0/jumps.py``) over the pinned Debian 6.1 vmlinux, held
 to GNU objdump's disassembly of the same file.
 
-The proof is jumpsafe.py's and the placement harnessjump.py's (tested on their own); what is checked here is
+The proof is jumpsafe.py's and the placement jumpplan.py's (tested on their own); what is checked here is
 the guest's use of them: the proof run over the vmlinux for a table whose kernel part starts after the
 target module's, the windows it picks in the table, the target's probes left to breakpoints, and a head
 dropped where the live text differs from the vmlinux's.  objdump shares nothing with any of it: for every

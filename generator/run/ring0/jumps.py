@@ -2,7 +2,7 @@
 
 The proof is ``analysis/jumpsafe.py``'s and the placement (first come, first
 served heads, a window of contiguous probes, a last call only of
-``JumpFacts.detour_calls``) is the harness's, ``harnessjump.choose()``:
+``JumpFacts.detour_calls``) is ``analysis/jumpplan.py``'s ``choose()``, as the harness's and the FreeBSD table's:
 both are used as they are, never restated here.  What is the guest's own:
 
 - **The proof runs over the vmlinux, the table over the live text.**  The
@@ -31,13 +31,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, NamedTuple, Optional, Tuple
 
+from ...analysis import jumpplan
 from ...analysis.jumpplan import JumpChoice
 from ...analysis.plan import ProbePlan
 from ...image.elf import KernelImage
-from .. import harnessjump
 
 # Reasons of the guest's own for a proven head that stays a breakpoint (besides the proof's and
-# harnessjump's codes).
+# jumpplan's codes).
 LIVE_BYTES = "live-bytes"  # the window's live bytes are not the vmlinux's the proof read
 TARGET = "target"  # a function of the target module, not of the vmlinux
 
@@ -77,7 +77,7 @@ def choose(plan: ProbePlan, target_tabled: int, rule: str, vmlinux: KernelImage,
     """The heads of a guest table (``plan.GuestPlan``'s ``plan``, its first ``target_tabled`` functions the target
     module's, planned with prologue rule ``rule``), ``live`` its image (see the module docstring)."""
     kernel, theirs = _kernel_part(plan, target_tabled)
-    choice = harnessjump.choose(kernel, vmlinux, rule)
+    choice = jumpplan.choose(kernel, vmlinux, rule)
     fires = list(choice.fires)
     traps = dict(choice.traps)
     probes = list(kernel.probes())
