@@ -12,9 +12,9 @@ detour.  Every other probe keeps its breakpoint.  A window that ends in a
 call the detour cannot emulate ahead (not in the ISA's
 ``JumpFacts.detour_calls``) keeps its breakpoint, with a reason.
 
-One choice for every consumer: the harness's ``--jump`` header
-(``run/harnessjump.py``) and the kinst module's table (``generate --jump``,
-``providers/kinst/generate.py``).
+One choice for every consumer, carried in the table as ``kt_jump``
+(``providers/kinst/generate.py``): the kinst module's (``generate --jump``),
+the harness's (``harness --jump``) and the ring-0 guest's (``run/ring0/jumps.py``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from ..common.tools import checked, run_tool
 from ..image.elf import KernelImage
 from ..providers.kinst import generate as kinst
 from ..render import Input, render_tree
-from . import callgrind, harnessjump, qemu
+from . import callgrind, qemu
 from .audit import ENV_PAD, LIB_NAME, PAD_ROOM, Dump, audit_env, read_dumps, read_hits
 from .process import DEFAULT_TIMEOUT, Run, run_command
 from ..image import open_image
@@ -69,6 +69,7 @@ CFLAGS = (
 # The hand-written C, by ISA: the module's portable core and the harness's own glue.
 CORE_DIR = SYS_MODULES / "kinst"  # <arch>/kinst_core.[ch]
 GLUE_DIR = Path(__file__).resolve().parent / "harness_c"  # kinst_harness.c, kh_*.h; <folder>/*.c
+JUMP_GLUE = "jump"  # the optional folder of harness_c/ that places jump probes (harness --jump)
 TARGET_C = "kinst_harness_target.c"  # the target's path, segments, build-id: rendered from templates/harness/
 
 # PF_* -> PROT_* (PF_X = 1 -> PROT_EXEC = 4, PF_W = 2 -> 2, PF_R = 4 -> 1).
@@ -255,8 +256,9 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     variable readings of ``generator.run.varsprobe`` (``vars/kh_vars.c``
     and its ``kinst_harness_vars.h``), whose ``kh_hit()`` replaces the
     glue's empty one the trap handler calls.  ``jump`` places jump
-    probes where the proof allows (``generator/run/harnessjump.py``: the
-    ``jump/`` part and its ``kinst_harness_jump.h``).
+    probes where the proof allows: the table carries
+    ``analysis/jumpplan.py``'s choice (``kt_jump``, as ``generate --jump``'s
+    does) and the ``jump/`` part places them.
     """
     if not elf:
         raise UserError("--elf is required: the program or shared library to probe")
@@ -279,17 +281,17 @@ def build(elf: str, functions: Sequence[str] = (), all_functions: bool = False, 
     choice = None
     if jump:
         choice = jumpplan.choose(plan, img, rule)
-        generated = [*generated, harnessjump.render(choice, command, [Input(plan.image, plan.build_id, plan.sha256)])]
-        optional = [*optional, harnessjump.GLUE]
+        optional = [*optional, JUMP_GLUE]
     ctx = glue_context(elf, lay, target_addr)
     plain = plain_sources(plan.arch) + optional_sources(optional)
     sources = sorted(p.name for p in plain if p.suffix == ".c") + ["kinst_table.c", TARGET_C]
     parts = [repr(plan), repr(lay), repr(sorted(ctx.items())), command, " ".join(CFLAGS), cc, " ".join(sources)]
     parts += kinst.core_key_parts(plain, "harness")
     parts += [name.encode() + b"\0" + text.encode() for name, text in generated]
+    parts += [] if choice is None else [b"kt_jump\0" + bytes(choice.fires)]
 
     def make(out: Path) -> None:
-        kinst.stage_core(plan, out, command, plain)
+        kinst.stage_core(plan, out, command, plain, jump=choice)
         for name, text in generated:
             (out / name).write_text(text)
         render_tree("harness", out, ctx, [Input(plan.image, plan.build_id, plan.sha256)], command,

@@ -3,10 +3,12 @@
  *
  * kh_jump_amd64.c: jump probes for the harness (harness --jump), an
  * optional part of the library that generator/run/harness.py compiles in
- * with the generated kinst_harness_jump.h.  Where the ahead-of-time proof
- * (generator/analysis/jumpsafe.py) says a site may be a jump, and the
- * runner chose it as a jump head, the probe is a 5-byte "jmp rel32" to a
- * detour instead of int3; every other probe keeps its breakpoint.
+ * when the table carries jump heads (kt_jump: generator/analysis/
+ * jumpplan.py's choice, as in the kernels' tables).  Where the
+ * ahead-of-time proof (generator/analysis/jumpsafe.py) says a site may be
+ * a jump, and the choice made it a jump head, the probe is a 5-byte
+ * "jmp rel32" to a detour instead of int3; every other probe keeps its
+ * breakpoint.
  *
  * The detour's layout and fill, the jump's bytes and the live patching
  * protocol are the portable core's (sys/modules/kinst/amd64/
@@ -34,7 +36,6 @@
 #include "kinst_core.h"
 #include "kinst_core_jump.h"
 #include "kh_isa.h"
-#include "kinst_harness_jump.h"
 
 /* Per copy: the heads whose detour is filled, by probe (1: ready). */
 static uint8_t *kh_jready[KH_MAX_INST];
@@ -123,7 +124,7 @@ kh_jfill(struct kh_inst *ki, uint32_t p, uint32_t j, uint32_t k)
 }
 
 /*
- * The detour of head 'p' that the runner chose (kh_jump_n[p] displaced
+ * The detour of head 'p' that the runner chose (kt_jump[p] displaced
  * probes): 1 when filled, 0 when any displaced probe is not ready, the
  * live instructions are not the contiguous run the table says, or one
  * cannot be relocated; the head then keeps its breakpoint.
@@ -135,7 +136,7 @@ kh_jdetour(struct kh_inst *ki, uint32_t p)
 	uintptr_t end;
 	uint32_t j, k;
 
-	k = kh_jump_n[p];
+	k = kinst_table.kt_jump[p];
 	if (k == 0 || k > KINST_JUMP_SIZE || p + k > kinst_table.kt_nprobes)
 		return (0);
 	end = ki->ki_addr[p];
@@ -163,7 +164,7 @@ kh_jump_prepare(struct kh_inst *ki)
 	uint32_t p, n;
 
 	n = kinst_table.kt_nprobes;
-	if (n != KH_JUMP_NPROBES)
+	if (kinst_table.kt_jump == NULL)
 		return;	/* every probe keeps its breakpoint */
 	ready = calloc(n, 1);
 	if (ready == NULL)
@@ -188,7 +189,7 @@ kh_jump_place(struct kh_inst *ki, uint32_t probe, uintptr_t live)
 	ready = kh_jready[ki - kh_insts];
 	if (ready == NULL || !ready[probe] || live != ki->ki_addr[probe])
 		return (0);
-	k = kh_jump_n[probe];
+	k = kinst_table.kt_jump[probe];
 	for (j = 0; j < k; j++)
 		if (ki->ki_state[probe + j] != KH_S_READY)
 			return (0);
