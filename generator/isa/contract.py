@@ -24,6 +24,8 @@ An ISA provides:
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
@@ -74,6 +76,69 @@ class TableKind(NamedTuple):
     kind: str  # the name analysis and reports use ("call-direct")
     c_name: str  # the enumerator (KINST_K_CALL_DIRECT)
     doc: str
+
+
+class TableKinds(Tuple[TableKind, ...]):
+    """An ISA's table kinds in the order of their C enum values: the rows of its ``kinds.txt`` (``load_kinds``).
+
+    Python code names a kind through ``names`` or ``code``, which fail on a
+    kind the ISA does not have: a misspelt kind stops the import of the
+    module that names it, as a misspelt enumerator stops a C build.
+    """
+
+    @functools.cached_property
+    def _codes(self) -> Dict[str, int]:
+        """kind -> its C enum value."""
+        return {k.kind: i for i, k in enumerate(self)}
+
+    def code(self, kind: str) -> int:
+        """The C enum value of ``kind``."""
+        try:
+            return self._codes[kind]
+        except KeyError:
+            raise KeyError(f"no table kind {kind!r}: the ISA's kinds.txt has {', '.join(self._codes)}") from None
+
+    def names(self, *kinds: str) -> Tuple[str, ...]:
+        """``kinds``, each checked to be one of these."""
+        for kind in kinds:
+            self.code(kind)
+        return kinds
+
+
+# A row of kinds.txt: NAME [CNAME] | DOC.  The enumerator is KINST_K_<CNAME>, or without one, NAME upper-cased
+# with "-" and "." as "_"; a CNAME is written only where it differs from that (b.cond -> KINST_K_BCOND).
+_KIND_ROW = re.compile(r"([a-z][a-z0-9.-]*)(?:[ \t]+([A-Z][A-Z0-9_]*))?[ \t]*\|[ \t]*(\S.*?)[ \t]*")
+
+
+def load_kinds(path: Path) -> TableKinds:
+    """An ISA's table kinds from its ``kinds.txt``: one row per kind, ``NAME [CNAME] | DOC``, in the order
+    of the C enum; blank lines and lines from ``#`` are comments.
+
+    Strict, as Linux's gen-insn-attr-x86.awk is with its opcode map: a row it
+    cannot read, a kind or enumerator named twice, a CNAME the rule would
+    derive anyway, or the refused instructions' ``skip``, stops the import
+    with the file and line.
+    """
+    rows: List[TableKind] = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _KIND_ROW.fullmatch(line)
+        if m is None:
+            raise ValueError(f"{path}:{n}: not a table kind row, NAME [CNAME] | DOC: {line!r}")
+        name, cname, doc = m.groups()
+        derived = re.sub(r"[-.]", "_", name.upper())
+        if cname == derived:
+            raise ValueError(f"{path}:{n}: {cname} is what {name} derives: drop it")
+        row = TableKind(name, f"KINST_K_{cname or derived}", doc)
+        if name == KIND_SKIP:
+            raise ValueError(f"{path}:{n}: {name} is the kind of a refused instruction, not a table kind")
+        if any(r.kind == name or r.c_name == row.c_name for r in rows):
+            raise ValueError(f"{path}:{n}: {name} or {row.c_name} is named twice")
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no table kinds")
+    return TableKinds(rows)
 
 
 class CConst(NamedTuple):
@@ -331,7 +396,7 @@ class Isa(NamedTuple):
     patchval_size: int  # bytes of it
     tramp_size: int  # bytes per trampoline
     md_excluded: Mapping[str, str]  # kinst_md_excluded(): function name -> reason
-    table_kinds: Tuple[TableKind, ...]  # in the order of their C enum values
+    table_kinds: TableKinds  # in the order of their C enum values
     flag_bits: Tuple[FlagBit, ...]  # per-probe flag bits of the probe metadata
     record_codes: Tuple[CConst, ...]  # the compact table's record codes beyond the table kinds
     prologue_reasons: Mapping[str, str]  # prologue rule -> why a function fails it
@@ -378,10 +443,7 @@ class Isa(NamedTuple):
 
     def kind_index(self, kind: str) -> int:
         """The C enum value of a table kind."""
-        for i, k in enumerate(self.table_kinds):
-            if k.kind == kind:
-                return i
-        raise KeyError(f"{self.name}: no table kind {kind!r}")
+        return self.table_kinds.code(kind)
 
 
 def package_parts(decode: Any, classify: Any, probe_md: Any, table: Any) -> Dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 
 from . import hostcore, objdump_text
 from ..common.errors import ClassifierError
-from .contract import Accelerator, CConst, OracleQuirks, StreamInsn, TableKind
+from .contract import Accelerator, CConst, OracleQuirks, StreamInsn, TableKinds
 
 ACCEL_DIR = Path(__file__).resolve().parent / "accel"
 STEP_SOURCES = (ACCEL_DIR / "kk_dbp.c", ACCEL_DIR / "kk_dbp.h")  # the shared walk, over the ISA's hooks
@@ -61,12 +61,13 @@ def _mnemonics_init(by_kind: Sequence[Tuple[str, ...]]) -> Callable[[Any], List[
     return init
 
 
-def accelerator(package_file: str, tables: Any, kinds: Sequence[Any], mnemonics: Dict[str, Tuple[str, ...]],
+def accelerator(package_file: str, tables: Any, kinds: TableKinds, mnemonics: Dict[str, Tuple[str, ...]],
                 init: Optional[Callable[[Any], List[Any]]] = None, **fields: Any) -> Accelerator:
     """The ISA's ``Accelerator``: its step ``accel/kk_walk.c`` beside ``package_file``, over the shared walk,
     with the prologue rules ``any`` and ``first`` and no mnemonic refused by name.  ``mnemonics``: capstone's
     mnemonics of each table kind (of ``kinds``, ``Isa.table_kinds``) that has its own, which the step checks
-    capstone's text against; ``init``: the ISA's own set-up, after that."""
+    capstone's text against (a key that is no kind stops the import); ``init``: the ISA's own set-up, after that."""
+    kinds.names(*mnemonics)
     names = _mnemonics_init([mnemonics.get(k.kind, ()) for k in kinds])
 
     def both(lib: Any) -> List[Any]:
@@ -125,7 +126,7 @@ class ByteRecords(NamedTuple):
     gives the bits and the C names of them (``RECORD_CODES``); ``decode`` is the C walker's Python twin."""
 
     isa: str  # the ISA's name, for errors
-    kinds: Tuple[TableKind, ...]  # the table kinds, codes 0, 1, ... in this order
+    kinds: TableKinds  # the table kinds, codes 0, 1, ... in this order
     short: int  # bytes of an instruction whose record lacks ``long``
     long: int  # the record bit of a 4-byte instruction; 0: every instruction is ``short`` bytes
     code_shift: int  # the code's position in a record (4 bits)
@@ -144,7 +145,7 @@ class ByteRecords(NamedTuple):
         if length not in lengths:
             raise ClassifierError(f"instruction of {length} bytes: kinstkit's {self.isa} instructions are "
                                   + " or ".join(map(str, lengths)))
-        code = self.refused if kind is None else [k.kind for k in self.kinds].index(kind)
+        code = self.refused if kind is None else self.kinds.code(kind)
         return bytes(((self.long if length == 4 else 0) | code << self.code_shift | (self.masked if masks else 0),))
 
     def _length(self, b: int) -> int:

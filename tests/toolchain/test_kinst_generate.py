@@ -326,7 +326,6 @@ def write_expectations(live: LiveImage, plan: ProbePlan, path: Path) -> List[Exp
     from generator.image.elf import KernelImage
 
     img = KernelImage.open(str(live.path))
-    codes = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
     lines: List[str] = []
     out: List[Expected] = []
     for p in plan.probes():
@@ -340,7 +339,7 @@ def write_expectations(live: LiveImage, plan: ProbePlan, path: Path) -> List[Exp
         md = v.md
         assert len(md.template) == 16
         relocated = img.e_type == "ET_REL" and bool(img.relocs_in(addr, p.length))
-        lines.append(f"{func.address:x} {p.offset} {codes[p.kind]} {md.flags} {md.instlen} {md.tinstlen} "
+        lines.append(f"{func.address:x} {p.offset} {TABLE_KINDS.code(p.kind)} {md.flags} {md.instlen} {md.tinstlen} "
                      f"{md.dispoff} {md.disp} {md.reg1} {md.reg2} {md.scale} {md.template.hex()} {int(relocated)}")
         out.append(Expected(plan.probe_name(p), p.kind, relocated))
     path.write_text("\n".join(lines) + "\n")

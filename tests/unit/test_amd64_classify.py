@@ -28,7 +28,6 @@ from typing import NamedTuple, Optional
 import pytest
 
 from generator.analysis import records as R
-from generator.isa.amd64 import probe_md as M
 from generator.common.errors import ClassifierError
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.amd64 import tables as T
@@ -97,160 +96,160 @@ def check(hexbytes: str, want: dict) -> K:
 CASES = [
     # --- copied verbatim -------------------------------------------------
     pytest.param("48 89 e5", dict(  # mov %rsp,%rbp: ModR/M, so reg1 = reg2 = -1
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=3, template="48 89 e5",
+        kind="trampoline", flags=0, tinstlen=3, template="48 89 e5",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="mov-reg"),
     pytest.param("55", dict(  # push %rbp: no ModR/M, so reg1 = reg2 = 0 (M_ZERO)
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=1, template="55",
+        kind="trampoline", flags=0, tinstlen=1, template="55",
         dispoff=0, disp=0, reg1=0, reg2=0, scale=0, target=None), id="push-rbp"),
     pytest.param("c3", dict(  # ret: no ModR/M
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=1, template="c3",
+        kind="trampoline", flags=0, tinstlen=1, template="c3",
         dispoff=0, disp=0, reg1=0, reg2=0, scale=0, target=None), id="ret"),
     pytest.param("8b 04 25 10 00 00 00", dict(  # mov 0x10,%eax: SIB base 101 mod 00 is absolute, not RIP-relative
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=7, template="8b 04 25 10 00 00 00",
+        kind="trampoline", flags=0, tinstlen=7, template="8b 04 25 10 00 00 00",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="absolute-disp32"),
     pytest.param("48 8b 45 f8", dict(  # mov -0x8(%rbp),%rax: a displacement, but not RIP-relative
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=4, template="48 8b 45 f8",
+        kind="trampoline", flags=0, tinstlen=4, template="48 8b 45 f8",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="rbp-disp8"),
     pytest.param("f3 ab", dict(  # rep stos %eax,(%rdi)
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=2, template="f3 ab",
+        kind="trampoline", flags=0, tinstlen=2, template="f3 ab",
         dispoff=0, disp=0, reg1=0, reg2=0, scale=0, target=None), id="rep-stos"),
     pytest.param("8e d8", dict(  # mov %eax,%ds: only %ss (and %gs, by region) loads are refused
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=2, template="8e d8",
+        kind="trampoline", flags=0, tinstlen=2, template="8e d8",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="mov-to-ds"),
     pytest.param("8c d0", dict(  # mov %ss,%eax: reading %ss is harmless
-        kind=M.KIND_TRAMPOLINE, flags=0, tinstlen=2, template="8c d0",
+        kind="trampoline", flags=0, tinstlen=2, template="8c d0",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="mov-from-ss"),
 
     # --- RIP-relative ModR/M: copied with a 4-byte hole at rmindex + 1 ---
     pytest.param("48 8b 05 10 00 00 00", dict(  # mov 0x10(%rip),%rax
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=7, template="48 8b 05 00 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=7, template="48 8b 05 00 00 00 00",
         dispoff=3, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-load"),
     pytest.param("48 8d 05 f0 ff ff ff", dict(  # lea -0x10(%rip),%rax
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=7, template="48 8d 05 00 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=7, template="48 8d 05 00 00 00 00",
         dispoff=3, disp=-0x10, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-lea-negative"),
     pytest.param("c7 05 10 00 00 00 2a 00 00 00", dict(  # movl $0x2a,0x10(%rip): the imm32 after the hole is kept
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=10, template="c7 05 00 00 00 00 2a 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=10, template="c7 05 00 00 00 00 2a 00 00 00",
         dispoff=2, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-imm-after-disp"),
     pytest.param("0f 10 05 10 00 00 00", dict(  # movups 0x10(%rip),%xmm0: 0f map but not a jcc
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=7, template="0f 10 05 00 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=7, template="0f 10 05 00 00 00 00",
         dispoff=3, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-0f-map"),
     pytest.param("c5 fa 6f 05 10 00 00 00", dict(  # vmovdqu 0x10(%rip),%xmm0 (two-byte VEX)
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=8, template="c5 fa 6f 05 00 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=8, template="c5 fa 6f 05 00 00 00 00",
         dispoff=4, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-vex2"),
     pytest.param("c4 e2 79 18 05 10 00 00 00", dict(  # vbroadcastss 0x10(%rip),%xmm0 (three-byte VEX, map 0f38)
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=9, template="c4 e2 79 18 05 00 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=9, template="c4 e2 79 18 05 00 00 00 00",
         dispoff=5, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-vex3"),
     pytest.param("62 f1 7c 48 10 05 01 00 00 00", dict(  # vmovups 0x1(%rip),%zmm0 (EVEX; disp32 is not scaled)
-        kind=M.KIND_RIPREL, flags=RIPREL, tinstlen=10, template="62 f1 7c 48 10 05 00 00 00 00",
+        kind="riprel", flags=RIPREL, tinstlen=10, template="62 f1 7c 48 10 05 00 00 00 00",
         dispoff=6, disp=1, reg1=-1, reg2=-1, scale=0, target=None), id="riprel-evex"),
 
     # --- rel32 branches: hole at the displacement --------------------------
     pytest.param("e9 10 00 00 00", dict(  # jmp .+0x15
-        kind=M.KIND_JMP32, flags=JMP | RIPREL, tinstlen=5, template="e9 00 00 00 00",
+        kind="jmp-rel32", flags=JMP | RIPREL, tinstlen=5, template="e9 00 00 00 00",
         dispoff=1, disp=0x10, reg1=0, reg2=0, scale=0, target=ADDR + 5 + 0x10), id="jmp-rel32"),
     pytest.param("0f 85 10 00 00 00", dict(  # jne .+0x16
-        kind=M.KIND_JCC32, flags=JMP | RIPREL, tinstlen=6, template="0f 85 00 00 00 00",
+        kind="jcc-rel32", flags=JMP | RIPREL, tinstlen=6, template="0f 85 00 00 00 00",
         dispoff=2, disp=0x10, reg1=0, reg2=0, scale=0, target=ADDR + 6 + 0x10), id="jcc-rel32"),
     pytest.param("0f 8c f0 ff ff ff", dict(  # jl .-0xa
-        kind=M.KIND_JCC32, flags=JMP | RIPREL, tinstlen=6, template="0f 8c 00 00 00 00",
+        kind="jcc-rel32", flags=JMP | RIPREL, tinstlen=6, template="0f 8c 00 00 00 00",
         dispoff=2, disp=-0x10, reg1=0, reg2=0, scale=0, target=ADDR + 6 - 0x10), id="jcc-rel32-back"),
 
     # --- rel8 branches: widened to rel32, disp adjusted by -3 / -4 ---------
     pytest.param("eb 10", dict(  # jmp .+0x12 -> e9 rel32
-        kind=M.KIND_JMP_WIDEN, flags=JMP | RIPREL, tinstlen=5, template="e9 00 00 00 00",
+        kind="jmp-widen", flags=JMP | RIPREL, tinstlen=5, template="e9 00 00 00 00",
         dispoff=1, disp=0x10 - 3, reg1=0, reg2=0, scale=0, target=ADDR + 2 + 0x10), id="jmp-rel8"),
     pytest.param("eb fe", dict(  # jmp . (to itself)
-        kind=M.KIND_JMP_WIDEN, flags=JMP | RIPREL, tinstlen=5, template="e9 00 00 00 00",
+        kind="jmp-widen", flags=JMP | RIPREL, tinstlen=5, template="e9 00 00 00 00",
         dispoff=1, disp=-2 - 3, reg1=0, reg2=0, scale=0, target=ADDR), id="jmp-rel8-self"),
     pytest.param("74 10", dict(  # je .+0x12 -> 0f 84 rel32
-        kind=M.KIND_JCC_WIDEN, flags=JMP | RIPREL, tinstlen=6, template="0f 84 00 00 00 00",
+        kind="jcc-widen", flags=JMP | RIPREL, tinstlen=6, template="0f 84 00 00 00 00",
         dispoff=2, disp=0x10 - 4, reg1=0, reg2=0, scale=0, target=ADDR + 2 + 0x10), id="jcc-rel8"),
     pytest.param("7f f0", dict(  # jg .-0xe -> 0f 8f rel32
-        kind=M.KIND_JCC_WIDEN, flags=JMP | RIPREL, tinstlen=6, template="0f 8f 00 00 00 00",
+        kind="jcc-widen", flags=JMP | RIPREL, tinstlen=6, template="0f 8f 00 00 00 00",
         dispoff=2, disp=-0x10 - 4, reg1=0, reg2=0, scale=0, target=ADDR + 2 - 0x10), id="jcc-rel8-back"),
     # Prefixed short jumps keep their prefixes, so the widened instruction is
     # prefixes + 5 / + 6 long.  kinst stores tinstlen 5 / 6 and so copies a
     # truncated instruction; kinstkit stores the true length.
     pytest.param("f2 eb 10", dict(  # bnd jmp .+0x13 (kinst: tinstlen 5)
-        kind=M.KIND_JMP_WIDEN, flags=JMP | RIPREL, tinstlen=6, template="f2 e9 00 00 00 00",
+        kind="jmp-widen", flags=JMP | RIPREL, tinstlen=6, template="f2 e9 00 00 00 00",
         dispoff=2, disp=0x10 - 3, reg1=0, reg2=0, scale=0, target=ADDR + 3 + 0x10), id="bnd-jmp-rel8"),
     pytest.param("2e 74 10", dict(  # je,pn .+0x13 (kinst: tinstlen 6)
-        kind=M.KIND_JCC_WIDEN, flags=JMP | RIPREL, tinstlen=7, template="2e 0f 84 00 00 00 00",
+        kind="jcc-widen", flags=JMP | RIPREL, tinstlen=7, template="2e 0f 84 00 00 00 00",
         dispoff=3, disp=0x10 - 4, reg1=0, reg2=0, scale=0, target=ADDR + 3 + 0x10), id="hinted-je-rel8"),
     pytest.param("3e 75 10", dict(  # jne,pt .+0x13 (kinst: tinstlen 6)
-        kind=M.KIND_JCC_WIDEN, flags=JMP | RIPREL, tinstlen=7, template="3e 0f 85 00 00 00 00",
+        kind="jcc-widen", flags=JMP | RIPREL, tinstlen=7, template="3e 0f 85 00 00 00 00",
         dispoff=3, disp=0x10 - 4, reg1=0, reg2=0, scale=0, target=ADDR + 3 + 0x10), id="hinted-jne-rel8"),
 
     # --- direct call: emulated; template zero, kp_md.dispoff untouched -----
     pytest.param("e8 10 00 00 00", dict(  # call .+0x15
-        kind=M.KIND_CALL_DIRECT, flags=CALL | DIRECT, tinstlen=5, template="",
+        kind="call-direct", flags=CALL | DIRECT, tinstlen=5, template="",
         dispoff=0, disp=0x10, reg1=0, reg2=0, scale=0, target=ADDR + 5 + 0x10), id="call-rel32"),
     pytest.param("e8 fb ff ff ff", dict(  # call . (to itself)
-        kind=M.KIND_CALL_DIRECT, flags=CALL | DIRECT, tinstlen=5, template="",
+        kind="call-direct", flags=CALL | DIRECT, tinstlen=5, template="",
         dispoff=0, disp=-5, reg1=0, reg2=0, scale=0, target=ADDR), id="call-rel32-self"),
 
     # --- indirect calls: emulated from reg1 + (reg2 << scale) + disp -------
     pytest.param("ff d0", dict(  # call *%rax
-        kind=M.KIND_CALL_REG, flags=CALL | MODDIR, tinstlen=2, template="",
+        kind="call-reg", flags=CALL | MODDIR, tinstlen=2, template="",
         dispoff=0, disp=0, reg1=0, reg2=-1, scale=0, target=None), id="call-rax"),
     pytest.param("41 ff d3", dict(  # call *%r11 (REX.B)
-        kind=M.KIND_CALL_REG, flags=CALL | MODDIR, tinstlen=3, template="",
+        kind="call-reg", flags=CALL | MODDIR, tinstlen=3, template="",
         dispoff=0, disp=0, reg1=11, reg2=-1, scale=0, target=None), id="call-r11"),
     pytest.param("ff 10", dict(  # call *(%rax)
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=2, template="",
+        kind="call-mem", flags=CALL, tinstlen=2, template="",
         dispoff=0, disp=0, reg1=0, reg2=-1, scale=0, target=None), id="call-mem-rax"),
     pytest.param("ff 50 10", dict(  # call *0x10(%rax): disp8
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=3, template="",
+        kind="call-mem", flags=CALL, tinstlen=3, template="",
         dispoff=0, disp=0x10, reg1=0, reg2=-1, scale=0, target=None), id="call-mem-disp8"),
     pytest.param("ff 50 f0", dict(  # call *-0x10(%rax): disp8 is signed
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=3, template="",
+        kind="call-mem", flags=CALL, tinstlen=3, template="",
         dispoff=0, disp=-0x10, reg1=0, reg2=-1, scale=0, target=None), id="call-mem-disp8-negative"),
     pytest.param("ff 90 78 56 34 12", dict(  # call *0x12345678(%rax): disp32
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=6, template="",
+        kind="call-mem", flags=CALL, tinstlen=6, template="",
         dispoff=0, disp=0x12345678, reg1=0, reg2=-1, scale=0, target=None), id="call-mem-disp32"),
     pytest.param("41 ff 55 00", dict(  # call *0x0(%r13): rm 101 with mod 01 is %rbp/%r13, not RIP
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=4, template="",
+        kind="call-mem", flags=CALL, tinstlen=4, template="",
         dispoff=0, disp=0, reg1=13, reg2=-1, scale=0, target=None), id="call-mem-r13"),
     pytest.param("41 ff 14 24", dict(  # call *(%r12): SIB base 100 + REX.B, no index
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=4, template="",
+        kind="call-mem", flags=CALL, tinstlen=4, template="",
         dispoff=0, disp=0, reg1=12, reg2=-1, scale=0, target=None), id="call-mem-r12"),
     # SIB index 100 without REX.X means "no index"; kinst stores reg2 = 4 and
     # would add %rsp again: rsp + rsp + 8.
     pytest.param("ff 54 24 08", dict(  # call *0x8(%rsp) (kinst: reg2 4)
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=4, template="",
+        kind="call-mem", flags=CALL, tinstlen=4, template="",
         dispoff=0, disp=8, reg1=4, reg2=-1, scale=0, target=None), id="call-mem-rsp"),
     pytest.param("42 ff 14 24", dict(  # call *(%rsp,%r12,1): index 100 with REX.X is %r12
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=4, template="",
+        kind="call-mem", flags=CALL, tinstlen=4, template="",
         dispoff=0, disp=0, reg1=4, reg2=12, scale=0, target=None), id="call-mem-index-r12"),
     # SIB base 101 with mod 00 means "no base, disp32"; kinst never reads the
     # disp32 (it only reads displacements for mod 01/10): kinst disp 0.
     pytest.param("ff 14 cd 10 00 00 00", dict(  # call *0x10(,%rcx,8) (kinst: disp 0)
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=7, template="",
+        kind="call-mem", flags=CALL, tinstlen=7, template="",
         dispoff=0, disp=0x10, reg1=-1, reg2=1, scale=3, target=None), id="call-mem-index-disp32"),
     # SIB base 101 with mod 01/10 is %rbp (or %r13); kinst skips every base
     # 101 and so loses it: kinst reg1 -1.
     pytest.param("ff 54 cd 08", dict(  # call *0x8(%rbp,%rcx,8) (kinst: reg1 -1)
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=4, template="",
+        kind="call-mem", flags=CALL, tinstlen=4, template="",
         dispoff=0, disp=8, reg1=5, reg2=1, scale=3, target=None), id="call-mem-rbp-index"),
     pytest.param("43 ff 54 8d 00", dict(  # call *0x0(%r13,%r9,4): REX.B and REX.X (kinst: reg1 -1)
-        kind=M.KIND_CALL_MEM, flags=CALL, tinstlen=5, template="",
+        kind="call-mem", flags=CALL, tinstlen=5, template="",
         dispoff=0, disp=0, reg1=13, reg2=9, scale=2, target=None), id="call-mem-r13-r9"),
     pytest.param("ff 15 10 00 00 00", dict(  # call *0x10(%rip): reg1 = reg2 = -1 means RIP-relative
-        kind=M.KIND_CALL_RIPREL, flags=CALL | RIPREL, tinstlen=6, template="",
+        kind="call-riprel", flags=CALL | RIPREL, tinstlen=6, template="",
         dispoff=0, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="call-riprel"),
 
     # --- indirect jumps: JMP only, copied (with a hole when RIP-relative) --
     pytest.param("ff e0", dict(  # jmp *%rax
-        kind=M.KIND_TRAMPOLINE, flags=JMP, tinstlen=2, template="ff e0",
+        kind="trampoline", flags=JMP, tinstlen=2, template="ff e0",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="jmp-rax"),
     pytest.param("3e ff e0", dict(  # notrack jmp *%rax
-        kind=M.KIND_TRAMPOLINE, flags=JMP, tinstlen=3, template="3e ff e0",
+        kind="trampoline", flags=JMP, tinstlen=3, template="3e ff e0",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="notrack-jmp-rax"),
     pytest.param("ff 24 c5 20 00 00 00", dict(  # jmp *0x20(,%rax,8): operands only decoded for calls
-        kind=M.KIND_TRAMPOLINE, flags=JMP, tinstlen=7, template="ff 24 c5 20 00 00 00",
+        kind="trampoline", flags=JMP, tinstlen=7, template="ff 24 c5 20 00 00 00",
         dispoff=0, disp=0, reg1=-1, reg2=-1, scale=0, target=None), id="jmp-table"),
     pytest.param("ff 25 10 00 00 00", dict(  # jmp *0x10(%rip)
-        kind=M.KIND_RIPREL, flags=JMP | RIPREL, tinstlen=6, template="ff 25 00 00 00 00",
+        kind="riprel", flags=JMP | RIPREL, tinstlen=6, template="ff 25 00 00 00 00",
         dispoff=2, disp=0x10, reg1=-1, reg2=-1, scale=0, target=None), id="jmp-riprel"),
 ]
 # fmt: on
@@ -424,7 +423,7 @@ def test_rex_counts_only_right_before_the_opcode():
     insns, _ = amd64.decode(bytes.fromhex("41 2e ff d3"), ADDR)
     assert insns[0][2:] == ("callq", "*%rbx")
     check("41 2e ff d3", dict(
-        kind=M.KIND_CALL_REG, flags=CALL | MODDIR, tinstlen=4, template="",
+        kind="call-reg", flags=CALL | MODDIR, tinstlen=4, template="",
         dispoff=0, disp=0, reg1=3, reg2=-1, scale=0, target=None))
 
 

@@ -14,7 +14,6 @@ import pytest
 
 from generator.analysis import exclusions, probes
 from generator.analysis import records as R
-from generator.isa.amd64 import probe_md as M
 from generator.common.errors import UserError
 from generator.image.elf import Function, Reloc
 from generator.isa.amd64 import ISA as amd64
@@ -199,8 +198,8 @@ def test_probe_fields_of_an_eligible_function():
     assert [p.offset for p in rep.probes] == [0, 1, 4, 9, 11, 12, 13]
     assert [p.address for p in rep.probes] == [BASE + o for o in (0, 1, 4, 9, 11, 12, 13)]
     kinds = [p.kind for p in rep.probes]
-    assert kinds == [M.KIND_TRAMPOLINE, M.KIND_TRAMPOLINE, M.KIND_CALL_DIRECT, M.KIND_JCC_WIDEN,
-                     R.KIND_SKIP, M.KIND_TRAMPOLINE, M.KIND_TRAMPOLINE]
+    assert kinds == ["trampoline", "trampoline", "call-direct", "jcc-widen",
+                     R.KIND_SKIP, "trampoline", "trampoline"]
     call = rep.probes[2]
     assert call.target == BASE + 9 and call.target_symbol is None
     assert call.bytes == bytes.fromhex("e8 00 00 00 00") and call.length == 5

@@ -122,8 +122,8 @@ def indirect_jump(raw: bytes) -> str:
 
 FACTS = JumpFacts(
     size=JMP_REL32_SIZE,
-    call_kinds=frozenset((M.KIND_CALL_DIRECT, M.KIND_CALL_REG, M.KIND_CALL_MEM, M.KIND_CALL_RIPREL)),
-    riprel_kinds=frozenset((M.KIND_RIPREL, M.KIND_CALL_RIPREL)),
+    call_kinds=frozenset(M.TABLE_KINDS.names("call-direct", "call-reg", "call-mem", "call-riprel")),
+    riprel_kinds=frozenset(M.TABLE_KINDS.names("riprel", "call-riprel")),
     rel32_opcodes=REL32_OPCODES,
     riprel_modrm=RIPREL_MODRM,
     riprel_imm_max=4,
@@ -131,5 +131,5 @@ FACTS = JumpFacts(
     indirect_jump=indirect_jump,
     code_tables=CODE_TABLES,
     unread_tables=UNREAD_TABLES,
-    detour_calls=frozenset((M.KIND_CALL_DIRECT,)),
+    detour_calls=frozenset(M.TABLE_KINDS.names("call-direct")),
 )

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from .probe_md import KIND_JCC32, KIND_JCC_WIDEN
+from .probe_md import TABLE_KINDS
 from ..contract import OracleQuirks
 
 _PREFIXES = {0x26, 0x2E, 0x36, 0x3E, 0x64, 0x65, 0x66, 0x67, 0xF0, 0xF2, 0xF3}
@@ -71,7 +71,7 @@ QUIRKS = OracleQuirks(
     lone_prefix=re.compile(r"^rex(\.W?R?X?B?)? *$"),
     lone_prefix_note="redundant REX",
     repeats_in_place=rep_string,
-    conditional_kinds=(KIND_JCC_WIDEN, KIND_JCC32),
+    conditional_kinds=TABLE_KINDS.names("jcc-widen", "jcc-rel32"),
     fused=fused_wait,
     fused_note="objdump fuses fwait into the x87 instruction after it",
     reloc_target_bias=4,

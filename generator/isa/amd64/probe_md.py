@@ -1,16 +1,18 @@
 """amd64's probe metadata: kinst's ``struct kinst_probe_md``, its flag bits and the table kinds.
 
 One owner for these encodings: the generated ``kinst_encoding.h`` is rendered
-from ``FLAG_BITS`` and ``TABLE_KINDS``, and nothing else defines them.
+from ``FLAG_BITS`` and ``TABLE_KINDS`` (the rows of ``kinds.txt``), and
+nothing else defines them.
 """
 
 from __future__ import annotations
 
 import enum
+from pathlib import Path
 from typing import Any, Dict, NamedTuple
 
 from ...common.cstring import c_bytes
-from ..contract import FlagBit, TableKind
+from ..contract import FlagBit, load_kinds
 
 
 class KinstFlag(enum.IntFlag):
@@ -32,33 +34,9 @@ _FLAG_DOCS = {
 }
 FLAG_BITS = tuple(FlagBit(f"KINST_F_{f.name}", int(f), _FLAG_DOCS[f]) for f in KinstFlag)
 
-# Emulation kinds: how a hit on this instruction is resumed.
-KIND_TRAMPOLINE = "trampoline"  # copied verbatim, then jmp back
-KIND_RIPREL = "riprel"  # copied, disp32 rewritten for the trampoline
-KIND_JMP32 = "jmp-rel32"  # e9: disp32 rewritten
-KIND_JCC32 = "jcc-rel32"  # 0f 8x: disp32 rewritten
-KIND_JMP_WIDEN = "jmp-widen"  # eb rel8 -> e9 rel32
-KIND_JCC_WIDEN = "jcc-widen"  # 7x rel8 -> 0f 8x rel32
-KIND_CALL_DIRECT = "call-direct"  # e8: emulated
-KIND_CALL_REG = "call-reg"  # ff /2, mod 3: emulated
-KIND_CALL_MEM = "call-mem"  # ff /2 through memory: emulated
-KIND_CALL_RIPREL = "call-riprel"  # ff /2 through (%rip): emulated
-
-# The kinds a generated table can hold, in the order of their C enum values
-# (enum kinst_kind in the rendered kinst_encoding.h).
-TABLE_KINDS = (
-    TableKind(KIND_TRAMPOLINE, "KINST_K_TRAMPOLINE", "copied verbatim, then jmp back"),
-    TableKind(KIND_RIPREL, "KINST_K_RIPREL", "copied, disp32 rewritten for the trampoline"),
-    TableKind(KIND_JMP32, "KINST_K_JMP32", "jmp rel32, disp32 rewritten"),
-    TableKind(KIND_JCC32, "KINST_K_JCC32", "jcc rel32, disp32 rewritten"),
-    TableKind(KIND_JMP_WIDEN, "KINST_K_JMP_WIDEN", "jmp rel8 widened to rel32"),
-    TableKind(KIND_JCC_WIDEN, "KINST_K_JCC_WIDEN", "jcc rel8 widened to rel32"),
-    TableKind(KIND_CALL_DIRECT, "KINST_K_CALL_DIRECT", "call rel32, emulated"),
-    TableKind(KIND_CALL_REG, "KINST_K_CALL_REG", "call through a register, emulated"),
-    TableKind(KIND_CALL_MEM, "KINST_K_CALL_MEM", "call through memory, emulated"),
-    TableKind(KIND_CALL_RIPREL, "KINST_K_CALL_RIPREL", "call through (%rip) memory, emulated"),
-)
-_C_NAMES = {k.kind: k.c_name for k in TABLE_KINDS}
+# The kinds a generated table can hold, in the order of their C enum values (enum kinst_kind in the
+# rendered kinst_encoding.h): how a hit on an instruction is resumed.
+TABLE_KINDS = load_kinds(Path(__file__).with_name("kinds.txt"))
 
 
 class ProbeMd(NamedTuple):

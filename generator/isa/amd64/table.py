@@ -9,7 +9,7 @@ has shown that the live bytes are the analysed ones.  So a record holds only
 what cannot be read back cheaply:
 
     byte 0: bits 0-3 length - 1 (1..15 bytes), bits 4-7 a code:
-        0-9   the table kinds, in ``probe_md.TABLE_KINDS`` order; for riprel (1)
+        0-9   the table kinds, in ``kinds.txt`` order; for riprel (1)
               the rel32 is the instruction's last four bytes
         10-12 riprel followed by a 1-, 2- or 4-byte immediate: the rel32 ends
               1, 2 or 4 bytes before the instruction does
@@ -29,11 +29,11 @@ from __future__ import annotations
 from typing import Iterator, Optional, Sequence, Tuple
 
 from ...common.errors import ClassifierError
-from .probe_md import KIND_RIPREL, TABLE_KINDS
+from .probe_md import TABLE_KINDS
 from ..contract import CConst, StreamInsn, WordSet
 
-_KIND_CODE = {k.kind: i for i, k in enumerate(TABLE_KINDS)}
-_RIPREL = _KIND_CODE[KIND_RIPREL]
+_RIPREL = TABLE_KINDS.code("riprel")
+_KIND_RIPREL = TABLE_KINDS[_RIPREL].kind
 RIPREL_IMM = {0: _RIPREL, 1: 10, 2: 11, 4: 12}  # immediate size after the rel32 -> record code
 _IMM_OF_CODE = {_RIPREL: 0, 10: 1, 11: 2, 12: 4}
 REFUSED = 13
@@ -78,7 +78,7 @@ def records(lengths: bytes, kinds: bytes, dispoffs: bytes) -> bytes:
     codes = bytearray(kinds.translate(_CODE_SHIFTED))
     i = kinds.find(_RIPREL_ROW)
     while i >= 0:
-        codes[i] = code_of(KIND_RIPREL, lengths[i], dispoffs[i]) << 4
+        codes[i] = code_of(_KIND_RIPREL, lengths[i], dispoffs[i]) << 4
         i = kinds.find(_RIPREL_ROW, i + 1)
     low = int.from_bytes(lengths.translate(_MINUS_ONE), "little")
     return (low | int.from_bytes(codes, "little")).to_bytes(n, "little")
@@ -88,7 +88,7 @@ def code_of(kind: Optional[str], length: int, dispoff: int) -> int:
     """The record code of an instruction: its table kind, with riprel's immediate size folded in."""
     if kind is None:
         return REFUSED
-    code = _KIND_CODE[kind]
+    code = TABLE_KINDS.code(kind)
     if code == _RIPREL:
         imm = length - 4 - dispoff
         if imm not in RIPREL_IMM:
@@ -104,7 +104,7 @@ def record(length: int, kind: Optional[str], dispoff: int = 0, masks: Sequence[T
         raise ClassifierError(f"instruction of {length} bytes: amd64 instructions are 1 to 15 bytes")
     code = code_of(kind, length, dispoff)
     if not masks:
-        return records(bytes((length,)), bytes((REFUSED_ROW if kind is None else _KIND_CODE[kind],)),
+        return records(bytes((length,)), bytes((REFUSED_ROW if kind is None else TABLE_KINDS.code(kind),)),
                        bytes((dispoff,)))
     if len(masks) > 15:
         raise ClassifierError(f"{len(masks)} relocated fields in one instruction")
@@ -165,7 +165,7 @@ def decode(stream: bytes, size: Optional[int] = None) -> Iterator[StreamInsn]:
         if code == REFUSED:
             yield StreamInsn(off, length, None, 0, masks)
         elif code in _IMM_OF_CODE:
-            yield StreamInsn(off, length, KIND_RIPREL, length - 4 - _IMM_OF_CODE[code], masks)
+            yield StreamInsn(off, length, _KIND_RIPREL, length - 4 - _IMM_OF_CODE[code], masks)
         elif code < len(TABLE_KINDS):
             yield StreamInsn(off, length, TABLE_KINDS[code].kind, 0, masks)
         else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .probe_md import CONDITIONAL_KINDS
+from .probe_md import TABLE_KINDS
 from .. import dbp, objdump_text
 
 SYNTAX = objdump_text.Syntax(
@@ -24,6 +24,6 @@ SYNTAX = objdump_text.Syntax(
 )
 
 QUIRKS = dbp.oracle_quirks(
-    SYNTAX, "aarch64-linux-gnu", debian_arch="arm64", conditional_kinds=CONDITIONAL_KINDS,
+    SYNTAX, "aarch64-linux-gnu", debian_arch="arm64", conditional_kinds=TABLE_KINDS.names("b.cond", "cbz", "tbz"),
     pcrel32_relocs=("R_AARCH64_CALL26", "R_AARCH64_JUMP26", "R_AARCH64_CONDBR19", "R_AARCH64_TSTBR14"),
 )

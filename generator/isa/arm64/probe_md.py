@@ -8,40 +8,20 @@ decoded once, so that a report shows what an emulation will use.
 
 The table kinds say how a hit resumes: ``trampoline`` (the word, then the
 trampoline's own breakpoint), or the emulation of one PC-relative or
-register-branch class.  One owner: the generated ``kinst_encoding.h`` is
-rendered from ``TABLE_KINDS``.
+register-branch class.  One owner: ``kinds.txt``, which ``TABLE_KINDS``
+reads and the generated ``kinst_encoding.h`` is rendered from.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, NamedTuple
 
 from ..dbp import NO_DISPOFF, md_json
-from ..contract import FlagBit, TableKind
+from ..contract import FlagBit, load_kinds
 
-KIND_TRAMPOLINE = "trampoline"
-KIND_B = "b"
-KIND_BL = "bl"
-KIND_BCOND = "b.cond"
-KIND_CBZ = "cbz"
-KIND_TBZ = "tbz"
-KIND_ADR = "adr"
-KIND_ADRP = "adrp"
-KIND_LDR_LITERAL = "ldr-literal"
-KIND_BR_REG = "br-reg"
+TABLE_KINDS = load_kinds(Path(__file__).with_name("kinds.txt"))
 
-TABLE_KINDS = (
-    TableKind(KIND_TRAMPOLINE, "KINST_K_TRAMPOLINE", "copied, then the trampoline's own breakpoint"),
-    TableKind(KIND_B, "KINST_K_B", "b: emulated"),
-    TableKind(KIND_BL, "KINST_K_BL", "bl: emulated, x30 set"),
-    TableKind(KIND_BCOND, "KINST_K_BCOND", "b.cond: emulated on the NZCV flags"),
-    TableKind(KIND_CBZ, "KINST_K_CBZ", "cbz, cbnz: emulated"),
-    TableKind(KIND_TBZ, "KINST_K_TBZ", "tbz, tbnz: emulated"),
-    TableKind(KIND_ADR, "KINST_K_ADR", "adr: emulated"),
-    TableKind(KIND_ADRP, "KINST_K_ADRP", "adrp: emulated"),
-    TableKind(KIND_LDR_LITERAL, "KINST_K_LDR_LITERAL", "ldr, ldrsw, prfm (literal): emulated"),
-    TableKind(KIND_BR_REG, "KINST_K_BR_REG", "br, blr, ret: emulated"),
-)
 # struct kinst_md's km_flags (the core's C has them from kinst_encoding.h).
 FLAG_NONZERO, FLAG_LINK, FLAG_SIGNED = 0x01, 0x02, 0x04
 FLAG_BITS = (
@@ -49,7 +29,6 @@ FLAG_BITS = (
     FlagBit("KINST_MD_LINK", FLAG_LINK, "bl, blr: x30 gets the return address"),
     FlagBit("KINST_MD_SIGNED", FLAG_SIGNED, "ldrsw"),
 )
-CONDITIONAL_KINDS = (KIND_BCOND, KIND_CBZ, KIND_TBZ)
 
 
 class ProbeMd(NamedTuple):

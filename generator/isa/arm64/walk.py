@@ -57,9 +57,8 @@ def _init(lib: Any) -> List[Any]:
 
 
 # capstone's mnemonics of each emulated kind (b.cond is any "b." or "bc."; kk_walk.c checks it).
-MNEMONICS = {M.KIND_B: ("b",), M.KIND_BL: ("bl",), M.KIND_CBZ: ("cbz", "cbnz"), M.KIND_TBZ: ("tbz", "tbnz"),
-             M.KIND_ADR: ("adr",), M.KIND_ADRP: ("adrp",), M.KIND_LDR_LITERAL: ("ldr", "ldrsw", "prfm"),
-             M.KIND_BR_REG: ("br", "blr", "ret")}
+MNEMONICS = {"b": ("b",), "bl": ("bl",), "cbz": ("cbz", "cbnz"), "tbz": ("tbz", "tbnz"), "adr": ("adr",),
+             "adrp": ("adrp",), "ldr-literal": ("ldr", "ldrsw", "prfm"), "br-reg": ("br", "blr", "ret")}
 
 ACCELERATOR = accelerator(__file__, T, M.TABLE_KINDS, MNEMONICS, reasons=REASONS, md_fields=_FIELDS,
                           md_record=_md_record, classes=T.KINST_TYPES, init=_init, signed_fields=frozenset({"km_imm", "km_reg", "km_cond", "km_bit"}))

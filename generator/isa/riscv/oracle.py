@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from .. import dbp, objdump_text
-from .probe_md import CONDITIONAL_KINDS
+from .probe_md import TABLE_KINDS
 
 SYNTAX = objdump_text.Syntax(
     comment=" #",
@@ -26,6 +26,6 @@ SYNTAX = objdump_text.Syntax(
 )
 
 QUIRKS = dbp.oracle_quirks(
-    SYNTAX, "riscv64-linux-gnu", debian_arch="riscv64", conditional_kinds=CONDITIONAL_KINDS,
+    SYNTAX, "riscv64-linux-gnu", debian_arch="riscv64", conditional_kinds=TABLE_KINDS.names("branch", "c.branch"),
     pcrel32_relocs=("R_RISCV_BRANCH", "R_RISCV_JAL", "R_RISCV_RVC_BRANCH", "R_RISCV_RVC_JUMP"),
 )

@@ -3,37 +3,20 @@
 kinst keeps ``instlen`` (2 or 4) and ``emulate`` per probe, and its
 emulation re-decodes the saved value.  ``ProbeMd`` holds those two, the
 emulation type and the fields it decodes, once, so that a report shows
-what an emulation will use.  One owner for the kinds: the generated
-``kinst_encoding.h`` is rendered from ``TABLE_KINDS``.
+what an emulation will use.  One owner for the kinds: ``kinds.txt``, which
+``TABLE_KINDS`` reads and the generated ``kinst_encoding.h`` is rendered
+from.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, NamedTuple
 
 from ..dbp import NO_DISPOFF, md_json
-from ..contract import TableKind
+from ..contract import load_kinds
 
-KIND_TRAMPOLINE = "trampoline"
-KIND_JAL = "jal"
-KIND_JALR = "jalr"
-KIND_BRANCH = "branch"
-KIND_AUIPC = "auipc"
-KIND_C_J = "c.j"
-KIND_C_BRANCH = "c.branch"
-KIND_C_JR = "c.jr"
-
-TABLE_KINDS = (
-    TableKind(KIND_TRAMPOLINE, "KINST_K_TRAMPOLINE", "copied, then the trampoline's own ebreak"),
-    TableKind(KIND_JAL, "KINST_K_JAL", "jal: emulated"),
-    TableKind(KIND_JALR, "KINST_K_JALR", "jalr: emulated"),
-    TableKind(KIND_BRANCH, "KINST_K_BRANCH", "beq, bne, blt, bge, bltu, bgeu: emulated"),
-    TableKind(KIND_AUIPC, "KINST_K_AUIPC", "auipc: emulated"),
-    TableKind(KIND_C_J, "KINST_K_C_J", "c.j: emulated"),
-    TableKind(KIND_C_BRANCH, "KINST_K_C_BRANCH", "c.beqz, c.bnez: emulated"),
-    TableKind(KIND_C_JR, "KINST_K_C_JR", "c.jr, c.jalr: emulated"),
-)
-CONDITIONAL_KINDS = (KIND_BRANCH, KIND_C_BRANCH)
+TABLE_KINDS = load_kinds(Path(__file__).with_name("kinds.txt"))
 
 
 class ProbeMd(NamedTuple):

@@ -18,10 +18,9 @@ from ..dbp import accelerator
 
 # kinst's emulation type of each table kind (index: Isa.table_kinds); a compressed branch or register jump is
 # named by its km_funct3 (c.beqz 0, c.bnez 1) or km_rd (c.jr 0, c.jalr 1).
-_TYPES = {M.KIND_TRAMPOLINE: "common", M.KIND_JAL: "jal", M.KIND_JALR: "jalr", M.KIND_BRANCH: "branch",
-          M.KIND_AUIPC: "auipc", M.KIND_C_J: "c.j", M.KIND_C_BRANCH: ("c.beqz", "c.bnez"),
-          M.KIND_C_JR: ("c.jr", "c.jalr")}
-_BY_KIND = tuple(_TYPES[k.kind] for k in M.TABLE_KINDS)
+_TYPES = {"trampoline": "common", "jal": "jal", "jalr": "jalr", "branch": "branch", "auipc": "auipc", "c.j": "c.j",
+          "c.branch": ("c.beqz", "c.bnez"), "c.jr": ("c.jr", "c.jalr")}
+_BY_KIND = tuple(_TYPES[k.kind] for k in M.TABLE_KINDS)  # a kind missing here (or misspelt) fails at import
 _FIELDS = ("km_kind", "km_instlen", "km_insn", "km_rd", "km_rs1", "km_rs2", "km_imm", "km_funct3")
 
 
@@ -34,11 +33,10 @@ def _md_record(row: Dict[str, Any]) -> M.ProbeMd:
 
 
 # capstone's mnemonics of each emulated kind.
-MNEMONICS = {M.KIND_JAL: ("jal", "j"), M.KIND_JALR: ("jalr", "jr", "ret"),
-             M.KIND_BRANCH: ("beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez", "bltz",
-                             "bgtz", "bgt", "ble", "bgtu", "bleu"),
-             M.KIND_AUIPC: ("auipc",), M.KIND_C_J: ("c.j",), M.KIND_C_BRANCH: ("c.beqz", "c.bnez"),
-             M.KIND_C_JR: ("c.jr", "c.jalr")}
+MNEMONICS = {"jal": ("jal", "j"), "jalr": ("jalr", "jr", "ret"),
+             "branch": ("beq", "bne", "blt", "bge", "bltu", "bgeu", "beqz", "bnez", "blez", "bgez", "bltz",
+                        "bgtz", "bgt", "ble", "bgtu", "bleu"),
+             "auipc": ("auipc",), "c.j": ("c.j",), "c.branch": ("c.beqz", "c.bnez"), "c.jr": ("c.jr", "c.jalr")}
 
 ACCELERATOR = accelerator(__file__, T, M.TABLE_KINDS, MNEMONICS, reasons=tuple(r.reason for r in T.CORE_REFUSALS),
                           md_fields=_FIELDS,
