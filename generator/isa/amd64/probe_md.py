@@ -16,13 +16,14 @@ from ..contract import FlagBit, load_kinds
 
 
 class KinstFlag(enum.IntFlag):
-    """``KINST_F_*`` from kinst_isa.c; mirrored by the generated C header."""
+    """``KINST_F_*`` from kinst_isa.c; mirrored by the generated C header.  What each bit means is said
+    once, in ``_FLAG_DOCS``, the comments the header carries."""
 
-    CALL = 0x01  # instruction is a call
-    DIRECT_CALL = 0x02  # call rel32
-    RIPREL = 0x04  # position-dependent: needs a displacement fix-up
-    JMP = 0x08  # a jump (rel8/rel32, or ff /4 /5)
-    MOD_DIRECT = 0x10  # call operand is a register, not memory
+    CALL = 0x01
+    DIRECT_CALL = 0x02
+    RIPREL = 0x04
+    JMP = 0x08
+    MOD_DIRECT = 0x10
 
 
 _FLAG_DOCS = {
