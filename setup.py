@@ -14,10 +14,11 @@ from setuptools import find_namespace_packages, find_packages, setup
 CODE = {"kinstkit": "generator", "kinstkit.vm": "vm"}
 DATA = {"kinstkit.data.templates": "templates", "kinstkit.data.sys": "sys", "kinstkit.data.samples": "samples"}
 
-# The C the package compiles at run time (accelerators, the harness, the QEMU plugin), wherever it lies
-# below generator/: found, not listed, so a new folder of C cannot be left out of the wheel.
+# The C the package compiles at run time (accelerators, the harness, the QEMU plugin) and the fact tables
+# it reads (an ISA's relocs.tsv), wherever they lie below generator/: found, not listed, so a new folder
+# of them cannot be left out of the wheel.
 CODE_C = sorted({str(p.parent.relative_to("generator") / f"*{p.suffix}")
-                 for p in Path("generator").rglob("*") if p.suffix in (".c", ".h", ".S") and p.is_file()})
+                 for p in Path("generator").rglob("*") if p.suffix in (".c", ".h", ".S", ".tsv") and p.is_file()})
 
 packages = [name for top, folder in CODE.items()
             for name in (top, *(f"{top}.{sub}" for sub in find_packages(folder)))]

@@ -81,8 +81,8 @@ def accelerator(package_file: str, tables: Any, kinds: Sequence[Any], mnemonics:
 
 def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[str, Any]:
     """The ``Isa`` fields a double-breakpoint ISA fills alike: its rule is its portable core's, run on the
-    host (``isa/hostcore.py``), over the encodings of its ``tables``; relocations fill bit fields of an
-    instruction (``relocs``); mapping symbols mark data in code."""
+    host (``isa/hostcore.py``), over the encodings and immediate layouts of its ``tables``; relocations fill
+    those bit fields of an instruction (``relocs``); mapping symbols mark data in code."""
     return dict(
         classify=functools.partial(hostcore.classify, name),
         frame_verdict=functools.partial(hostcore.frame_verdict, name),
@@ -90,6 +90,7 @@ def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[s
         refusals=tables.CORE_REFUSALS,
         core_consts=tables.CORE_CONSTS,
         word_sets=tables.CORE_WORD_SETS,
+        imm_layouts=tables.IMM_LAYOUTS,
         reloc_insert=relocs.insert,
         branch_reloc=relocs.branch_field,
         mapping_symbols=True,

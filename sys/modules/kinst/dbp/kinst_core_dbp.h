@@ -41,10 +41,25 @@ struct kinst_insn {
 	kc_uint8_t	ki_mask[1];	/* KINST_MASK(): all of it */
 };
 
+/*
+ * An immediate field, one row of KINST_IMM_LAYOUTS (kinst_encoding.h,
+ * rendered from the ISA's IMM_LAYOUTS in generator/isa/<arch>/tables.py,
+ * which the generator's relocation code writes fields through too).
+ */
+struct kinst_imm_layout {
+	kc_uint8_t	kl_kind;	/* enum kinst_kind whose km_imm it is */
+	kc_uint8_t	kl_bits;	/* its width: bit kl_bits - 1 is the sign */
+	kc_uint16_t	kl_scale;	/* bytes one unit of it counts */
+	kc_uint8_t	kl_npieces;
+	/* { instruction bit, immediate bit, width } of each run of bits */
+	kc_uint8_t	kl_pieces[KINST_IMM_MAXPIECES][3];
+};
+
 /* dbp/kinst_core_dbp.c */
 int	kinst_core_is_emulated(const struct kinst_md *);
 int	kinst_core_patch(const struct kinst_md *, kc_uint8_t *);
 kc_int64_t kinst_core_sext(kc_uint64_t, int);
+kc_int64_t kinst_core_imm(kc_uint32_t, int);
 kc_uint32_t kinst_core_get(const volatile kc_uint8_t *, int);
 void	kinst_core_put(volatile kc_uint8_t *, kc_uint32_t, int);
 
