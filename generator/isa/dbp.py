@@ -18,7 +18,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import hostcore, objdump_text
+from . import hostcore, immediates, objdump_text
 from ..common.errors import ClassifierError
 from .contract import Accelerator, CConst, OracleQuirks, StreamInsn, TableKind
 
@@ -82,7 +82,8 @@ def accelerator(package_file: str, tables: Any, kinds: Sequence[Any], mnemonics:
 def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[str, Any]:
     """The ``Isa`` fields a double-breakpoint ISA fills alike: its rule is its portable core's, run on the
     host (``isa/hostcore.py``), over the encodings and immediate layouts of its ``tables``; relocations fill
-    those bit fields of an instruction (``relocs``); mapping symbols mark data in code."""
+    those bit fields of an instruction (``relocs.TABLE`` says which, ``relocs.WRITERS`` writes what is not one
+    layout); mapping symbols mark data in code."""
     return dict(
         classify=functools.partial(hostcore.classify, name),
         frame_verdict=functools.partial(hostcore.frame_verdict, name),
@@ -91,7 +92,7 @@ def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[s
         core_consts=tables.CORE_CONSTS,
         word_sets=tables.CORE_WORD_SETS,
         imm_layouts=tables.IMM_LAYOUTS,
-        reloc_insert=relocs.insert,
+        reloc_insert=immediates.inserter(relocs.TABLE.fields, tables.IMM_LAYOUTS, relocs.WRITERS),
         branch_reloc=relocs.branch_field,
         mapping_symbols=True,
     )

@@ -4,7 +4,7 @@ FreeBSD links arm64 modules into ET_DYN files, whose text is final; an
 ET_REL object (``ld -r`` output, a compiler's ``.o``) still has its branch
 and address fields to fill.  The types are data, ``relocs.tsv`` beside
 this file: the branch relocations and the 64-bit data words are applied
-(``insert``, into the immediate layouts of ``tables.IMM_LAYOUTS``), so
+(into the immediate layouts of ``tables.IMM_LAYOUTS``: ``dbp.isa_parts``), so
 that a branch's target in a report is the linked one; the rest (page
 addresses, low-12-bit offsets, GOT and TLS forms) are listed with the
 width of the word they change, so a table masks them and never takes their
@@ -14,15 +14,14 @@ bytes as final.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from ..contract import reloc_table
-from ..immediates import inserter
-from .tables import IMM_LAYOUTS
+from ..immediates import FieldWriter
 
-_TABLE = reloc_table(Path(__file__).with_name("relocs.tsv"))
-reloc_type = _TABLE.reloc_type
-insert = inserter(_TABLE.fields, IMM_LAYOUTS)
+TABLE = reloc_table(Path(__file__).with_name("relocs.tsv"))
+reloc_type = TABLE.reloc_type
+WRITERS: Mapping[str, FieldWriter] = {}  # every applied field is one immediate layout
 
 
 def branch_field(length: int) -> Optional[Tuple[int, int]]:

@@ -5,8 +5,8 @@ ET_REL object still has its fields to fill, and the assembler leaves a
 relocation on every branch, even a local one, even with -mno-relax.  The
 types are data, ``relocs.tsv`` beside this file: the branch relocations
 (into the B-, J-, CB- and CJ-type layouts of ``tables.IMM_LAYOUTS``), the
-auipc+jalr call pair and the 32- and 64-bit data words are applied
-(``insert``), so that a branch's target in a report is the linked one; the
+auipc+jalr call pair (``WRITERS``) and the 32- and 64-bit data words are
+applied (``dbp.isa_parts``), so that a branch's target in a report is the linked one; the
 rest (hi20/lo12 address pairs, GOT, TLS, the ADD/SUB pairs of debug and
 unwind data) are listed with the width of what they change, so a table
 masks them.  R_RISCV_RELAX fills nothing.  R_RISCV_ALIGN marks bytes a
@@ -17,11 +17,11 @@ layout may change at link time).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from ..contract import reloc_table
+from ..immediates import FieldWriter
 from ..immediates import insert as insert_imm
-from ..immediates import inserter
 from .tables import IMM_LAYOUTS
 
 _LAYOUT = {lay.name: lay for lay in IMM_LAYOUTS}
@@ -34,9 +34,9 @@ def _call(pair: int, v: int) -> int:
     return auipc | jalr << 32
 
 
-_TABLE = reloc_table(Path(__file__).with_name("relocs.tsv"))
-reloc_type = _TABLE.reloc_type
-insert = inserter(_TABLE.fields, IMM_LAYOUTS, {"call": _call})
+TABLE = reloc_table(Path(__file__).with_name("relocs.tsv"))
+reloc_type = TABLE.reloc_type
+WRITERS: Mapping[str, FieldWriter] = {"call": _call}  # relocs.tsv's field "call"
 
 
 def branch_field(length: int) -> Optional[Tuple[int, int]]:
