@@ -19,6 +19,7 @@ field (AArch64 counts words, adrp pages).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 
@@ -87,7 +88,7 @@ def inserter(fields: Mapping[str, str], layouts: Sequence[ImmLayout],
              writers: Optional[Mapping[str, FieldWriter]] = None) -> Callable[[str, bytes, int], Optional[bytes]]:
     """``Isa.reloc_insert`` over a relocation table's ``fields`` (type name -> the layout, or one of the ISA's
     own ``writers``, its value goes in): None for a type that is a plain little-endian store."""
-    how: Dict[str, FieldWriter] = {lay.name: (lambda lay: lambda w, v: insert(lay, w, v))(lay) for lay in layouts}
+    how: Dict[str, FieldWriter] = {lay.name: functools.partial(insert, lay) for lay in layouts}
     how.update(writers or {})
     unknown = sorted(set(fields.values()) - set(how))
     if unknown:
