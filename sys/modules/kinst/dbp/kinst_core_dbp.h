@@ -48,7 +48,7 @@ struct kinst_insn {
  */
 struct kinst_imm_layout {
 	kc_uint8_t	kl_kind;	/* enum kinst_kind whose km_imm it is */
-	kc_uint8_t	kl_bits;	/* its width: bit kl_bits - 1 is the sign */
+	kc_uint8_t	kl_bits;	/* width; bit kl_bits - 1: the sign */
 	kc_uint16_t	kl_scale;	/* bytes one unit of it counts */
 	kc_uint8_t	kl_npieces;
 	/* { instruction bit, immediate bit, width } of each run of bits */
