@@ -104,17 +104,24 @@ def inserter(fields: Mapping[str, str], layouts: Sequence[ImmLayout],
 
 
 def c_layouts(layouts: Sequence[ImmLayout], table_kinds: Sequence[Any]) -> List[Dict[str, object]]:
-    """The rows of ``KINST_IMM_LAYOUTS`` (``kinst_encoding.h``): one per table kind that has an immediate,
-    in the order of ``table_kinds`` (the ISA's ``TableKind`` records, by C enum value)."""
+    """The rows of ``KINST_IMM_LAYOUTS`` (``kinst_encoding.h``): one per table kind, in the order of
+    ``table_kinds`` (the ISA's ``TableKind`` records, by C enum value), so that the core indexes it by the
+    kind; a kind with no immediate has no pieces."""
     by_kind = {k: lay for lay in layouts for k in lay.kinds}
     stray = sorted(set(by_kind) - {k.kind for k in table_kinds})
     if stray:
         raise ValueError(f"immediate layouts name table kinds the ISA has not: {', '.join(stray)}")
-    return [{"kind": k.c_name, "bits": lay.bits, "scale": lay.scale, "npieces": len(lay.pieces),
-             "pieces": [", ".join(f"{{ {p.insn}, {p.imm}, {p.width} }}" for p in lay.pieces[i:i + 4])
-                        for i in range(0, len(lay.pieces), 4)],
-             "doc": f"{lay.name} ({lay.doc}): {lay.manual}"}
-            for k in table_kinds for lay in (by_kind.get(k.kind),) if lay is not None]
+    rows: List[Dict[str, object]] = []
+    for k in table_kinds:
+        lay = by_kind.get(k.kind)
+        if lay is None:
+            rows.append({"bits": 0, "scale": 0, "npieces": 0, "pieces": ["{ 0, 0, 0 }"], "doc": f"{k.c_name}: none"})
+            continue
+        rows.append({"bits": lay.bits, "scale": lay.scale, "npieces": len(lay.pieces),
+                     "pieces": [", ".join(f"{{ {p.insn}, {p.imm}, {p.width} }}" for p in lay.pieces[i:i + 4])
+                                for i in range(0, len(lay.pieces), 4)],
+                     "doc": f"{k.c_name}: {lay.name} ({lay.doc}), {lay.manual}"})
+    return rows
 
 
 def max_pieces(layouts: Sequence[ImmLayout]) -> int:

@@ -96,18 +96,18 @@ kinst_core_imm(kc_uint32_t w, int kind)
 	kc_uint64_t v;
 	int i;
 
-	for (l = layouts; l < layouts + KINST_IMM_LAYOUTS_N; l++) {
-		if (l->kl_kind != kind)
-			continue;
-		v = 0;
-		for (i = 0; i < l->kl_npieces; i++) {
-			p = l->kl_pieces[i];
-			v |= (kc_uint64_t)((w >> p[0]) &
-			    (((kc_uint32_t)1 << p[2]) - 1)) << p[1];
-		}
-		return (kinst_core_sext(v, l->kl_bits) * l->kl_scale);
+	if (kind < 0 || kind >= KINST_IMM_LAYOUTS_N)
+		return (0);
+	l = &layouts[kind];
+	if (l->kl_npieces == 0)
+		return (0);
+	v = 0;
+	for (i = 0; i < l->kl_npieces; i++) {
+		p = l->kl_pieces[i];
+		v |= (kc_uint64_t)((w >> p[0]) &
+		    (((kc_uint32_t)1 << p[2]) - 1)) << p[1];
 	}
-	return (0);
+	return (kinst_core_sext(v, l->kl_bits) * l->kl_scale);
 }
 
 /* The little-endian value of 'len' bytes at 'p', at any alignment. */

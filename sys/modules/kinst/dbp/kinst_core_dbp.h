@@ -42,15 +42,15 @@ struct kinst_insn {
 };
 
 /*
- * An immediate field, one row of KINST_IMM_LAYOUTS (kinst_encoding.h,
- * rendered from the ISA's IMM_LAYOUTS in generator/isa/<arch>/tables.py,
- * which the generator's relocation code writes fields through too).
+ * The immediate field of a table kind, its row of KINST_IMM_LAYOUTS
+ * (kinst_encoding.h, rendered from the ISA's IMM_LAYOUTS in
+ * generator/isa/<arch>/tables.py, which the generator's relocation code
+ * writes fields through too).
  */
 struct kinst_imm_layout {
-	kc_uint8_t	kl_kind;	/* enum kinst_kind whose km_imm it is */
 	kc_uint8_t	kl_bits;	/* width; bit kl_bits - 1: the sign */
 	kc_uint16_t	kl_scale;	/* bytes one unit of it counts */
-	kc_uint8_t	kl_npieces;
+	kc_uint8_t	kl_npieces;	/* 0: the kind has no immediate */
 	/* { instruction bit, immediate bit, width } of each run of bits */
 	kc_uint8_t	kl_pieces[KINST_IMM_MAXPIECES][3];
 };
