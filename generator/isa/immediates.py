@@ -106,7 +106,9 @@ def inserter(fields: Mapping[str, str], layouts: Sequence[ImmLayout],
 def c_layouts(layouts: Sequence[ImmLayout], table_kinds: Sequence[Any]) -> List[Dict[str, object]]:
     """The rows of ``KINST_IMM_LAYOUTS`` (``kinst_encoding.h``): one per table kind, in the order of
     ``table_kinds`` (the ISA's ``TableKind`` records, by C enum value), so that the core indexes it by the
-    kind; a kind with no immediate has no pieces."""
+    kind; a kind with no immediate has no pieces.  None at all for an ISA without immediate layouts."""
+    if not layouts:
+        return []
     by_kind = {k: lay for lay in layouts for k in lay.kinds}
     stray = sorted(set(by_kind) - {k.kind for k in table_kinds})
     if stray:

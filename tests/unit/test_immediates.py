@@ -85,3 +85,12 @@ def test_a_malformed_relocation_row_names_its_line(tmp_path: Path):
     bad.write_text("# a comment\n1\tR_X_1\t4\tsideways\t-\n")
     with pytest.raises(ValueError, match=r"relocs.tsv:2: "):
         reloc_table(bad)
+
+
+def test_an_isa_without_immediate_fields_renders_none(tmp_path: Path):
+    """amd64 has no immediate layouts: its kinst_encoding.h carries no KINST_IMM_* (its core reads none)."""
+    amd64 = by_name("amd64")
+    assert amd64.imm_layouts == ()
+    text = hostcore.render_encoding(amd64, tmp_path).read_text()
+    assert "KINST_IMM_" not in text
+    assert "KINST_IMM_LAYOUTS" in hostcore.render_encoding(by_name("riscv"), tmp_path).read_text()
