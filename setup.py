@@ -14,11 +14,11 @@ from setuptools import find_namespace_packages, find_packages, setup
 CODE = {"kinstkit": "generator", "kinstkit.vm": "vm"}
 DATA = {"kinstkit.data.templates": "templates", "kinstkit.data.sys": "sys", "kinstkit.data.samples": "samples"}
 
-# The C the package compiles at run time (accelerators, the harness, the QEMU plugin) and the fact tables
-# it reads (an ISA's relocs.tsv), wherever they lie below generator/: found, not listed, so a new folder
-# of them cannot be left out of the wheel.
-CODE_C = sorted({str(p.parent.relative_to("generator") / f"*{p.suffix}")
-                 for p in Path("generator").rglob("*") if p.suffix in (".c", ".h", ".S", ".tsv") and p.is_file()})
+# What the package reads at run time besides its Python, wherever it lies below generator/: the C it compiles
+# (accelerators and their included tables, the harness, the QEMU plugin) and the facts it loads as data (an
+# ISA's kinds.txt).  Found, not listed, so a new folder of them cannot be left out of the wheel.
+CODE_C = sorted({str(p.parent.relative_to("generator") / f"*{p.suffix}") for p in Path("generator").rglob("*")
+                 if p.suffix in (".c", ".h", ".S", ".inc", ".txt") and p.is_file()})
 
 packages = [name for top, folder in CODE.items()
             for name in (top, *(f"{top}.{sub}" for sub in find_packages(folder)))]

@@ -24,7 +24,6 @@ An ISA provides:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
@@ -131,13 +130,13 @@ class RelocType(NamedTuple):
 
 
 class RelocTable(NamedTuple):
-    """An ISA's psABI relocation table (``isa/<arch>/relocs.tsv``), as the image reader uses it."""
+    """An ISA's psABI relocation table (``isa/<arch>/relocs.txt``), as the image reader uses it."""
 
     reloc_type: Callable[[int], Optional[RelocType]]  # ``Isa.reloc_type``
     fields: Mapping[str, str]  # an applied type's name -> the immediate field (or pair) its value goes into
 
 
-# A relocs.tsv row's "how": fills nothing, applied as S + A or S + A - P, or only listed.
+# A relocs.txt row's "how": fills nothing, applied as S + A or S + A - P, or only listed.
 _RELOC_HOW = {"abs": (True, False), "pcrel": (True, True), "listed": (False, False)}
 
 
@@ -165,8 +164,9 @@ def reloc_table(path: Path) -> RelocTable:
             raise ValueError(f"{path}:{n}: not a row 'type<TAB>name<TAB>bytes<TAB>how<TAB>field'") from None
         if field != "-":
             fields[name] = field
-    names = [r.name for r in known.values() if r is not None]
-    prefix = os.path.commonprefix(names).rpartition("_")[0] + "_"
+    names = sorted(r.name for r in known.values() if r is not None)  # the first and last share the most
+    shared = next((i for i, (a, b) in enumerate(zip(names[0], names[-1])) if a != b), len(names[0]))
+    prefix = names[0][:shared].rpartition("_")[0] + "_"  # what every name begins with: R_X86_64_
 
     def reloc_type(rtype: int) -> Optional[RelocType]:
         if rtype in known:

@@ -71,6 +71,16 @@ def layout(name: str, *groups: Tuple[str, str], scale: int = 1, kinds: Sequence[
                      " ".join(f"{i}={m}" for i, m in groups))
 
 
+def for_kinds(table_kinds: Sequence[Any], *layouts: ImmLayout) -> Tuple[ImmLayout, ...]:
+    """``layouts``, every kind they name checked against ``table_kinds`` (the ISA's ``TableKind`` records):
+    a misspelt kind, or one given two fields, stops the import of the ISA's tables."""
+    named = [k for lay in layouts for k in lay.kinds]
+    wrong = sorted(set(named) - {k.kind for k in table_kinds}) + sorted({k for k in named if named.count(k) > 1})
+    if wrong:
+        raise ValueError(f"immediate layouts name table kinds the ISA has not, or twice: {', '.join(wrong)}")
+    return layouts
+
+
 def insert(lay: ImmLayout, word: int, value: int) -> int:
     """``word`` with ``value`` (bytes; the field keeps ``value // scale``, its bits that fit) in ``lay``'s
     field; every other bit of ``word`` is kept."""
@@ -110,9 +120,6 @@ def c_layouts(layouts: Sequence[ImmLayout], table_kinds: Sequence[Any]) -> List[
     if not layouts:
         return []
     by_kind = {k: lay for lay in layouts for k in lay.kinds}
-    stray = sorted(set(by_kind) - {k.kind for k in table_kinds})
-    if stray:
-        raise ValueError(f"immediate layouts name table kinds the ISA has not: {', '.join(stray)}")
     rows: List[Dict[str, object]] = []
     for k in table_kinds:
         lay = by_kind.get(k.kind)

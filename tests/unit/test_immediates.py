@@ -81,9 +81,9 @@ def test_a_layout_must_fill_its_bits():
 
 
 def test_a_malformed_relocation_row_names_its_line(tmp_path: Path):
-    bad = tmp_path / "relocs.tsv"
+    bad = tmp_path / "relocs.txt"
     bad.write_text("# a comment\n1\tR_X_1\t4\tsideways\t-\n")
-    with pytest.raises(ValueError, match=r"relocs.tsv:2: "):
+    with pytest.raises(ValueError, match=r"relocs.txt:2: "):
         reloc_table(bad)
 
 
@@ -94,3 +94,13 @@ def test_an_isa_without_immediate_fields_renders_none(tmp_path: Path):
     text = hostcore.render_encoding(amd64, tmp_path).read_text()
     assert "KINST_IMM_" not in text
     assert "KINST_IMM_LAYOUTS" in hostcore.render_encoding(by_name("riscv"), tmp_path).read_text()
+
+
+def test_a_layout_naming_a_kind_the_isa_lacks_stops_the_import():
+    kinds = by_name("riscv").table_kinds
+    jal = immediates.layout("j", ("31:12", "20|10:1|11|19:12"), kinds=("jal",), doc="J-type")
+    assert immediates.for_kinds(kinds, jal) == (jal,)
+    with pytest.raises(ValueError, match="c.jal"):
+        immediates.for_kinds(kinds, jal._replace(kinds=("c.jal",)))
+    with pytest.raises(ValueError, match="twice: jal"):
+        immediates.for_kinds(kinds, jal, jal._replace(name="j2"))

@@ -1,6 +1,6 @@
 """x86-64 relocation types, for the image reader's ET_REL layout (System V x86-64 psABI, table 4.9).
 
-The types are data, ``relocs.tsv`` beside this file: the applied ones
+The types are data, ``relocs.txt`` beside this file: the applied ones
 (absolute and PC-relative words) and the ones only listed (GOT, TLS, narrow
 fields), so that a field they fill is never read as its final value, and
 is masked where a table compares bytes.
@@ -13,7 +13,7 @@ from typing import Optional, Tuple
 
 from ..contract import reloc_table
 
-reloc_type = reloc_table(Path(__file__).with_name("relocs.tsv")).reloc_type
+reloc_type = reloc_table(Path(__file__).with_name("relocs.txt")).reloc_type
 
 
 def branch_field(length: int) -> Optional[Tuple[int, int]]:

@@ -2,7 +2,7 @@
 
 FreeBSD links arm64 modules into ET_DYN files, whose text is final; an
 ET_REL object (``ld -r`` output, a compiler's ``.o``) still has its branch
-and address fields to fill.  The types are data, ``relocs.tsv`` beside
+and address fields to fill.  The types are data, ``relocs.txt`` beside
 this file: the branch relocations and the 64-bit data words are applied
 (into the immediate layouts of ``tables.IMM_LAYOUTS``: ``dbp.isa_parts``), so
 that a branch's target in a report is the linked one; the rest (page
@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Tuple
 from ..contract import reloc_table
 from ..immediates import FieldWriter
 
-TABLE = reloc_table(Path(__file__).with_name("relocs.tsv"))
+TABLE = reloc_table(Path(__file__).with_name("relocs.txt"))
 reloc_type = TABLE.reloc_type
 WRITERS: Mapping[str, FieldWriter] = {}  # every applied field is one immediate layout
 

@@ -22,7 +22,7 @@ from typing import Dict, FrozenSet, Tuple
 
 from ..contract import CConst, CoreRefusal, WordSet
 from ..dbp import Encoding, encoding_consts
-from ..immediates import ImmLayout, layout
+from ..immediates import ImmLayout, for_kinds, layout
 from . import probe_md as _md
 
 # kinst's classes of an instruction word (enum kinst_instr), in kinst's order.
@@ -175,12 +175,13 @@ CORE_WORD_SETS: Tuple[WordSet, ...] = (
 # them: instruction bits, high to low, and the offset bits they hold; branches count words, adrp pages.
 # The core reads km_imm of each kind from them (kinst_core_imm()), the image reader writes relocations
 # into them (relocs.py).
-IMM_LAYOUTS: Tuple[ImmLayout, ...] = (
-    layout("imm26", ("25:0", "25:0"), scale=4, kinds=(_md.KIND_B, _md.KIND_BL), doc="b, bl"),
-    layout("imm19", ("23:5", "18:0"), scale=4, kinds=(_md.KIND_BCOND, _md.KIND_CBZ, _md.KIND_LDR_LITERAL),
+IMM_LAYOUTS: Tuple[ImmLayout, ...] = for_kinds(
+    _md.TABLE_KINDS,
+    layout("imm26", ("25:0", "25:0"), scale=4, kinds=("b", "bl"), doc="b, bl"),
+    layout("imm19", ("23:5", "18:0"), scale=4, kinds=("b.cond", "cbz", "ldr-literal"),
            doc="b.cond, cbz, cbnz, ldr (literal)"),
-    layout("imm14", ("18:5", "13:0"), scale=4, kinds=(_md.KIND_TBZ,), doc="tbz, tbnz"),
-    layout("adr", ("23:5", "20:2"), ("30:29", "1:0"), kinds=(_md.KIND_ADR,), doc="adr: immhi:immlo"),
-    layout("adrp", ("23:5", "20:2"), ("30:29", "1:0"), scale=4096, kinds=(_md.KIND_ADRP,),
+    layout("imm14", ("18:5", "13:0"), scale=4, kinds=("tbz",), doc="tbz, tbnz"),
+    layout("adr", ("23:5", "20:2"), ("30:29", "1:0"), kinds=("adr",), doc="adr: immhi:immlo"),
+    layout("adrp", ("23:5", "20:2"), ("30:29", "1:0"), scale=4096, kinds=("adrp",),
            doc="adrp: immhi:immlo, in pages"),
 )

@@ -3,7 +3,7 @@
 FreeBSD links riscv modules into ET_DYN files, whose text is final; an
 ET_REL object still has its fields to fill, and the assembler leaves a
 relocation on every branch, even a local one, even with -mno-relax.  The
-types are data, ``relocs.tsv`` beside this file: the branch relocations
+types are data, ``relocs.txt`` beside this file: the branch relocations
 (into the B-, J-, CB- and CJ-type layouts of ``tables.IMM_LAYOUTS``), the
 auipc+jalr call pair (``WRITERS``) and the 32- and 64-bit data words are
 applied (``dbp.isa_parts``), so that a branch's target in a report is the linked one; the
@@ -34,9 +34,9 @@ def _call(pair: int, v: int) -> int:
     return auipc | jalr << 32
 
 
-TABLE = reloc_table(Path(__file__).with_name("relocs.tsv"))
+TABLE = reloc_table(Path(__file__).with_name("relocs.txt"))
 reloc_type = TABLE.reloc_type
-WRITERS: Mapping[str, FieldWriter] = {"call": _call}  # relocs.tsv's field "call"
+WRITERS: Mapping[str, FieldWriter] = {"call": _call}  # relocs.txt's field "call"
 
 
 def branch_field(length: int) -> Optional[Tuple[int, int]]:
