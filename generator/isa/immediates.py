@@ -36,7 +36,7 @@ class ImmLayout(NamedTuple):
 
     name: str  # the manual's name of the format ("j", "imm26"); relocation tables name it
     pieces: Tuple[ImmPiece, ...]  # in the manual's order
-    bits: int  # the immediate's width: its bit bits - 1 is the sign
+    bits: int  # the immediate's width; its bit (bits - 1) is the sign
     scale: int  # the field counts units of this many bytes
     kinds: Tuple[str, ...]  # the table kinds whose km_imm the core takes from it
     doc: str  # which instructions hold it, for the C comment
@@ -65,8 +65,12 @@ def layout(name: str, *groups: Tuple[str, str], scale: int = 1, kinds: Sequence[
         if cursor != bottom - 1:
             raise ValueError(f"immediate {name}: {imm_bits!r} does not fill instruction bits {insn_bits}")
     held = sorted(b for p in pieces for b in range(p.imm, p.imm + p.width))
-    if len(held) != len(set(held)) or scale & (scale - 1) or scale < 1:
-        raise ValueError(f"immediate {name}: an immediate bit held twice, or a scale not a power of two")
+    if len(held) != len(set(held)) or scale & (scale - 1) or not 1 <= scale < 1 << 16:
+        raise ValueError(f"immediate {name}: an immediate bit held twice, or a scale not a power of two "
+                         "below 2^16 (struct kinst_imm_layout's kl_scale)")
+    if max(p.width for p in pieces) > 31 or held[-1] > 63:
+        raise ValueError(f"immediate {name}: a run wider than 31 bits or an immediate wider than 64 "
+                         "(kinst_core_imm() masks a run with a 32-bit shift)")
     return ImmLayout(name, tuple(pieces), held[-1] + 1, scale, tuple(kinds), doc,
                      " ".join(f"{i}={m}" for i, m in groups))
 

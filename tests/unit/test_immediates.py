@@ -78,6 +78,10 @@ def test_a_layout_must_fill_its_bits():
         immediates.layout("bad", ("31:12", "19:0|20"), doc="one bit too many")
     with pytest.raises(ValueError, match="held twice"):
         immediates.layout("bad", ("31:20", "11:0"), ("19:12", "7:0"), doc="bits 7:0 twice")
+    with pytest.raises(ValueError, match="power of two"):
+        immediates.layout("bad", ("25:0", "25:0"), scale=3, doc="a scale the core cannot multiply back")
+    with pytest.raises(ValueError, match="wider than 31"):
+        immediates.layout("bad", ("31:0", "31:0"), doc="a run kinst_core_imm() cannot mask")
 
 
 def test_a_malformed_relocation_row_names_its_line(tmp_path: Path):
