@@ -29,6 +29,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Pattern, Sequence, Tuple
 
+from .immediates import ImmLayout
+
 STATUS_OK = "ok"
 STATUS_SKIP = "skip"
 KIND_SKIP = "skip"  # the kind of every refused instruction
@@ -192,25 +194,51 @@ class RelocType(NamedTuple):
     applied: bool  # False: listed so its field is never read as final, but not applied
 
 
-def reloc_types(prefix: str, none: FrozenSet[int], applied: Mapping[int, Tuple[str, int, bool]],
-                listed: Mapping[int, Tuple[str, int]]) -> Callable[[int], Optional[RelocType]]:
-    """An ISA's ``Isa.reloc_type``, from its psABI's table: the types kinstkit applies (type -> name, field
-    bytes, pc-relative) and those it only lists (type -> name, field bytes: GOT, TLS, narrow fields), so
-    that a field they fill is never read as its final value, and is masked where a table compares bytes.
+class RelocTable(NamedTuple):
+    """An ISA's psABI relocation table (``isa/<arch>/relocs.txt``), as the image reader uses it."""
 
-    The types in ``none`` fill nothing (None).  A type kinstkit does not know
-    has width 0: nothing is applied, and a table refuses a function holding
-    one (it cannot tell which bytes the loader will change).
+    reloc_type: Callable[[int], Optional[RelocType]]  # ``Isa.reloc_type``
+    fields: Mapping[str, str]  # an applied type's name -> the immediate field (or pair) its value goes into
+
+
+# A relocs.txt row's "how": fills nothing, applied as S + A or S + A - P, or only listed.
+_RELOC_HOW = {"abs": (True, False), "pcrel": (True, True), "listed": (False, False)}
+
+
+def reloc_table(path: Path) -> RelocTable:
+    """An ISA's relocation types, from its psABI's table in ``path``: tab-separated rows ``type name bytes
+    how field`` (``#`` starts a comment line).  ``how`` is ``none`` (fills nothing: None), ``abs`` or
+    ``pcrel`` (applied), or ``listed``: known but not applied (GOT, TLS, narrow fields), so that a field it
+    fills is never read as its final value, and is masked where a table compares bytes.  ``field`` names
+    the immediate layout an applied value goes into (``-``: a little-endian store).
+
+    A type the table lacks has width 0 and the name ``<prefix><type>``, the
+    prefix the table's names share: nothing is applied, and a table refuses a
+    function holding one (it cannot tell which bytes the loader will change).
     """
-    known = {**{t: RelocType(name, width, False, False) for t, (name, width) in listed.items()},
-             **{t: RelocType(name, width, pcrel, True) for t, (name, width, pcrel) in applied.items()}}
+    known: Dict[int, Optional[RelocType]] = {}
+    fields: Dict[str, str] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        try:
+            rtype, name, width, how, field = line.split("\t")
+            known[int(rtype)] = None if how == "none" else RelocType(name, int(width), _RELOC_HOW[how][1],
+                                                                     _RELOC_HOW[how][0])
+        except (ValueError, KeyError):
+            raise ValueError(f"{path}:{n}: not a row 'type<TAB>name<TAB>bytes<TAB>how<TAB>field'") from None
+        if field != "-":
+            fields[name] = field
+    names = sorted(r.name for r in known.values() if r is not None)  # the first and last share the most
+    shared = next((i for i, (a, b) in enumerate(zip(names[0], names[-1])) if a != b), len(names[0]))
+    prefix = names[0][:shared].rpartition("_")[0] + "_"  # what every name begins with: R_X86_64_
 
     def reloc_type(rtype: int) -> Optional[RelocType]:
-        if rtype in none:
-            return None
-        return known.get(rtype) or RelocType(f"{prefix}{rtype}", 0, False, False)
+        if rtype in known:
+            return known[rtype]
+        return RelocType(f"{prefix}{rtype}", 0, False, False)
 
-    return reloc_type
+    return RelocTable(reloc_type, fields)
 
 
 class Accelerator(NamedTuple):
@@ -420,6 +448,8 @@ class Isa(NamedTuple):
     # Encoding facts the portable core tests, as constants (a word's mask and match) and lists of field values.
     core_consts: Tuple[CConst, ...] = ()
     word_sets: Tuple[WordSet, ...] = ()
+    # The immediate fields of its instruction words (isa/immediates.py): the core reads them, relocations write them.
+    imm_layouts: Tuple[ImmLayout, ...] = ()
     # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the
     # RISC-V psABI): bytes kinst must not patch as instructions.
     mapping_symbols: bool = False

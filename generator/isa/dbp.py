@@ -18,7 +18,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import hostcore, objdump_text
+from . import hostcore, immediates, objdump_text
 from ..common.errors import ClassifierError
 from .contract import Accelerator, CConst, OracleQuirks, StreamInsn, TableKinds
 
@@ -82,8 +82,9 @@ def accelerator(package_file: str, tables: Any, kinds: TableKinds, mnemonics: Di
 
 def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[str, Any]:
     """The ``Isa`` fields a double-breakpoint ISA fills alike: its rule is its portable core's, run on the
-    host (``isa/hostcore.py``), over the encodings of its ``tables``; relocations fill bit fields of an
-    instruction (``relocs``); mapping symbols mark data in code."""
+    host (``isa/hostcore.py``), over the encodings and immediate layouts of its ``tables``; relocations fill
+    those bit fields of an instruction (``relocs.TABLE`` says which, ``relocs.WRITERS`` writes what is not one
+    layout); mapping symbols mark data in code."""
     return dict(
         classify=functools.partial(hostcore.classify, name),
         frame_verdict=functools.partial(hostcore.frame_verdict, name),
@@ -91,7 +92,8 @@ def isa_parts(name: str, tables: Any, relocs: Any, accel: Accelerator) -> Dict[s
         refusals=tables.CORE_REFUSALS,
         core_consts=tables.CORE_CONSTS,
         word_sets=tables.CORE_WORD_SETS,
-        reloc_insert=relocs.insert,
+        imm_layouts=tables.IMM_LAYOUTS,
+        reloc_insert=immediates.inserter(relocs.TABLE.fields, tables.IMM_LAYOUTS, relocs.WRITERS),
         branch_reloc=relocs.branch_field,
         mapping_symbols=True,
     )

@@ -3,7 +3,8 @@
 ``templates/kinst/kinst_encoding.h.j2`` is the one header that gives the
 portable core (``sys/modules/kinst/<arch>/kinst_core.c``) its constants:
 the breakpoint, the trampoline size, the flag bits, the table kinds and
-record codes, the byte sets of opcode facts and the codes of the refusals
+record codes, the byte sets of opcode facts, the immediate fields
+(``immediates.py``) and the codes of the refusals
 the core itself makes (their owner is the ``Isa`` record), and the layout
 of a table's function records, which every ISA shares (``kinst_funcs.c``
 reads them).  ``generate`` renders it beside the table, and the host build
@@ -15,6 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, List
 
+from . import immediates
 from .contract import Isa
 
 # The function record of a table: little-endian fields, in this order (kinst_funcs.c reads them
@@ -59,6 +61,8 @@ def context(isa: Isa) -> Dict[str, Any]:
                    for c in isa.core_consts],
         "word_sets": [{"name": w.c_name, "members": ", ".join(f"{v:#x}" for v in w.members), "n": len(w.members),
                        "doc": w.doc} for w in isa.word_sets],
+        "imm_layouts": immediates.c_layouts(isa.imm_layouts, isa.table_kinds),
+        "imm_maxpieces": immediates.max_pieces(isa.imm_layouts),
         "refusals": [{"name": r.c_name, "value": i + 1, "doc": r.key} for i, r in enumerate(isa.refusals)],
         "func_recsize": FUNC_RECORD.size,
         "func_fields": _field_offsets(),

@@ -15,7 +15,7 @@ import pytest
 
 from generator.common.errors import ClassifierError
 from generator.isa.arm64 import ISA as arm64
-from generator.isa.arm64 import relocs, table
+from generator.isa.arm64 import table
 from generator.isa.contract import STATUS_OK, STATUS_SKIP
 
 ADDR = 0x40001000
@@ -161,9 +161,9 @@ def test_records_round_trip_with_masks():
 
 
 def test_call26_is_inserted_into_the_word():
-    field = relocs.insert("R_AARCH64_CALL26", words(0x94000000), 0x100)
+    field = arm64.reloc_insert("R_AARCH64_CALL26", words(0x94000000), 0x100)
     assert field == words(0x94000040)
-    assert relocs.insert("R_AARCH64_ABS64", bytes(8), 5) is None
+    assert arm64.reloc_insert("R_AARCH64_ABS64", bytes(8), 5) is None
     assert arm64.reloc_type(0) is None and arm64.reloc_type(9999).width == 0
 
 

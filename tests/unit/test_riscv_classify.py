@@ -16,7 +16,7 @@ import pytest
 from generator.common.errors import ClassifierError
 from generator.isa.contract import STATUS_OK, STATUS_SKIP
 from generator.isa.riscv import ISA as riscv
-from generator.isa.riscv import relocs, table
+from generator.isa.riscv import table
 
 ADDR = 0x80001000
 
@@ -152,13 +152,13 @@ def test_records_round_trip_with_masks():
 ])
 def test_branch_relocations_are_inserted(name, before, value, after):
     width = 2 if before & 3 != 3 else 4
-    field = relocs.insert(name, before.to_bytes(width, "little"), value)
+    field = riscv.reloc_insert(name, before.to_bytes(width, "little"), value)
     assert int.from_bytes(field, "little") == after
 
 
 def test_call_pair_rounds_the_high_part():
     pair = (0x000080E7 << 32) | 0x00000097  # auipc ra, 0; jalr ra, 0(ra)
-    out = int.from_bytes(relocs.insert("R_RISCV_CALL_PLT", pair.to_bytes(8, "little"), 0x1800), "little")
+    out = int.from_bytes(riscv.reloc_insert("R_RISCV_CALL_PLT", pair.to_bytes(8, "little"), 0x1800), "little")
     auipc, jalr = out & 0xFFFFFFFF, out >> 32
     hi, lo = auipc >> 12, jalr >> 20
     assert (hi << 12) + (lo - 0x1000 if lo & 0x800 else lo) == 0x1800

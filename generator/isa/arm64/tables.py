@@ -22,6 +22,8 @@ from typing import Dict, FrozenSet, Tuple
 
 from ..contract import CConst, CoreRefusal, WordSet
 from ..dbp import Encoding, encoding_consts
+from ..immediates import ImmLayout, for_kinds, layout
+from . import probe_md as _md
 
 # kinst's classes of an instruction word (enum kinst_instr), in kinst's order.
 # NOTE: kinst's b.cond mask ignores bit 4, so FEAT_HBC's bc.cond is a b.cond
@@ -167,4 +169,19 @@ CORE_CONSTS: Tuple[CConst, ...] = (
 )
 CORE_WORD_SETS: Tuple[WordSet, ...] = (
     WordSet("KINST_EXC_SYSREGS", tuple(EXCEPTION_SYSREGS), "EXCEPTION_SYSREGS: o0:op1:CRn:CRm:op2"),
+)
+
+# The immediate fields (DDI 0487, C4.1's branch and PC-relative addressing classes), as the manual writes
+# them: instruction bits, high to low, and the offset bits they hold; branches count words, adrp pages.
+# The core reads km_imm of each kind from them (kinst_core_imm()), the image reader writes relocations
+# into them (relocs.py).
+IMM_LAYOUTS: Tuple[ImmLayout, ...] = for_kinds(
+    _md.TABLE_KINDS,
+    layout("imm26", ("25:0", "25:0"), scale=4, kinds=("b", "bl"), doc="b, bl"),
+    layout("imm19", ("23:5", "18:0"), scale=4, kinds=("b.cond", "cbz", "ldr-literal"),
+           doc="b.cond, cbz, cbnz, ldr (literal)"),
+    layout("imm14", ("18:5", "13:0"), scale=4, kinds=("tbz",), doc="tbz, tbnz"),
+    layout("adr", ("23:5", "20:2"), ("30:29", "1:0"), kinds=("adr",), doc="adr: immhi:immlo"),
+    layout("adrp", ("23:5", "20:2"), ("30:29", "1:0"), scale=4096, kinds=("adrp",),
+           doc="adrp: immhi:immlo, in pages"),
 )

@@ -24,6 +24,8 @@ from typing import Dict, FrozenSet, Tuple
 
 from ..contract import CConst, CoreRefusal, WordSet
 from ..dbp import Encoding, encoding_consts
+from ..immediates import ImmLayout, for_kinds, layout
+from . import probe_md as _md
 
 
 
@@ -107,4 +109,17 @@ CORE_CONSTS: Tuple[CConst, ...] = (
 )
 CORE_WORD_SETS: Tuple[WordSet, ...] = (
     WordSet("KINST_TRAP_CSRS", tuple(TRAP_CSRS), "TRAP_CSRS: the CSR numbers a trap overwrites"),
+)
+
+# The immediate fields (volume I, 2.3 "Immediate Encoding Variants" and 16.2's CB and CJ formats), as the
+# manual writes them: instruction bits, high to low, and the offset bits they hold.  The core reads km_imm
+# of each kind from them (kinst_core_imm()), the image reader writes relocations into them (relocs.py).
+IMM_LAYOUTS: Tuple[ImmLayout, ...] = for_kinds(
+    _md.TABLE_KINDS,
+    layout("i", ("31:20", "11:0"), kinds=("jalr",), doc="I-type: jalr, the call pair's jalr"),
+    layout("u", ("31:12", "31:12"), kinds=("auipc",), doc="U-type: auipc"),
+    layout("b", ("31:25", "12|10:5"), ("11:7", "4:1|11"), kinds=("branch",), doc="B-type: beq ... bgeu"),
+    layout("j", ("31:12", "20|10:1|11|19:12"), kinds=("jal",), doc="J-type: jal"),
+    layout("cb", ("12:10", "8|4:3"), ("6:2", "7:6|2:1|5"), kinds=("c.branch",), doc="CB: c.beqz, c.bnez"),
+    layout("cj", ("12:2", "11|4|9:8|10|6|7|3:1|5"), kinds=("c.j",), doc="CJ: c.j"),
 )

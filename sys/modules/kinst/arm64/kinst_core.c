@@ -9,8 +9,9 @@
  * headers, no library calls: the kernel glue runs the trap-time part in
  * probe context and the user-space harness in a SIGTRAP handler, and
  * neither may call into code that could itself be probed (kinst's
- * kinst_memcpy() rule).  The encodings it tests are kinst_encoding.h's,
- * rendered from generator/isa/arm64/tables.py.
+ * kinst_memcpy() rule).  The encodings it tests and the immediate
+ * fields it reads (kinst_core_imm()) are kinst_encoding.h's, rendered from
+ * generator/isa/arm64/tables.py.
  *
  * The classes are kinst's (sys/cddl/dev/kinst/aarch64/kinst_isa.c), with
  * the corrections docs/refusals.md lists: br, blr and ret are emulated;
@@ -89,7 +90,6 @@ kinst_core_literal(kc_uint32_t w, struct kinst_md *md)
 	kc_uint32_t opc;
 
 	md->km_kind = KINST_K_LDR_LITERAL;
-	md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
 	if (((w >> 26) & 1) != 0) {
 		md->km_reg = w & 31;
 		return (KINST_RF_LDR_LITERAL_SIMD);	/* SIMD&FP */
@@ -101,6 +101,57 @@ kinst_core_literal(kc_uint32_t w, struct kinst_md *md)
 	md->km_size = opc == 1 ? 8 : 4;
 	md->km_flags = opc == 2 ? KINST_MD_SIGNED : 0;
 	return (KINST_RESTORED(md->km_reg) ? 0 : KINST_RF_LDR_LITERAL_CALLEE_SAVED);
+}
+
+/*
+ * The class of the word 'w' and its fields but the immediate, or why it
+ * cannot be probed (a KINST_RF_* code; the fields are still filled).
+ */
+static int
+kinst_core_class(kc_uint32_t w, struct kinst_md *md)
+{
+
+	if (KINST_IS(w, ADR)) {
+		md->km_class = KINST_C_ADR;
+		md->km_kind = (w >> 31) != 0 ? KINST_K_ADRP : KINST_K_ADR;
+		md->km_reg = w & 31;
+		return (KINST_RESTORED(md->km_reg) ? 0 :
+		    KINST_RF_ADR_CALLEE_SAVED);
+	}
+	if (KINST_IS(w, B) || KINST_IS(w, BL)) {
+		md->km_class = KINST_IS(w, B) ? KINST_C_B : KINST_C_BL;
+		md->km_kind = KINST_IS(w, B) ? KINST_K_B : KINST_K_BL;
+		md->km_flags = KINST_IS(w, B) ? 0 : KINST_MD_LINK;
+		return (0);
+	}
+	if (KINST_IS(w, BCOND)) {
+		md->km_class = KINST_C_BCOND;
+		md->km_kind = KINST_K_BCOND;
+		md->km_cond = w & 15;
+		return (0);
+	}
+	if (KINST_IS(w, CBZ) || KINST_IS(w, TBZ)) {
+		md->km_class = KINST_IS(w, CBZ) ? KINST_C_CBZ : KINST_C_TBZ;
+		md->km_kind = KINST_IS(w, CBZ) ? KINST_K_CBZ : KINST_K_TBZ;
+		md->km_reg = w & 31;
+		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
+		if (md->km_kind == KINST_K_CBZ)
+			md->km_size = (w >> 31) != 0 ? 8 : 4;
+		else
+			md->km_bit = (kc_uint8_t)((w >> 31) << 5 |
+			    ((w >> 19) & 31));
+		return (0);
+	}
+	if (KINST_IS(w, LDX) || KINST_IS(w, STX)) {
+		md->km_class = KINST_IS(w, LDX) ? KINST_C_LDX : KINST_C_STX;
+		return (KINST_RF_LDX_BLOCK);
+	}
+	if (KINST_IS(w, LDR_LITERAL)) {
+		md->km_class = KINST_C_LDR_LITERAL;
+		return (kinst_core_literal(w, md));
+	}
+	md->km_class = KINST_C_COMMON;
+	return (kinst_core_common(w, md));
 }
 
 /*
@@ -116,69 +167,19 @@ kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
     struct kinst_md *md)
 {
 	kc_uint32_t w;
+	int rc;
 
 	if (len != KINST_INSN_SIZE)
 		return (-1);
 	w = kinst_core_get(b, KINST_INSN_SIZE);
 	md->km_insn = w;
 	md->km_kind = KINST_K_TRAMPOLINE;
-	md->km_imm = 0;
 	md->km_reg = md->km_cond = md->km_bit = KINST_NONE;
 	md->km_size = 0;
 	md->km_flags = 0;
-	if (KINST_IS(w, ADR)) {
-		md->km_class = KINST_C_ADR;
-		md->km_kind = (w >> 31) != 0 ? KINST_K_ADRP : KINST_K_ADR;
-		md->km_reg = w & 31;
-		md->km_imm = kinst_core_sext((((w >> 5) & 0x7ffff) << 2) |
-		    ((w >> 29) & 3), 21);
-		if (md->km_kind == KINST_K_ADRP)
-			md->km_imm *= 4096;
-		return (KINST_RESTORED(md->km_reg) ? 0 :
-		    KINST_RF_ADR_CALLEE_SAVED);
-	}
-	if (KINST_IS(w, B) || KINST_IS(w, BL)) {
-		md->km_class = KINST_IS(w, B) ? KINST_C_B : KINST_C_BL;
-		md->km_kind = KINST_IS(w, B) ? KINST_K_B : KINST_K_BL;
-		md->km_flags = KINST_IS(w, B) ? 0 : KINST_MD_LINK;
-		md->km_imm = kinst_core_sext(w & 0x3ffffff, 26) * 4;
-		return (0);
-	}
-	if (KINST_IS(w, BCOND)) {
-		md->km_class = KINST_C_BCOND;
-		md->km_kind = KINST_K_BCOND;
-		md->km_cond = w & 15;
-		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
-		return (0);
-	}
-	if (KINST_IS(w, CBZ)) {
-		md->km_class = KINST_C_CBZ;
-		md->km_kind = KINST_K_CBZ;
-		md->km_reg = w & 31;
-		md->km_size = (w >> 31) != 0 ? 8 : 4;
-		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
-		md->km_imm = kinst_core_sext((w >> 5) & 0x7ffff, 19) * 4;
-		return (0);
-	}
-	if (KINST_IS(w, TBZ)) {
-		md->km_class = KINST_C_TBZ;
-		md->km_kind = KINST_K_TBZ;
-		md->km_reg = w & 31;
-		md->km_bit = (kc_uint8_t)((w >> 31) << 5 | ((w >> 19) & 31));
-		md->km_flags = ((w >> 24) & 1) != 0 ? KINST_MD_NONZERO : 0;
-		md->km_imm = kinst_core_sext((w >> 5) & 0x3fff, 14) * 4;
-		return (0);
-	}
-	if (KINST_IS(w, LDX) || KINST_IS(w, STX)) {
-		md->km_class = KINST_IS(w, LDX) ? KINST_C_LDX : KINST_C_STX;
-		return (KINST_RF_LDX_BLOCK);
-	}
-	if (KINST_IS(w, LDR_LITERAL)) {
-		md->km_class = KINST_C_LDR_LITERAL;
-		return (kinst_core_literal(w, md));
-	}
-	md->km_class = KINST_C_COMMON;
-	return (kinst_core_common(w, md));
+	rc = kinst_core_class(w, md);
+	md->km_imm = kinst_core_imm(w, md->km_kind);
+	return (rc);
 }
 
 /* The length the word at 'b' announces: always a word. */

@@ -82,6 +82,34 @@ kinst_core_sext(kc_uint64_t v, int bits)
 	return ((kc_int64_t)v);
 }
 
+/*
+ * The immediate of 'w', an instruction of table kind 'kind', in bytes: the
+ * runs of bits KINST_IMM_LAYOUTS names for the kind gathered, sign-extended
+ * and scaled; 0 for a kind with no immediate.
+ */
+kc_int64_t
+kinst_core_imm(kc_uint32_t w, int kind)
+{
+	static const struct kinst_imm_layout layouts[] = KINST_IMM_LAYOUTS;
+	const struct kinst_imm_layout *l;
+	const kc_uint8_t *p;
+	kc_uint64_t v;
+	int i;
+
+	if (kind < 0 || kind >= KINST_IMM_LAYOUTS_N)
+		return (0);
+	l = &layouts[kind];
+	if (l->kl_npieces == 0)
+		return (0);
+	v = 0;
+	for (i = 0; i < l->kl_npieces; i++) {
+		p = l->kl_pieces[i];
+		v |= (kc_uint64_t)((w >> p[0]) &
+		    (((kc_uint32_t)1 << p[2]) - 1)) << p[1];
+	}
+	return (kinst_core_sext(v, l->kl_bits) * l->kl_scale);
+}
+
 /* The little-endian value of 'len' bytes at 'p', at any alignment. */
 kc_uint32_t
 kinst_core_get(const volatile kc_uint8_t *p, int len)

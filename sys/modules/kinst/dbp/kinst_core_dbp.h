@@ -41,10 +41,25 @@ struct kinst_insn {
 	kc_uint8_t	ki_mask[1];	/* KINST_MASK(): all of it */
 };
 
+/*
+ * The immediate field of a table kind, its row of KINST_IMM_LAYOUTS
+ * (kinst_encoding.h, rendered from the ISA's IMM_LAYOUTS in
+ * generator/isa/<arch>/tables.py, which the generator's relocation code
+ * writes fields through too).
+ */
+struct kinst_imm_layout {
+	kc_uint8_t	kl_bits;	/* width; bit kl_bits - 1: the sign */
+	kc_uint16_t	kl_scale;	/* bytes one unit of it counts */
+	kc_uint8_t	kl_npieces;	/* 0: the kind has no immediate */
+	/* { instruction bit, immediate bit, width } of each run of bits */
+	kc_uint8_t	kl_pieces[KINST_IMM_MAXPIECES][3];
+};
+
 /* dbp/kinst_core_dbp.c */
 int	kinst_core_is_emulated(const struct kinst_md *);
 int	kinst_core_patch(const struct kinst_md *, kc_uint8_t *);
 kc_int64_t kinst_core_sext(kc_uint64_t, int);
+kc_int64_t kinst_core_imm(kc_uint32_t, int);
 kc_uint32_t kinst_core_get(const volatile kc_uint8_t *, int);
 void	kinst_core_put(volatile kc_uint8_t *, kc_uint32_t, int);
 

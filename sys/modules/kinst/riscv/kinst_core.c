@@ -67,58 +67,39 @@ kinst_core_kind16(kc_uint32_t h)
 	return (KINST_K_TRAMPOLINE);
 }
 
+/* The register and condition fields of a 4-byte instruction's kind. */
 static void
 kinst_core_derive32(kc_uint32_t w, struct kinst_md *md)
 {
-	kc_uint64_t imm;
 
 	switch (md->km_kind) {
 	case KINST_K_JAL:
 		md->km_rd = (w >> 7) & 31;
-		imm = (kc_uint64_t)(w >> 31) << 20 | ((w >> 21) & 0x3ff) << 1 |
-		    ((w >> 20) & 1) << 11 | ((w >> 12) & 0xff) << 12;
-		md->km_imm = kinst_core_sext(imm, 21);
 		break;
 	case KINST_K_JALR:
 		md->km_rd = (w >> 7) & 31;
 		md->km_rs1 = (w >> 15) & 31;
-		md->km_imm = kinst_core_sext(w >> 20, 12);
 		break;
 	case KINST_K_BRANCH:
 		md->km_rs1 = (w >> 15) & 31;
 		md->km_rs2 = (w >> 20) & 31;
 		md->km_funct3 = (w >> 12) & 7;
-		imm = (kc_uint64_t)(w >> 31) << 12 | ((w >> 25) & 0x3f) << 5 |
-		    ((w >> 8) & 15) << 1 | ((w >> 7) & 1) << 11;
-		md->km_imm = kinst_core_sext(imm, 13);
 		break;
 	case KINST_K_AUIPC:
 		md->km_rd = (w >> 7) & 31;
-		md->km_imm = kinst_core_sext(w & 0xfffff000U, 32);
 		break;
 	}
 }
 
+/* The register and condition fields of a 2-byte instruction's kind. */
 static void
 kinst_core_derive16(kc_uint32_t h, struct kinst_md *md)
 {
-	kc_uint64_t imm;
 
 	switch (md->km_kind) {
-	case KINST_K_C_J:
-		imm = ((h >> 12) & 1) << 11 | ((h >> 11) & 1) << 4 |
-		    ((h >> 9) & 3) << 8 | ((h >> 8) & 1) << 10 |
-		    ((h >> 7) & 1) << 6 | ((h >> 6) & 1) << 7 |
-		    ((h >> 3) & 7) << 1 | ((h >> 2) & 1) << 5;
-		md->km_imm = kinst_core_sext(imm, 12);
-		break;
 	case KINST_K_C_BRANCH:
 		md->km_rs1 = 8 + ((h >> 7) & 7);
 		md->km_funct3 = KINST_IS(h, C_BNEZ) ? 1 : 0;
-		imm = ((h >> 12) & 1) << 8 | ((h >> 10) & 3) << 3 |
-		    ((h >> 5) & 3) << 6 | ((h >> 3) & 3) << 1 |
-		    ((h >> 2) & 1) << 5;
-		md->km_imm = kinst_core_sext(imm, 9);
 		break;
 	case KINST_K_C_JR:
 		md->km_rs1 = (h >> 7) & 31;
@@ -146,10 +127,11 @@ kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
 	v = kinst_core_get(b, (int)len);
 	md->km_insn = v;
 	md->km_instlen = (kc_uint8_t)len;
-	md->km_imm = 0;
 	md->km_rd = md->km_rs1 = md->km_rs2 = md->km_funct3 = KINST_NONE;
+	md->km_kind = (kc_uint8_t)(len == KINST_INSN_SIZE ?
+	    kinst_core_kind32(v) : kinst_core_kind16(v));
+	md->km_imm = kinst_core_imm(v, md->km_kind);
 	if (len == KINST_INSN_SIZE) {
-		md->km_kind = (kc_uint8_t)kinst_core_kind32(v);
 		kinst_core_derive32(v, md);
 		if ((v & 0x7f) == KINST_OP_SYSTEM)
 			return (KINST_RF_SYSTEM);
@@ -158,7 +140,6 @@ kinst_core_dissect(const volatile kc_uint8_t *b, kc_uint32_t len,
 			return (KINST_RF_LR_SC);
 		return (0);
 	}
-	md->km_kind = (kc_uint8_t)kinst_core_kind16(v);
 	kinst_core_derive16(v, md);
 	return (KINST_IS(v, C_EBREAK) ? KINST_RF_SYSTEM : 0);
 }
