@@ -591,82 +591,6 @@ kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
 }
 
 /*
- * The end of each function's --summary --json line, from "eligible" on,
- * made of kk_summarise()'s counters: a formatter of counts, no rule.  A
- * function passes when it has the prologue rule bit 'rule_bit', else its
- * reason is 'reason'; 'kinds' are the table kinds' JSON strings and
- * 'order' their indexes in the order a line lists them (Python's, like
- * the quoting).  One line per function, each ended by a newline, empty
- * for a deferred function; *text points at them until the next call.
- * Returns their length, or (size_t)-1 when memory runs out.
- */
-static char *kk_tails;
-static size_t kk_tcap;
-
-size_t
-kk_summary_json(const uint32_t *cols, size_t nfunc, unsigned rule_bit,
-    const char *reason, const char *const *kinds, const unsigned *order,
-    char **text)
-{
-	const uint32_t *col;
-	size_t k, i, len, most, ncol, cap;
-	uint32_t ok;
-	char *p;
-	int n;
-
-	ncol = kk_summary_columns();
-	most = 160 + strlen(reason);
-	for (i = 0; i < kk_nkinds; i++)
-		most += strlen(kinds[i]) + 12;
-	len = 0;
-	for (k = 0; k < nfunc; k++) {
-		col = cols + k * ncol;
-		if (len + most > kk_tcap) {
-			for (cap = kk_tcap != 0 ? kk_tcap : 1 << 16;
-			    cap < len + most; cap *= 2)
-				;
-			if ((p = realloc(kk_tails, cap)) == NULL)
-				return ((size_t)-1);
-			kk_tails = p;
-			kk_tcap = cap;
-		}
-		p = kk_tails + len;
-		if (col[KK_COL_N] == KK_DEFERRED) {
-			*p = '\n';
-			len++;
-			continue;
-		}
-		if ((col[KK_COL_PROLOGUE] & rule_bit) == 0) {
-			n = sprintf(p, "\"eligible\":false,\"reason\":%s,"
-			    "\"walk_error\":\"\",\"instructions\":%u,"
-			    "\"probes\":0,\"skipped\":%u,\"kinds\":{}}\n", reason,
-			    (unsigned)col[KK_COL_N], (unsigned)col[KK_COL_N]);
-			len += (size_t)n;
-			continue;
-		}
-		for (ok = 0, i = 0; i < kk_nkinds; i++)
-			ok += col[KK_COL_KIND + i];
-		n = sprintf(p, "\"eligible\":true,\"reason\":\"\","
-		    "\"walk_error\":\"\",\"instructions\":%u,\"probes\":%u,"
-		    "\"skipped\":%u,\"kinds\":{", (unsigned)col[KK_COL_N],
-		    (unsigned)ok, (unsigned)(col[KK_COL_N] - ok));
-		p += n;
-		for (i = 0; i < kk_nkinds; i++) {
-			if (col[KK_COL_KIND + order[i]] == 0)
-				continue;
-			p += sprintf(p, "%s%s:%u", p[-1] == '{' ? "" : ",",
-			    kinds[order[i]], (unsigned)col[KK_COL_KIND + order[i]]);
-		}
-		*p++ = '}';
-		*p++ = '}';
-		*p++ = '\n';
-		len = (size_t)(p - kk_tails);
-	}
-	*text = kk_tails;
-	return (len);
-}
-
-/*
  * The rows of one function, for Python (a table's records, or one
  * function's probes): 0 with *rows and *nrows set (valid until the next
  * walk), or KK_DEFER / KK_ERROR.  *prologue: the rules it passes.
@@ -892,6 +816,97 @@ kk_int(struct kk_out *o, long long v)
 		kk_uint(o, 0ull - (unsigned long long)v);
 	} else
 		kk_uint(o, (unsigned long long)v);
+}
+
+/*
+ * The end of each function's --summary --json line, from "eligible" on,
+ * made of kk_summarise()'s counters: a formatter of counts, no rule.  A
+ * function passes when it has the prologue rule bit 'rule_bit', else its
+ * reason is 'reason'; 'kinds' are the table kinds' JSON strings and
+ * 'order' their indexes in the order a line lists them (Python's, like
+ * the quoting).  One line per function, each ended by a newline, empty
+ * for a deferred function; *text points at them until the next call.
+ * Returns their length, or (size_t)-1 when memory runs out.
+ */
+static char *kk_tails;
+static size_t kk_tcap;
+
+#define	KK_PUTS(o, s)	kk_put((o), (s), sizeof(s) - 1)
+
+size_t
+kk_summary_json(const uint32_t *cols, size_t nfunc, unsigned rule_bit,
+    const char *reason, const char *const *kinds, const unsigned *order,
+    char **text)
+{
+	struct kk_out o;
+	const uint32_t *col;
+	size_t k, i, len, most, ncol, cap, rlen, klen[KK_KINDS];
+	uint32_t ok, n;
+	char *p;
+	int any;
+
+	ncol = kk_summary_columns();
+	if (kk_nkinds > KK_KINDS)
+		return ((size_t)-1);
+	rlen = strlen(reason);
+	most = 160 + rlen;
+	for (i = 0; i < kk_nkinds; i++) {
+		klen[i] = strlen(kinds[i]);
+		most += klen[i] + 12;
+	}
+	len = 0;
+	for (k = 0; k < nfunc; k++) {
+		col = cols + k * ncol;
+		if (len + most > kk_tcap) {
+			for (cap = kk_tcap != 0 ? kk_tcap : 1 << 16;
+			    cap < len + most; cap *= 2)
+				;
+			if ((p = realloc(kk_tails, cap)) == NULL)
+				return ((size_t)-1);
+			kk_tails = p;
+			kk_tcap = cap;
+		}
+		o.p = kk_tails + len;
+		o.end = kk_tails + kk_tcap;
+		o.full = 0;
+		o.ascii = 1;
+		n = col[KK_COL_N];
+		if (n == KK_DEFERRED) {
+			kk_put(&o, "\n", 1);
+		} else if ((col[KK_COL_PROLOGUE] & rule_bit) == 0) {
+			KK_PUTS(&o, "\"eligible\":false,\"reason\":");
+			kk_put(&o, reason, rlen);
+			KK_PUTS(&o, ",\"walk_error\":\"\",\"instructions\":");
+			kk_uint(&o, n);
+			KK_PUTS(&o, ",\"probes\":0,\"skipped\":");
+			kk_uint(&o, n);
+			KK_PUTS(&o, ",\"kinds\":{}}\n");
+		} else {
+			for (ok = 0, i = 0; i < kk_nkinds; i++)
+				ok += col[KK_COL_KIND + i];
+			KK_PUTS(&o, "\"eligible\":true,\"reason\":\"\","
+			    "\"walk_error\":\"\",\"instructions\":");
+			kk_uint(&o, n);
+			KK_PUTS(&o, ",\"probes\":");
+			kk_uint(&o, ok);
+			KK_PUTS(&o, ",\"skipped\":");
+			kk_uint(&o, n - ok);
+			KK_PUTS(&o, ",\"kinds\":{");
+			for (any = 0, i = 0; i < kk_nkinds; i++) {
+				if (col[KK_COL_KIND + order[i]] == 0)
+					continue;
+				if (any++)
+					kk_put(&o, ",", 1);
+				kk_put(&o, kinds[order[i]], klen[order[i]]);
+				kk_put(&o, ":", 1);
+				kk_uint(&o, col[KK_COL_KIND + order[i]]);
+			}
+			KK_PUTS(&o, "}}\n");
+		}
+		len = (size_t)(o.p - kk_tails);
+	}
+	*text = kk_tails;
+	return (len);
 }
 
 /* The bytes b[0, n) in hex, as a JSON string (n is at most KK_HEX_MAX). */
