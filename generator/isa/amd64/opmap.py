@@ -15,9 +15,12 @@ and refusal) is the same for every probe of a class, and stays so with the
 prefixes the table does not key on in front (``VARIANTS``), the table
 keeps it, so that a summary or a table need not run the core on every
 instruction (its metadata comes from the core all the same).
-Classes where no attribute predicts capstone (VEX-like escapes, odd mod/rm
-rules, invalid encodings, mnemonics whose region or length Python decides)
-are left unknown, and capstone decodes each such instruction.
+Where capstone's length is wrong (ud0, ud1: ``tables.LENGTH_FIXES``), the
+length the table predicts is ``decode.py``'s correction of it, the one the
+reference walk uses.  Classes where no attribute predicts the length
+(VEX-like escapes, odd mod/rm rules, invalid encodings, mnemonics whose
+region Python decides) are left unknown, and capstone decodes each such
+instruction.
 
 A class is (opcode map, opcode, 66/F2/F3 prefixes, REX, LOCK) and, inside
 it, a cell per ModR/M reg and form: memory, %rip-relative memory, or
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import tables as T
-from .decode import _modrm_end
+from .decode import _fixed_length, _modrm_end
 from .walk import ACCEL_DIR
 
 HEADER = ACCEL_DIR / "kk_opmap.inc"
@@ -106,8 +109,10 @@ class _Prober:
 
     def _named(self, code: bytes) -> Tuple[int, Optional[int]]:
         for _, size, mnem, ops in self.cs.disasm_lite(code, 0, 1):
-            if mnem in _FIXED or ops.endswith("%gs") or mnem.startswith("lgs"):
-                return 0, None  # Python decides these functions (decode.py, classify.context_refusals)
+            if ops.endswith("%gs") or mnem.startswith("lgs"):
+                return 0, None  # Python decides these functions (classify.context_refusals)
+            if mnem in _FIXED:
+                size = _fixed_length(code, 0, size)  # decode.py's length, not capstone's
             got = self.seen.get((mnem, ops))
             if got is None:
                 got = self.seen[(mnem, ops)] = self.named(mnem.encode(), ops.encode())

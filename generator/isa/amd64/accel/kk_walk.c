@@ -13,9 +13,9 @@
  * this file adds what needs capstone's text: the refusals by mnemonic
  * (generator/isa/amd64/tables.py's REFUSED, handed over by kk_init()),
  * the check that capstone sees the same %rip-relative operand, and the
- * function-wide facts Python decides (undecodable bytes, capstone's
- * lengths that decode.py corrects, the %gs regions), which send the whole
- * function to Python (KK_DEFER).
+ * function-wide facts Python decides (undecodable bytes, the %gs regions,
+ * a length decode.py corrects that the table does not know), which send
+ * the whole function to Python (KK_DEFER).
  */
 
 #include <stdlib.h>
@@ -404,9 +404,20 @@ kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	/* capstone: text, or what the table does not know. */
 	kk_decoded++;
 	if ((insn = kk_decode(code, len, off, address)) == NULL ||
-	    kk_is_fixed(insn->mnemonic) || kk_ends(insn->op_str, "%gs") ||
+	    kk_ends(insn->op_str, "%gs") ||
 	    strncmp(insn->mnemonic, "lgs", 3) == 0)
 		return (KK_DEFER);
+	if (kk_is_fixed(insn->mnemonic)) {
+		/*
+		 * capstone's length is wrong; the table's is decode.py's
+		 * correction (opmap.py), and capstone's text is what Python
+		 * prints with it.
+		 */
+		if (tlen == 0)
+			return (KK_DEFER);
+		return (kk_decoded_row(code, off, tlen, address, text, 0,
+		    insn->mnemonic, insn->op_str, row));
+	}
 	/* Kept by its bytes where the table reads the same length. */
 	return (kk_decoded_row(code, off, insn->size, address, text,
 	    tlen == insn->size, insn->mnemonic, insn->op_str, row));
