@@ -215,3 +215,12 @@ def test_committed_table_is_capstones():
     with tempfile.TemporaryDirectory() as tmp:
         path = opmap.write(*opmap.build(), Path(tmp))
         assert path.read_text() == opmap.HEADER.read_text()
+
+
+def test_kk_init_refuses_a_vocabulary_of_another_layout():
+    """``struct kk_vocab`` is restated as a ctypes.Structure: kk_init() checks the size Python says it has and
+    touches nothing when it is not its own (the walk keeps the vocabulary it has)."""
+    lib = _lib()
+    wrong = hostcore._KkVocab(ctypes.sizeof(hostcore._KkVocab) - 8)
+    assert lib.lib.kk_init(ctypes.byref(wrong)) == hostcore.INIT_LAYOUT
+    assert not _mismatches(*lay_out(amd64, [bytes.fromhex("554889e5fb5dc3")]), "any")

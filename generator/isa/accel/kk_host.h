@@ -54,6 +54,36 @@ struct kk_row {
 #define	KK_TEXT_REFUSED	1	/* of refused instructions: their reasons */
 #define	KK_TEXT_ALL	2
 
+/*
+ * The ISA's vocabulary, from Python's facts (hostcore.py fills one
+ * ctypes.Structure of it): everything the walk prints or looks up by name.
+ */
+struct kk_jfield;		/* a field of the JSON record (kk_host.c) */
+
+struct kk_vocab {
+	size_t		kv_size;	/* sizeof(struct kk_vocab), checked */
+	const char *const *kv_reasons;	/* by reason code, 0 unused */
+	unsigned	kv_nreasons;
+	const char *const *kv_names;	/* mnemonics refused by name, sorted */
+	const uint8_t	*kv_name_codes;	/* their reason codes */
+	unsigned	kv_nnames;
+	const char *const *kv_kinds;	/* JSON text of each table kind */
+	unsigned	kv_nkinds;
+	const char *const *kv_classes;	/* JSON text of each kr_class */
+	unsigned	kv_nclasses;
+	const char	*kv_status_ok;	/* the record's status and kind words */
+	const char	*kv_status_skip;
+	const char	*kv_kind_skip;
+	const struct kk_jfield *kv_jfields; /* the JSON record, in order */
+	unsigned	kv_njfields;
+};
+
+/* What kk_init() says besides 0. */
+#define	KK_INIT_LAYOUT		1	/* not this struct, or too much */
+#define	KK_INIT_CAPSTONE	2	/* cs_open() failed */
+
+int	kk_init(const struct kk_vocab *);
+
 /* A field of struct kk_row, for Python (kk_layout()). */
 struct kk_field {
 	const char	*kf_name;
