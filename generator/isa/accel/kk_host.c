@@ -130,7 +130,8 @@ kk_layout(unsigned i, uint32_t *rowsize)
 
 /*
  * Set the walk up with the ISA's vocabulary (Python keeps it alive): 0,
- * KK_INIT_LAYOUT when *v is not the struct this file was built with, or
+ * KK_INIT_LAYOUT when *v is not the struct this file was built with
+ * (or holds more JSON fields than it has room for), or
  * KK_INIT_CAPSTONE when capstone cannot be opened for the ISA.
  */
 int
@@ -474,9 +475,15 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
     int text)
 {
 	struct kk_row *p, *row;
+	struct kk_fn fn;
 	size_t off, n;
 	int rv;
 
+	fn.kn_code = code;
+	fn.kn_len = len;
+	fn.kn_limit = limit;
+	fn.kn_address = address;
+	fn.kn_text = text;
 	kk_text_reset();
 	kk_epoch++;
 	/* In locals: the step, in another file, could change any global. */
@@ -493,7 +500,7 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 			kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
 			row = kk_rows + n;
 		}
-		rv = kk_isa_step(code, len, off, limit, address, text, row);
+		rv = kk_isa_step(&fn, off, row);
 		if (rv != KK_NEXT)
 			break;
 		if (off + row->kr_len > limit) {
@@ -544,11 +551,14 @@ void
 kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
     const uint64_t *start, const uint64_t *limit, uint32_t *out)
 {
-	const struct kk_row *r;
-	uint32_t *col;
-	size_t k, i, ncol;
+	const struct kk_row *r, *end;
+	uint32_t *col, refused;
+	size_t k, ncol;
+	unsigned nkinds;
 
 	ncol = kk_summary_columns();
+	/* In locals: a store to col[] could change any unsigned global. */
+	nkinds = kk_v.kv_nkinds;
 	for (k = 0; k < nfunc; k++) {
 		col = out + k * ncol;
 		memset(col, 0, ncol * sizeof(*col));
@@ -561,12 +571,14 @@ kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
 		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k],
 		    buflen - start[k], limit[k],
 		    kk_rows, kk_nrows);
-		for (i = 0, r = kk_rows; i < kk_nrows; i++, r++) {
+		refused = 0;
+		for (r = kk_rows, end = r + kk_nrows; r < end; r++) {
 			if (r->kr_reason != 0)
-				col[KK_COL_REFUSED]++;
-			else if (r->kr_md.km_kind < kk_v.kv_nkinds)
+				refused++;
+			else if (r->kr_md.km_kind < nkinds)
 				col[KK_COL_KIND + r->kr_md.km_kind]++;
 		}
+		col[KK_COL_REFUSED] = refused;
 	}
 }
 

@@ -358,42 +358,27 @@ kk_is_fixed(const char *mnemonic)
 	return (0);
 }
 
-/* The ISA's step (kk_host.h). */
-int
-kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
-    uint64_t address, int text, struct kk_row *row)
+/*
+ * The step where the table's verdict alone does not do (kk_isa_step()'s
+ * rare path): the core's rule with the table's length and refusal, a row
+ * cached by its bytes, or capstone.  Out of line, so that the common path
+ * needs few registers.
+ */
+static int KK_NOINLINE
+kk_step_slow(const struct kk_fn *fn, size_t off, size_t tlen, unsigned attr,
+    struct kk_row *row)
 {
 	const cs_insn *insn;
 	const uint8_t *p;
-	size_t tlen;
-	unsigned attr;
+	int text;
 
-	p = code + off;
-	tlen = kk_table_length(p, limit - off, &attr);
-	if (tlen != 0 && text != KK_TEXT_ALL && (attr & KK_VERDICT) != 0 &&
-	    (text == KK_TEXT_NONE || ((attr >> KK_REASON_SHIFT) == 0 &&
-	    (attr & KK_KIND) >> KK_KIND_SHIFT != KINST_K_RIPREL))) {
-		/*
-		 * The core's verdict on every instruction of the class, as
-		 * opmap.py found it, and no metadata: a summary needs none,
-		 * a table a riprel rel32's place (km_dispoff), which the
-		 * core says.
-		 */
-		row->kr_off = (uint32_t)off;
-		row->kr_len = (uint8_t)tlen;
-		row->kr_reason = (uint8_t)(attr >> KK_REASON_SHIFT);
-		row->kr_md.km_kind = (uint8_t)((attr & KK_KIND) >> KK_KIND_SHIFT);
-		row->kr_md.km_dispoff = 0;
-		row->kr_flags = 0;
-		row->kr_text = KK_NO_TEXT;
-		row->kr_cache = 0;
-		return (KK_NEXT);
-	}
+	p = fn->kn_code + off;
+	text = fn->kn_text;
 	if (tlen != 0 && text != KK_TEXT_ALL) {
 		/* The table's length and refusal by name; the core's rule. */
-		if (kk_row_of(p, tlen, address + off, attr >> KK_REASON_SHIFT,
-		    row) == KK_NEXT && (text == KK_TEXT_NONE ||
-		    row->kr_reason == 0)) {
+		if (kk_row_of(p, tlen, fn->kn_address + off,
+		    attr >> KK_REASON_SHIFT, row) == KK_NEXT &&
+		    (text == KK_TEXT_NONE || row->kr_reason == 0)) {
 			row->kr_off = (uint32_t)off;
 			return (KK_NEXT);
 		}
@@ -403,8 +388,8 @@ kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	}
 	/* capstone: text, or what the table does not know. */
 	kk_decoded++;
-	if ((insn = kk_decode(code, len, off, address)) == NULL ||
-	    kk_ends(insn->op_str, "%gs") ||
+	if ((insn = kk_decode(fn->kn_code, fn->kn_len, off,
+	    fn->kn_address)) == NULL || kk_ends(insn->op_str, "%gs") ||
 	    strncmp(insn->mnemonic, "lgs", 3) == 0)
 		return (KK_DEFER);
 	if (kk_is_fixed(insn->mnemonic)) {
@@ -415,12 +400,45 @@ kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 		 */
 		if (tlen == 0)
 			return (KK_DEFER);
-		return (kk_decoded_row(code, off, tlen, address, text, 0,
-		    insn->mnemonic, insn->op_str, row));
+		return (kk_decoded_row(fn->kn_code, off, tlen, fn->kn_address,
+		    text, 0, insn->mnemonic, insn->op_str, row));
 	}
 	/* Kept by its bytes where the table reads the same length. */
-	return (kk_decoded_row(code, off, insn->size, address, text,
-	    tlen == insn->size, insn->mnemonic, insn->op_str, row));
+	return (kk_decoded_row(fn->kn_code, off, insn->size, fn->kn_address,
+	    text, tlen == insn->size, insn->mnemonic, insn->op_str, row));
+}
+
+/* The ISA's step (kk_host.h). */
+int
+kk_isa_step(const struct kk_fn *fn, size_t off, struct kk_row *row)
+{
+	size_t tlen;
+	unsigned attr;
+
+	attr = 0;	/* unset where the table does not know the encoding */
+	tlen = kk_table_length(fn->kn_code + off, fn->kn_limit - off, &attr);
+	if (tlen != 0 && fn->kn_text != KK_TEXT_ALL &&
+	    (attr & KK_VERDICT) != 0 && (fn->kn_text == KK_TEXT_NONE ||
+	    ((attr >> KK_REASON_SHIFT) == 0 &&
+	    (attr & KK_KIND) >> KK_KIND_SHIFT != KINST_K_RIPREL))) {
+		/*
+		 * The core's verdict on every instruction of the class, as
+		 * opmap.py found it, and no metadata: a summary needs none,
+		 * a table a riprel rel32's place (km_dispoff), which the
+		 * core says.
+		 */
+		row->kr_off = (uint32_t)off;
+		row->kr_len = (uint8_t)tlen;
+		row->kr_reason = (uint8_t)(attr >> KK_REASON_SHIFT);
+		row->kr_md.km_kind = (uint8_t)((attr & KK_KIND) >>
+		    KK_KIND_SHIFT);
+		row->kr_md.km_dispoff = 0;
+		row->kr_flags = 0;
+		row->kr_text = KK_NO_TEXT;
+		row->kr_cache = 0;
+		return (KK_NEXT);
+	}
+	return (kk_step_slow(fn, off, tlen, attr, row));
 }
 
 /*
