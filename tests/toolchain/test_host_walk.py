@@ -135,6 +135,17 @@ def test_ud0_ud1_walked_at_decode_py_length(hexcode):
     assert not _mismatches(img, funcs, "any")
 
 
+@pytest.mark.parametrize("hexcode", ["5564ff10c3", "5565ff10c3", "55" + "2e" * 12 + "7410c3", "55f2f2ff10c3",
+                                     "556666ff10c3", "55f0f0ff00c3"])
+def test_prefixes_the_table_is_not_keyed_on(hexcode):
+    """The table keeps a class's verdict as its probes found it, with the prefixes it is keyed on each once;
+    a segment prefix or a repeated one can change it (a call through %fs memory is refused, a short jump
+    with a dozen prefixes cannot be widened), so for those the walk asks the core: summary and table records
+    are the report's."""
+    img, funcs = lay_out(amd64, [bytes.fromhex(hexcode)])
+    assert not _mismatches(img, funcs, "any")
+
+
 def test_a_table_record_needs_no_capstone_text():
     """A table walk keeps the reasons of refused instructions, which need capstone's mnemonic: the walk asks
     capstone for those alone."""

@@ -74,6 +74,7 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 {
 	size_t i;
 	unsigned b, map, modrm, mod, pfx, rex, lock, opsize, rep, key, top;
+	int extra;
 
 	lock = opsize = rep = rex = 0;
 	for (i = 0;; i++) {
@@ -92,6 +93,11 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 		    b != 0x64 && b != 0x65)
 			break;
 	}
+	/*
+	 * The table's verdict holds for the prefixes a class is keyed on,
+	 * each once (opmap.py's probes); with others the core decides.
+	 */
+	extra = i != 0 && i != lock + (rep != 0) + opsize;
 	if ((b & 0xf0) == 0x40) {
 		rex = (b & 0x08) != 0 ? 2 : 1;
 		if (++i >= limit)
@@ -133,6 +139,8 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 	    (modrm & 0xc7) == 0x05)] : top;
 	if ((*attr & KK_KNOWN) == 0)
 		return (0);
+	if (extra)
+		*attr &= ~KK_VERDICT;
 	if ((*attr & KK_HAS_MODRM) != 0) {
 		if (i >= limit)
 			return (0);
