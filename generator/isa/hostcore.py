@@ -89,8 +89,10 @@ def _compiler() -> str:
                     "(sys/modules/kinst/<arch>/kinst_core.c) on first use; install gcc (./bootstrap does)")
 
 
+@functools.lru_cache(maxsize=None)
 def _capstone() -> Tuple[Path, Path]:
-    """(include, lib) of the capstone library the Python binding ships: the decoder of record, called from C."""
+    """(include, lib) of the capstone library the Python binding ships: the decoder of record, called from C.
+    Found once a process (its key and its loading both ask)."""
     import importlib.util
 
     spec = importlib.util.find_spec("capstone")  # found, not imported: importing it costs 30 ms a process
