@@ -258,6 +258,24 @@ kk_base(const char *mnemonic)
 	return (sp == NULL ? mnemonic : sp + 1);
 }
 
+/* Kinds whose row holds a direct target (KK_R_TARGET). */
+static inline int
+kk_has_target(unsigned kind)
+{
+
+	return (kind == KINST_K_JMP32 || kind == KINST_K_JCC32 ||
+	    kind == KINST_K_JMP_WIDEN || kind == KINST_K_JCC_WIDEN ||
+	    kind == KINST_K_CALL_DIRECT);
+}
+
+/* Kinds with a %rip-relative operand (the core's km_disp, km_dispoff). */
+static inline int
+kk_is_riprel(unsigned kind)
+{
+
+	return (kind == KINST_K_RIPREL || kind == KINST_K_CALL_RIPREL);
+}
+
 /*
  * The row of b[0, len) at 'address' whose reason code by mnemonic is
  * 'named' (0: none): kinst_core_dissect()'s metadata, the refusal (the
@@ -281,11 +299,7 @@ kk_row_of(const uint8_t *b, size_t len, uint64_t address, unsigned named,
 		return (KK_ERROR);
 	row->kr_reason = (uint8_t)(named != 0 ? named : (unsigned)rc);
 	row->kr_target = kinst_core_branch_target(&row->kr_md, address);
-	if (row->kr_md.km_kind == KINST_K_JMP32 ||
-	    row->kr_md.km_kind == KINST_K_JCC32 ||
-	    row->kr_md.km_kind == KINST_K_JMP_WIDEN ||
-	    row->kr_md.km_kind == KINST_K_JCC_WIDEN ||
-	    row->kr_md.km_kind == KINST_K_CALL_DIRECT)
+	if (kk_has_target(row->kr_md.km_kind))
 		row->kr_flags = KK_R_TARGET;
 	return (KK_NEXT);
 }
@@ -343,8 +357,7 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	named = kk_amd64_named(mnemonic, operands);
 	if (kk_row_of(b, len, address, named, row) != KK_NEXT)
 		return (KK_ERROR);
-	rip = row->kr_md.km_kind == KINST_K_RIPREL ||
-	    row->kr_md.km_kind == KINST_K_CALL_RIPREL;
+	rip = kk_is_riprel(row->kr_md.km_kind);
 	if ((rip || strstr(operands, "ip)") != NULL) &&
 	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
 		return (KK_ERROR);
@@ -428,12 +441,13 @@ kk_isa_step(const struct kk_fn *fn, size_t off, struct kk_row *row)
 	if (tlen != 0 && fn->kn_text != KK_TEXT_ALL &&
 	    (attr & KK_VERDICT) != 0 && (fn->kn_text == KK_TEXT_NONE ||
 	    ((attr >> KK_REASON_SHIFT) == 0 &&
-	    (attr & KK_KIND) >> KK_KIND_SHIFT != KINST_K_RIPREL))) {
+	    !kk_is_riprel((attr & KK_KIND) >> KK_KIND_SHIFT) &&
+	    !kk_has_target((attr & KK_KIND) >> KK_KIND_SHIFT)))) {
 		/*
 		 * The core's verdict on every instruction of the class, as
-		 * opmap.py found it, and no metadata: a summary needs none,
-		 * a table a riprel rel32's place (km_dispoff), which the
-		 * core says.
+		 * opmap.py found it, and no metadata: a summary needs none;
+		 * a table and the jump proof a %rip-relative operand's place
+		 * and a direct branch's target, which the core says.
 		 */
 		row->kr_off = (uint32_t)off;
 		row->kr_len = (uint8_t)tlen;
