@@ -277,8 +277,8 @@ class Host:
         if got == INIT_CAPSTONE:
             raise UserError(f"capstone could not be opened for {isa.name} (cs_open failed)")
         if got != 0:
-            raise UserError(f"{self.lib._name}: its struct kk_vocab is not hostcore.py's, or holds too much: "
-                            "remove the file and run again (it is rebuilt from the sources)")
+            raise UserError(f"{self.lib._name}: kk_init() refused the vocabulary: hostcore.py's _KkVocab is not "
+                            "kk_host.h's struct kk_vocab, or there are more JSON fields than KK_JFIELDS; make them agree")
         self._keep += acc.init(self.lib) or []
 
     # -- one row, read out ----------------------------------------------------
