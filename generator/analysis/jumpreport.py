@@ -71,6 +71,7 @@ def of_image(img: KernelImage, rule: str, jobs: int = 0) -> Iterator[List[Functi
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
     hostcore.for_isa(img.isa)  # built and loaded before any worker forks
     refs_for_image(img)  # the image-wide scan, likewise
+    for_image(img)  # and the exclusion list with the NMI closure
     yield from map_chunks(img, funcs, functools.partial(_chunk, rule=rule), jobs)
 
 

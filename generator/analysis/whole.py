@@ -18,6 +18,7 @@ import shutil
 from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import report, summary
+from .exclusions import for_image
 from .fastjson import ImageJson
 from .probes import analyse
 from ..common.errors import UserError
@@ -180,6 +181,7 @@ def analyse_image(
     funcs = img.functions()
     if not funcs:
         raise UserError(f"{img.path}: no function symbols (stripped image?); use an unstripped kernel or its debug file")
+    for_image(img)  # the exclusion list with the image's NMI closure: made once here, inherited by the workers
     serial_below = 0
     if as_summary and hostcore.for_isa(img.isa) is not None:  # loaded once here, before any worker forks
         serial_below = SERIAL_SUMMARY_BYTES

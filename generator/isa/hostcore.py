@@ -89,8 +89,10 @@ def _compiler() -> str:
                     "(sys/modules/kinst/<arch>/kinst_core.c) on first use; install gcc (./bootstrap does)")
 
 
+@functools.lru_cache(maxsize=None)
 def _capstone() -> Tuple[Path, Path]:
-    """(include, lib) of the capstone library the Python binding ships: the decoder of record, called from C."""
+    """(include, lib) of the capstone library the Python binding ships: the decoder of record, called from C.
+    Found once a process (its key and its loading both ask)."""
     import importlib.util
 
     spec = importlib.util.find_spec("capstone")  # found, not imported: importing it costs 30 ms a process
@@ -162,6 +164,23 @@ class _KkJField(ctypes.Structure):
                 ("size", ctypes.c_uint32), ("type", ctypes.c_uint32)]
 
 
+class _KkVocab(ctypes.Structure):
+    """``struct kk_vocab`` (kk_host.h): the ISA's vocabulary, filled from its facts; ``kk_init()`` refuses one
+    whose ``size`` is not its own struct's."""
+
+    _fields_ = [("size", ctypes.c_size_t),
+                ("reasons", ctypes.POINTER(ctypes.c_char_p)), ("nreasons", ctypes.c_uint),
+                ("names", ctypes.POINTER(ctypes.c_char_p)), ("name_codes", ctypes.POINTER(ctypes.c_uint8)),
+                ("nnames", ctypes.c_uint),
+                ("kinds", ctypes.POINTER(ctypes.c_char_p)), ("nkinds", ctypes.c_uint),
+                ("classes", ctypes.POINTER(ctypes.c_char_p)), ("nclasses", ctypes.c_uint),
+                ("status_ok", ctypes.c_char_p), ("status_skip", ctypes.c_char_p), ("kind_skip", ctypes.c_char_p),
+                ("jfields", ctypes.POINTER(_KkJField)), ("njfields", ctypes.c_uint)]
+
+
+INIT_LAYOUT, INIT_CAPSTONE = 1, 2  # what kk_init() says besides 0 (KK_INIT_*)
+
+
 def _strings(items: Sequence[str]) -> ctypes.Array:
     return (ctypes.c_char_p * max(1, len(items)))(*(s.encode() for s in items))
 
@@ -188,6 +207,7 @@ class Host:
         lib = self.lib
         u8p, u64p = ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_uint64)
         sig = {
+            "kk_init": ((ctypes.POINTER(_KkVocab),), ctypes.c_int),
             "kk_layout": ((ctypes.c_uint, ctypes.POINTER(ctypes.c_uint32)), ctypes.POINTER(_KkField)),
             "kk_json_sources": ((), ctypes.c_char_p),
             "kk_json_types": ((), ctypes.c_char_p),
@@ -246,17 +266,19 @@ class Host:
             else:
                 f = self.fields[source]
                 jfields.append((lit.encode(), sources.index("row"), f.offset, f.size, types.index(how)))
-        arrays = [_strings(reasons), _strings([n for n, _ in names]),
-                  (ctypes.c_uint8 * max(1, len(names)))(*(c for _, c in names)),
-                  _strings([k.kind for k in isa.table_kinds]), _strings(acc.classes),
-                  (_KkJField * len(jfields))(*jfields)]
-        words = [STATUS_OK.encode(), STATUS_SKIP.encode(), KIND_SKIP.encode()]
-        self._keep += arrays + words  # the C keeps pointers into them
-        self.lib.kk_init.restype = ctypes.c_int
-        if self.lib.kk_init(arrays[0], len(reasons), arrays[1], arrays[2], len(names), arrays[3],
-                            len(isa.table_kinds), arrays[4], len(acc.classes), *words, arrays[5],
-                            len(jfields)) != 0:
+        kinds = [k.kind for k in isa.table_kinds]
+        vocab = _KkVocab(ctypes.sizeof(_KkVocab), _strings(reasons), len(reasons), _strings([n for n, _ in names]),
+                         (ctypes.c_uint8 * max(1, len(names)))(*(c for _, c in names)), len(names),
+                         _strings(kinds), len(kinds), _strings(acc.classes), len(acc.classes),
+                         STATUS_OK.encode(), STATUS_SKIP.encode(), KIND_SKIP.encode(),
+                         (_KkJField * len(jfields))(*jfields), len(jfields))
+        self._keep.append(vocab)  # the C keeps pointers into what it holds (its _objects)
+        got = self.lib.kk_init(ctypes.byref(vocab))
+        if got == INIT_CAPSTONE:
             raise UserError(f"capstone could not be opened for {isa.name} (cs_open failed)")
+        if got != 0:
+            raise UserError(f"{self.lib._name}: kk_init() refused the vocabulary: hostcore.py's _KkVocab is not "
+                            "kk_host.h's struct kk_vocab, or there are more JSON fields than KK_JFIELDS; make them agree")
         self._keep += acc.init(self.lib) or []
 
     # -- one row, read out ----------------------------------------------------

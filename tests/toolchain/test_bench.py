@@ -29,6 +29,21 @@ def test_timed_names_a_failing_command(tmp_path: Path) -> None:
         analysis._timed(["false"], tmp_path / "out")
 
 
+def test_timed_python_keeps_its_bytecode_in_the_folder_given(tmp_path: Path, monkeypatch) -> None:
+    """A compared tree's runs keep their bytecode in their own folder, whatever the caller's environment says
+    (PYTHONDONTWRITEBYTECODE would compile every module of every run anew, for one tree and not another)."""
+    import sys
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    (tmp_path / "mod_to_compile.py").write_text("X = 1\n")
+    code = "import sys, mod_to_compile; print(sys.pycache_prefix, sys.flags.dont_write_bytecode)"
+    analysis._timed([sys.executable, "-c", code], tmp_path / "out", cwd=str(tmp_path), pycache=tmp_path / "pyc")
+    assert (tmp_path / "out").read_text().split() == [str(tmp_path / "pyc"), "0"]
+    assert list((tmp_path / "pyc").rglob("mod_to_compile*.pyc"))
+    analysis._timed([sys.executable, "-c", code], tmp_path / "out2", cwd=str(tmp_path))
+    assert (tmp_path / "out2").read_text().split() == ["None", "1"]
+
+
 @pytest.mark.parametrize("name", ["arm64", "riscv"])
 def test_arch_analysis_bench_runs(name: str, monkeypatch) -> None:
     """The arch benchmark's analysis step on a small module: both of our runs and the cross objdump counted."""

@@ -110,7 +110,7 @@ def test_the_table_carries_the_work():
 
 @pytest.mark.parametrize("hexcode, why", [
     ("5506c3", "(bad): capstone cannot decode it"),
-    ("550fb9c0c3", "ud1: decode.py corrects capstone's length"),
+    ("55670fb9c0c3", "ud1 after 0x67, a length the table does not know: decode.py corrects capstone's"),
     ("558ee80f30c3", "a %gs load opens a region Python refuses"),
     ("5548", "the last instruction runs past the symbol"),
 ])
@@ -120,6 +120,30 @@ def test_hands_back_what_python_decides(hexcode, why):
     lay = lib.summary_layout()
     counts = lib.summarise(code + b"\xcc" * 15, 0, [0], [len(code)])
     assert counts[lay.n] == lay.deferred, why
+
+
+@pytest.mark.parametrize("hexcode", ["550fb9c0c3", "e9000000000fb9cc", "55660fb984c80000000001ffc3"])
+def test_ud0_ud1_walked_at_decode_py_length(hexcode):
+    """capstone reads ud0/ud1 two bytes long; decode.py corrects that, and so does the table (opmap.py takes
+    decode.py's length): the walk does these functions itself (vmlinux has 686 static-call trampolines, jmp
+    then ud1), and its summary, --json line and table records are the report's."""
+    code = bytes.fromhex(hexcode)
+    img, funcs = lay_out(amd64, [code])
+    lay = _lib().summary_layout()
+    counts = _lib().summarise(code + b"\xcc" * 15, 0, [0], [len(code)])
+    assert counts[lay.n] != lay.deferred
+    assert not _mismatches(img, funcs, "any")
+
+
+@pytest.mark.parametrize("hexcode", ["5564ff10c3", "5565ff10c3", "55" + "2e" * 12 + "7410c3", "55f2f2ff10c3",
+                                     "556666ff10c3", "55f0f0ff00c3"])
+def test_prefixes_the_table_is_not_keyed_on(hexcode):
+    """The table keeps a class's verdict as its probes found it, with the prefixes it is keyed on each once;
+    a segment prefix or a repeated one can change it (a call through %fs memory is refused, a short jump
+    with a dozen prefixes cannot be widened), so for those the walk asks the core: summary and table records
+    are the report's."""
+    img, funcs = lay_out(amd64, [bytes.fromhex(hexcode)])
+    assert not _mismatches(img, funcs, "any")
 
 
 def test_a_table_record_needs_no_capstone_text():
@@ -202,3 +226,12 @@ def test_committed_table_is_capstones():
     with tempfile.TemporaryDirectory() as tmp:
         path = opmap.write(*opmap.build(), Path(tmp))
         assert path.read_text() == opmap.HEADER.read_text()
+
+
+def test_kk_init_refuses_a_vocabulary_of_another_layout():
+    """``struct kk_vocab`` is restated as a ctypes.Structure: kk_init() checks the size Python says it has and
+    touches nothing when it is not its own (the walk keeps the vocabulary it has)."""
+    lib = _lib()
+    wrong = hostcore._KkVocab(ctypes.sizeof(hostcore._KkVocab) - 8)
+    assert lib.lib.kk_init(ctypes.byref(wrong)) == hostcore.INIT_LAYOUT
+    assert not _mismatches(*lay_out(amd64, [bytes.fromhex("554889e5fb5dc3")]), "any")

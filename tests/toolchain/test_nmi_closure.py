@@ -100,3 +100,20 @@ def test_probes_refuse_a_callee_of_the_nmi_path(sample_kernel: Path) -> None:
     assert ("function refused: excluded by name (amd64): called directly on the NMI path "
             "stack_capture -> stack_zero; it runs in NMI context") in res.stdout
     assert not re.search(r"\s(trampoline|call-direct|jmp32)\s*$", res.stdout, re.M)
+
+
+def test_the_closure_is_made_before_the_workers_fork() -> None:
+    """``probes --all`` forks a worker per CPU: the exclusion list (a pass over every function for the NMI entry
+    points) is made in the parent, which the workers inherit, not once in each of them."""
+    from generator.analysis import exclusions
+    from generator.analysis.whole import analyse_image
+    from generator.image.elf import KernelImage
+    from helpers.skips import require_system_library
+
+    img = KernelImage.open(str(require_system_library("libz.so.1")))
+    assert img not in exclusions._IMAGES
+    chunks = analyse_image(img, "any", True, True, jobs=2)
+    try:
+        assert next(chunks) and img in exclusions._IMAGES
+    finally:
+        chunks.close()

@@ -90,30 +90,29 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 
 /* The ISA's step (kk_host.h): a function at a misaligned address is Python's. */
 int
-kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
-    uint64_t address, int text, struct kk_row *row)
+kk_isa_step(const struct kk_fn *fn, size_t off, struct kk_row *row)
 {
 	const cs_insn *insn;
 	const uint8_t *p;
 	size_t ilen;
 
-	if (off == 0 && address % KINST_INSN_ALIGN != 0)
+	if (off == 0 && fn->kn_address % KINST_INSN_ALIGN != 0)
 		return (KK_DEFER);
-	p = code + off;
+	p = fn->kn_code + off;
 	ilen = (size_t)kinst_core_length(p);
-	if (ilen == 0 || off + ilen > len || off + ilen > limit ||
+	if (ilen == 0 || off + ilen > fn->kn_len || off + ilen > fn->kn_limit ||
 	    kk_dbp_context(p, ilen))
 		return (KK_DEFER);
-	if (kk_cache_get(p, ilen, text != KK_TEXT_NONE, row)) {
+	if (kk_cache_get(p, ilen, fn->kn_text != KK_TEXT_NONE, row)) {
 		row->kr_off = (uint32_t)off;
 		if ((row->kr_flags & KK_R_TARGET) != 0)
-			row->kr_target = address + off +
+			row->kr_target = fn->kn_address + off +
 			    (uint64_t)row->kr_md.km_imm;
 		return (KK_NEXT);
 	}
-	if ((insn = kk_decode(code, len, off, address)) == NULL ||
-	    insn->size != ilen)
+	if ((insn = kk_decode(fn->kn_code, fn->kn_len, off,
+	    fn->kn_address)) == NULL || insn->size != ilen)
 		return (KK_DEFER);	/* undecodable: Python says so */
-	return (kk_decoded_row(code, off, ilen, address, text, 1,
-	    insn->mnemonic, insn->op_str, row));
+	return (kk_decoded_row(fn->kn_code, off, ilen, fn->kn_address,
+	    fn->kn_text, 1, insn->mnemonic, insn->op_str, row));
 }

@@ -25,20 +25,11 @@ static int kk_words(void);
 static csh kk_cs;
 static cs_insn *kk_insn;
 
-/* What Python gave kk_init(); Python keeps it alive. */
 /* A refusal's reason: what the ISA's step puts first (the mnemonic), this, the text. */
 #define	KK_REASON_JOIN	": "
 
-static const char *const *kk_reasons;	/* by reason code, 0 unused */
-static unsigned kk_nreasons;
-static const char *const *kk_names;	/* mnemonics refused by name, sorted */
-static const uint8_t *kk_name_codes;	/* their reason codes */
-static unsigned kk_nnames;
-static const char *const *kk_kinds;	/* JSON text of each table kind */
-static unsigned kk_nkinds;
-static const char *const *kk_classes;	/* JSON text of each kr_class */
-static unsigned kk_nclasses;
-static const char *kk_status_ok, *kk_status_skip, *kk_kind_skip;
+/* What Python gave kk_init(); Python keeps what it points to alive. */
+static struct kk_vocab kk_v;
 
 /*
  * The JSON record of an instruction: its fields in order, each a key (the
@@ -80,8 +71,6 @@ static const char kk_sources[] = "offset address length bytes mnemonic "
     "operands status reason kind target null row";
 static const char kk_types[] = "int sint hex bool word class";
 
-static const struct kk_jfield *kk_jfields;
-static unsigned kk_njfields;
 /*
  * The record's fields in parts: those that say where the instruction is,
  * up to kk_jplace; up to kk_jverdict; the verdict (status, reason, kind),
@@ -139,53 +128,44 @@ kk_layout(unsigned i, uint32_t *rowsize)
 	return (NULL);
 }
 
+/*
+ * Set the walk up with the ISA's vocabulary (Python keeps it alive): 0,
+ * KK_INIT_LAYOUT when *v is not the struct this file was built with
+ * (or holds more JSON fields than it has room for), or
+ * KK_INIT_CAPSTONE when capstone cannot be opened for the ISA.
+ */
 int
-kk_init(const char *const *reasons, unsigned nreasons,
-    const char *const *names, const uint8_t *name_codes, unsigned nnames,
-    const char *const *kinds, unsigned nkinds,
-    const char *const *classes, unsigned nclasses,
-    const char *status_ok, const char *status_skip, const char *kind_skip,
-    const struct kk_jfield *jfields, unsigned njfields)
+kk_init(const struct kk_vocab *v)
 {
-	unsigned i;
+	unsigned i, n;
+	const struct kk_jfield *f;
 
-	kk_reasons = reasons;
-	kk_nreasons = nreasons;
-	kk_names = names;
-	kk_name_codes = name_codes;
-	kk_nnames = nnames;
-	kk_kinds = kinds;
-	kk_nkinds = nkinds;
-	kk_classes = classes;
-	kk_nclasses = nclasses;
-	kk_status_ok = status_ok;
-	kk_status_skip = status_skip;
-	kk_kind_skip = kind_skip;
-	if (njfields > KK_JFIELDS)
-		return (-1);
-	kk_jfields = jfields;
-	kk_njfields = njfields;
-	for (i = 0; i < njfields; i++)
-		kk_jkeylen[i] = strlen(jfields[i].kj_key);
-	for (kk_jplace = 0; kk_jplace < njfields &&
-	    (jfields[kk_jplace].kj_source == KK_S_OFFSET ||
-	    jfields[kk_jplace].kj_source == KK_S_ADDRESS); kk_jplace++)
+	if (v->kv_size != sizeof(*v) || v->kv_njfields > KK_JFIELDS)
+		return (KK_INIT_LAYOUT);
+	kk_v = *v;
+	f = v->kv_jfields;
+	n = v->kv_njfields;
+	for (i = 0; i < n; i++)
+		kk_jkeylen[i] = strlen(f[i].kj_key);
+	for (kk_jplace = 0; kk_jplace < n &&
+	    (f[kk_jplace].kj_source == KK_S_OFFSET ||
+	    f[kk_jplace].kj_source == KK_S_ADDRESS); kk_jplace++)
 		;
-	for (kk_jverdict = kk_jplace; kk_jverdict < njfields &&
-	    jfields[kk_jverdict].kj_source != KK_S_STATUS &&
-	    jfields[kk_jverdict].kj_source != KK_S_REASON &&
-	    jfields[kk_jverdict].kj_source != KK_S_KIND; kk_jverdict++)
+	for (kk_jverdict = kk_jplace; kk_jverdict < n &&
+	    f[kk_jverdict].kj_source != KK_S_STATUS &&
+	    f[kk_jverdict].kj_source != KK_S_REASON &&
+	    f[kk_jverdict].kj_source != KK_S_KIND; kk_jverdict++)
 		;
-	for (kk_jrest = kk_jverdict; kk_jrest < njfields &&
-	    (jfields[kk_jrest].kj_source == KK_S_STATUS ||
-	    jfields[kk_jrest].kj_source == KK_S_REASON ||
-	    jfields[kk_jrest].kj_source == KK_S_KIND); kk_jrest++)
+	for (kk_jrest = kk_jverdict; kk_jrest < n &&
+	    (f[kk_jrest].kj_source == KK_S_STATUS ||
+	    f[kk_jrest].kj_source == KK_S_REASON ||
+	    f[kk_jrest].kj_source == KK_S_KIND); kk_jrest++)
 		;
 	if (kk_words() != 0)
-		return (-1);
+		return (KK_INIT_LAYOUT);
 	if (kk_insn == NULL && (kk_isa_open(&kk_cs) != 0 ||
 	    (kk_insn = cs_malloc(kk_cs)) == NULL))
-		return (-1);
+		return (KK_INIT_CAPSTONE);
 	return (0);
 }
 
@@ -194,7 +174,8 @@ static const char *
 kk_reason_text(unsigned code)
 {
 
-	return (code != 0 && code < kk_nreasons ? kk_reasons[code] : "");
+	return (code != 0 && code < kk_v.kv_nreasons ? kk_v.kv_reasons[code] :
+	    "");
 }
 
 /* The reason code of a mnemonic refused by name, or 0. */
@@ -204,12 +185,12 @@ kk_name_reason(const char *name)
 	int lo, hi, mid, c;
 
 	lo = 0;
-	hi = (int)kk_nnames - 1;
+	hi = (int)kk_v.kv_nnames - 1;
 	while (lo <= hi) {
 		mid = (lo + hi) / 2;
-		c = strcmp(name, kk_names[mid]);
+		c = strcmp(name, kk_v.kv_names[mid]);
 		if (c == 0)
-			return (kk_name_codes[mid]);
+			return (kk_v.kv_name_codes[mid]);
 		if (c < 0)
 			hi = mid - 1;
 		else
@@ -494,9 +475,15 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
     int text)
 {
 	struct kk_row *p, *row;
+	struct kk_fn fn;
 	size_t off, n;
 	int rv;
 
+	fn.kn_code = code;
+	fn.kn_len = len;
+	fn.kn_limit = limit;
+	fn.kn_address = address;
+	fn.kn_text = text;
 	kk_text_reset();
 	kk_epoch++;
 	/* In locals: the step, in another file, could change any global. */
@@ -513,7 +500,7 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 			kk_rcap = kk_rcap != 0 ? 2 * kk_rcap : 4096;
 			row = kk_rows + n;
 		}
-		rv = kk_isa_step(code, len, off, limit, address, text, row);
+		rv = kk_isa_step(&fn, off, row);
 		if (rv != KK_NEXT)
 			break;
 		if (off + row->kr_len > limit) {
@@ -544,7 +531,7 @@ unsigned
 kk_summary_columns(void)
 {
 
-	return (KK_COL_KIND + kk_nkinds);
+	return (KK_COL_KIND + kk_v.kv_nkinds);
 }
 
 /* For Python: where kk_summarise()'s counters are, and what marks a deferred function. */
@@ -564,11 +551,14 @@ void
 kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
     const uint64_t *start, const uint64_t *limit, uint32_t *out)
 {
-	const struct kk_row *r;
-	uint32_t *col;
-	size_t k, i, ncol;
+	const struct kk_row *r, *end;
+	uint32_t *col, refused;
+	size_t k, ncol;
+	unsigned nkinds;
 
 	ncol = kk_summary_columns();
+	/* In locals: a store to col[] could change any unsigned global. */
+	nkinds = kk_v.kv_nkinds;
 	for (k = 0; k < nfunc; k++) {
 		col = out + k * ncol;
 		memset(col, 0, ncol * sizeof(*col));
@@ -581,89 +571,15 @@ kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
 		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k],
 		    buflen - start[k], limit[k],
 		    kk_rows, kk_nrows);
-		for (i = 0, r = kk_rows; i < kk_nrows; i++, r++) {
+		refused = 0;
+		for (r = kk_rows, end = r + kk_nrows; r < end; r++) {
 			if (r->kr_reason != 0)
-				col[KK_COL_REFUSED]++;
-			else if (r->kr_md.km_kind < kk_nkinds)
+				refused++;
+			else if (r->kr_md.km_kind < nkinds)
 				col[KK_COL_KIND + r->kr_md.km_kind]++;
 		}
+		col[KK_COL_REFUSED] = refused;
 	}
-}
-
-/*
- * The end of each function's --summary --json line, from "eligible" on,
- * made of kk_summarise()'s counters: a formatter of counts, no rule.  A
- * function passes when it has the prologue rule bit 'rule_bit', else its
- * reason is 'reason'; 'kinds' are the table kinds' JSON strings and
- * 'order' their indexes in the order a line lists them (Python's, like
- * the quoting).  One line per function, each ended by a newline, empty
- * for a deferred function; *text points at them until the next call.
- * Returns their length, or (size_t)-1 when memory runs out.
- */
-static char *kk_tails;
-static size_t kk_tcap;
-
-size_t
-kk_summary_json(const uint32_t *cols, size_t nfunc, unsigned rule_bit,
-    const char *reason, const char *const *kinds, const unsigned *order,
-    char **text)
-{
-	const uint32_t *col;
-	size_t k, i, len, most, ncol, cap;
-	uint32_t ok;
-	char *p;
-	int n;
-
-	ncol = kk_summary_columns();
-	most = 160 + strlen(reason);
-	for (i = 0; i < kk_nkinds; i++)
-		most += strlen(kinds[i]) + 12;
-	len = 0;
-	for (k = 0; k < nfunc; k++) {
-		col = cols + k * ncol;
-		if (len + most > kk_tcap) {
-			for (cap = kk_tcap != 0 ? kk_tcap : 1 << 16;
-			    cap < len + most; cap *= 2)
-				;
-			if ((p = realloc(kk_tails, cap)) == NULL)
-				return ((size_t)-1);
-			kk_tails = p;
-			kk_tcap = cap;
-		}
-		p = kk_tails + len;
-		if (col[KK_COL_N] == KK_DEFERRED) {
-			*p = '\n';
-			len++;
-			continue;
-		}
-		if ((col[KK_COL_PROLOGUE] & rule_bit) == 0) {
-			n = sprintf(p, "\"eligible\":false,\"reason\":%s,"
-			    "\"walk_error\":\"\",\"instructions\":%u,"
-			    "\"probes\":0,\"skipped\":%u,\"kinds\":{}}\n", reason,
-			    (unsigned)col[KK_COL_N], (unsigned)col[KK_COL_N]);
-			len += (size_t)n;
-			continue;
-		}
-		for (ok = 0, i = 0; i < kk_nkinds; i++)
-			ok += col[KK_COL_KIND + i];
-		n = sprintf(p, "\"eligible\":true,\"reason\":\"\","
-		    "\"walk_error\":\"\",\"instructions\":%u,\"probes\":%u,"
-		    "\"skipped\":%u,\"kinds\":{", (unsigned)col[KK_COL_N],
-		    (unsigned)ok, (unsigned)(col[KK_COL_N] - ok));
-		p += n;
-		for (i = 0; i < kk_nkinds; i++) {
-			if (col[KK_COL_KIND + order[i]] == 0)
-				continue;
-			p += sprintf(p, "%s%s:%u", p[-1] == '{' ? "" : ",",
-			    kinds[order[i]], (unsigned)col[KK_COL_KIND + order[i]]);
-		}
-		*p++ = '}';
-		*p++ = '}';
-		*p++ = '\n';
-		len = (size_t)(p - kk_tails);
-	}
-	*text = kk_tails;
-	return (len);
 }
 
 /*
@@ -894,6 +810,97 @@ kk_int(struct kk_out *o, long long v)
 		kk_uint(o, (unsigned long long)v);
 }
 
+/*
+ * The end of each function's --summary --json line, from "eligible" on,
+ * made of kk_summarise()'s counters: a formatter of counts, no rule.  A
+ * function passes when it has the prologue rule bit 'rule_bit', else its
+ * reason is 'reason'; 'kinds' are the table kinds' JSON strings and
+ * 'order' their indexes in the order a line lists them (Python's, like
+ * the quoting).  One line per function, each ended by a newline, empty
+ * for a deferred function; *text points at them until the next call.
+ * Returns their length, or (size_t)-1 when memory runs out.
+ */
+static char *kk_tails;
+static size_t kk_tcap;
+
+#define	KK_PUTS(o, s)	kk_put((o), (s), sizeof(s) - 1)
+
+size_t
+kk_summary_json(const uint32_t *cols, size_t nfunc, unsigned rule_bit,
+    const char *reason, const char *const *kinds, const unsigned *order,
+    char **text)
+{
+	struct kk_out o;
+	const uint32_t *col;
+	size_t k, i, len, most, ncol, cap, rlen, klen[KK_KINDS];
+	uint32_t ok, n;
+	char *p;
+	int any;
+
+	ncol = kk_summary_columns();
+	if (kk_v.kv_nkinds > KK_KINDS)
+		return ((size_t)-1);
+	rlen = strlen(reason);
+	most = 160 + rlen;
+	for (i = 0; i < kk_v.kv_nkinds; i++) {
+		klen[i] = strlen(kinds[i]);
+		most += klen[i] + 12;
+	}
+	len = 0;
+	for (k = 0; k < nfunc; k++) {
+		col = cols + k * ncol;
+		if (len + most > kk_tcap) {
+			for (cap = kk_tcap != 0 ? kk_tcap : 1 << 16;
+			    cap < len + most; cap *= 2)
+				;
+			if ((p = realloc(kk_tails, cap)) == NULL)
+				return ((size_t)-1);
+			kk_tails = p;
+			kk_tcap = cap;
+		}
+		o.p = kk_tails + len;
+		o.end = kk_tails + kk_tcap;
+		o.full = 0;
+		o.ascii = 1;
+		n = col[KK_COL_N];
+		if (n == KK_DEFERRED) {
+			kk_put(&o, "\n", 1);
+		} else if ((col[KK_COL_PROLOGUE] & rule_bit) == 0) {
+			KK_PUTS(&o, "\"eligible\":false,\"reason\":");
+			kk_put(&o, reason, rlen);
+			KK_PUTS(&o, ",\"walk_error\":\"\",\"instructions\":");
+			kk_uint(&o, n);
+			KK_PUTS(&o, ",\"probes\":0,\"skipped\":");
+			kk_uint(&o, n);
+			KK_PUTS(&o, ",\"kinds\":{}}\n");
+		} else {
+			for (ok = 0, i = 0; i < kk_v.kv_nkinds; i++)
+				ok += col[KK_COL_KIND + i];
+			KK_PUTS(&o, "\"eligible\":true,\"reason\":\"\","
+			    "\"walk_error\":\"\",\"instructions\":");
+			kk_uint(&o, n);
+			KK_PUTS(&o, ",\"probes\":");
+			kk_uint(&o, ok);
+			KK_PUTS(&o, ",\"skipped\":");
+			kk_uint(&o, n - ok);
+			KK_PUTS(&o, ",\"kinds\":{");
+			for (any = 0, i = 0; i < kk_v.kv_nkinds; i++) {
+				if (col[KK_COL_KIND + order[i]] == 0)
+					continue;
+				if (any++)
+					kk_put(&o, ",", 1);
+				kk_put(&o, kinds[order[i]], klen[order[i]]);
+				kk_put(&o, ":", 1);
+				kk_uint(&o, col[KK_COL_KIND + order[i]]);
+			}
+			KK_PUTS(&o, "}}\n");
+		}
+		len = (size_t)(o.p - kk_tails);
+	}
+	*text = kk_tails;
+	return (len);
+}
+
 /* The bytes b[0, n) in hex, as a JSON string (n is at most KK_HEX_MAX). */
 #define	KK_HEX_MAX	32
 
@@ -981,18 +988,18 @@ kk_words(void)
 	struct kk_out o;
 	unsigned i;
 
-	if (kk_nkinds > KK_KINDS)
+	if (kk_v.kv_nkinds > KK_KINDS)
 		return (-1);
 	o.p = kk_wbuf;
 	o.end = kk_wbuf + sizeof(kk_wbuf);
 	o.full = 0;
 	o.ascii = 1;
-	if (kk_word(&o, &kk_wok, kk_status_ok) != 0 ||
-	    kk_word(&o, &kk_wskip, kk_status_skip) != 0 ||
-	    kk_word(&o, &kk_wkindskip, kk_kind_skip) != 0)
+	if (kk_word(&o, &kk_wok, kk_v.kv_status_ok) != 0 ||
+	    kk_word(&o, &kk_wskip, kk_v.kv_status_skip) != 0 ||
+	    kk_word(&o, &kk_wkindskip, kk_v.kv_kind_skip) != 0)
 		return (-1);
-	for (i = 0; i < kk_nkinds; i++)
-		if (kk_word(&o, &kk_wkinds[i], kk_kinds[i]) != 0)
+	for (i = 0; i < kk_v.kv_nkinds; i++)
+		if (kk_word(&o, &kk_wkinds[i], kk_v.kv_kinds[i]) != 0)
 			return (-1);
 	return (0);
 }
@@ -1045,7 +1052,7 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 	int skip;
 
 	skip = refused != NULL || row->kr_reason != 0;
-	for (i = first, f = kk_jfields + first; i < last; i++, f++) {
+	for (i = first, f = kk_v.kv_jfields + first; i < last; i++, f++) {
 		kk_put(o, f->kj_key, kk_jkeylen[i]);
 		switch (f->kj_source) {
 		case KK_S_OFFSET:
@@ -1084,7 +1091,7 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 				kk_put(o, "\"\"", 2);
 			break;
 		case KK_S_KIND:
-			w = skip || row->kr_md.km_kind >= kk_nkinds ?
+			w = skip || row->kr_md.km_kind >= kk_v.kv_nkinds ?
 			    &kk_wkindskip : &kk_wkinds[row->kr_md.km_kind];
 			kk_put(o, w->kw_s, w->kw_n);
 			break;
@@ -1118,8 +1125,8 @@ kk_jwrite(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 				kk_quote(o, word);
 				break;
 			default:
-				kk_quote(o, *p < kk_nclasses ? kk_classes[*p] :
-				    "");
+				kk_quote(o, *p < kk_v.kv_nclasses ?
+				    kk_v.kv_classes[*p] : "");
 				break;
 			}
 		}
@@ -1176,7 +1183,8 @@ kk_cached_record(struct kk_out *o, struct kk_cached *c,
 		c->kc_jverdict = (uint16_t)(t.p - c->kc_json);
 		kk_jwrite(&t, row, code, NULL, NULL, kk_jverdict, kk_jrest);
 		c->kc_jrest = (uint16_t)(t.p - c->kc_json);
-		kk_jwrite(&t, row, code, NULL, NULL, kk_jrest, kk_njfields);
+		kk_jwrite(&t, row, code, NULL, NULL, kk_jrest,
+		    kk_v.kv_njfields);
 		kk_put(&t, "}", 1);
 		if (t.full || !t.ascii)
 			return (0);
@@ -1214,7 +1222,7 @@ kk_record(struct kk_out *o, const struct kk_row *row, const uint8_t *code,
 		return;
 	kk_jwrite(o, row, code, pl, NULL, kk_jplace, kk_jverdict);
 	kk_verdict(o, row, code, rf);
-	kk_jwrite(o, row, code, pl, NULL, kk_jrest, kk_njfields);
+	kk_jwrite(o, row, code, pl, NULL, kk_jrest, kk_v.kv_njfields);
 	kk_put(o, "}", 1);
 }
 

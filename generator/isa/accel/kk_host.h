@@ -44,6 +44,13 @@ struct kk_row {
 
 #define	KK_NO_TEXT	0xffffffffu
 
+/* A function the compiler must not inline (a step's rare path). */
+#ifdef __GNUC__
+#define	KK_NOINLINE	__attribute__((__noinline__))
+#else
+#define	KK_NOINLINE
+#endif
+
 /* What a step or a walk says. */
 #define	KK_NEXT		0	/* one more row */
 #define	KK_DEFER	1	/* Python must do this function */
@@ -53,6 +60,36 @@ struct kk_row {
 #define	KK_TEXT_NONE	0
 #define	KK_TEXT_REFUSED	1	/* of refused instructions: their reasons */
 #define	KK_TEXT_ALL	2
+
+/*
+ * The ISA's vocabulary, from Python's facts (hostcore.py fills one
+ * ctypes.Structure of it): everything the walk prints or looks up by name.
+ */
+struct kk_jfield;		/* a field of the JSON record (kk_host.c) */
+
+struct kk_vocab {
+	size_t		kv_size;	/* sizeof(struct kk_vocab), checked */
+	const char *const *kv_reasons;	/* by reason code, 0 unused */
+	unsigned	kv_nreasons;
+	const char *const *kv_names;	/* mnemonics refused by name, sorted */
+	const uint8_t	*kv_name_codes;	/* their reason codes */
+	unsigned	kv_nnames;
+	const char *const *kv_kinds;	/* JSON text of each table kind */
+	unsigned	kv_nkinds;
+	const char *const *kv_classes;	/* JSON text of each kr_class */
+	unsigned	kv_nclasses;
+	const char	*kv_status_ok;	/* the record's status and kind words */
+	const char	*kv_status_skip;
+	const char	*kv_kind_skip;
+	const struct kk_jfield *kv_jfields; /* the JSON record, in order */
+	unsigned	kv_njfields;
+};
+
+/* What kk_init() says besides 0. */
+#define	KK_INIT_LAYOUT		1	/* another struct, or too big */
+#define	KK_INIT_CAPSTONE	2	/* cs_open() failed */
+
+int	kk_init(const struct kk_vocab *);
 
 /* A field of struct kk_row, for Python (kk_layout()). */
 struct kk_field {
@@ -81,17 +118,28 @@ int	kk_decoded_row(const uint8_t *, size_t, size_t, uint64_t, int, int,
 
 
 /*
+ * The function a walk is in, for the ISA's step: one pointer rather than
+ * five arguments, which kept the step's registers busy (and saved and
+ * restored on every instruction).
+ */
+struct kk_fn {
+	const uint8_t	*kn_code;	/* its bytes, then its section's */
+	size_t		kn_len;		/* of kn_code */
+	size_t		kn_limit;	/* its own bytes end here */
+	uint64_t	kn_address;	/* of kn_code[0] */
+	int		kn_text;	/* KK_TEXT_* */
+};
+
+/*
  * The ISA's step (<arch>/accel/kk_walk.c): opening capstone for it; the
- * instruction at offset off of a function (code[0, len), its own bytes
- * ending at limit, at address) into *row, with or without text (KK_TEXT_*):
+ * instruction at offset off of a function into *row, with or without text:
  * KK_NEXT, KK_DEFER or KK_ERROR; one instruction with capstone's text for
  * it; the prologue rules a function (code[0, len), its own bytes ending at
  * limit) of n rows passes, bit i the ISA's rule i (Isa.prologue_reasons,
  * in order).
  */
 int	kk_isa_open(csh *);
-int	kk_isa_step(const uint8_t *, size_t, size_t, size_t, uint64_t, int,
-	    struct kk_row *);
+int	kk_isa_step(const struct kk_fn *, size_t, struct kk_row *);
 int	kk_isa_classify(const uint8_t *, size_t, uint64_t, const char *,
 	    const char *, struct kk_row *);
 unsigned kk_isa_prologue(const uint8_t *, size_t, size_t,

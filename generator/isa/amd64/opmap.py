@@ -11,13 +11,19 @@ probe of the class, both capstone's length and the refusal its mnemonic
 carries (the host library's own ``kk_amd64_named()``, over ``tables.py``'s
 names).  What kinst does with the instruction is the portable core's
 ``kinst_core_dissect()``'s, from the bytes; where the core's verdict (kind
-and refusal) is the same for every probe of a class, and stays so with the
-prefixes the table does not key on in front (``VARIANTS``), the table
-keeps it, so that a summary or a table need not run the core on every
-instruction (its metadata comes from the core all the same).
-Classes where no attribute predicts capstone (VEX-like escapes, odd mod/rm
-rules, invalid encodings, mnemonics whose region or length Python decides)
-are left unknown, and capstone decodes each such instruction.
+and refusal) is the same for every probe of a class, the table keeps it,
+so that a summary or a table need not run the core on every instruction
+(its metadata comes from the core all the same).  The probes carry the
+prefixes the class is keyed on, each once; the walk takes the kept verdict
+only for an instruction whose prefixes are just those (``kk_walk.c``), and
+asks the core about any other: a segment prefix, or a dozen prefixes, can
+change it (a call through %gs memory, a short jump too long to widen).
+Where capstone's length is wrong (ud0, ud1: ``tables.LENGTH_FIXES``), the
+length the table predicts is ``decode.py``'s correction of it, the one the
+reference walk uses.  Classes where no attribute predicts the length
+(VEX-like escapes, odd mod/rm rules, invalid encodings, mnemonics whose
+region Python decides) are left unknown, and capstone decodes each such
+instruction.
 
 A class is (opcode map, opcode, 66/F2/F3 prefixes, REX, LOCK) and, inside
 it, a cell per ModR/M reg and form: memory, %rip-relative memory, or
@@ -35,7 +41,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import tables as T
-from .decode import _modrm_end
+from .decode import _fixed_length, _modrm_end
 from .walk import ACCEL_DIR
 
 HEADER = ACCEL_DIR / "kk_opmap.inc"
@@ -46,10 +52,6 @@ IMM_MASK, HAS_MODRM, KNOWN, VERDICT = 0x07, 0x08, 0x10, 0x20
 KIND_SHIFT, REASON_SHIFT = 6, 10
 KIND_MASK = 0xF << KIND_SHIFT
 UNKNOWN = 0
-# Prefixes the table does not key on, put in front of every probe of a class: the core's verdict is kept
-# only where they do not change it (a segment prefix on a call through memory, a short jump with a dozen
-# prefixes do).
-VARIANTS = ((0x64,), (0x65,), (0x2E,) * 12)
 
 MAPS = ((), (0x0F,), (0x0F, 0x38), (0x0F, 0x3A))
 PFX = ((), (0x66,), (0xF3,), (0xF2,), (0x66, 0xF3), (0x66, 0xF2))  # prefix classes, as kk_walk.c picks them
@@ -106,8 +108,10 @@ class _Prober:
 
     def _named(self, code: bytes) -> Tuple[int, Optional[int]]:
         for _, size, mnem, ops in self.cs.disasm_lite(code, 0, 1):
-            if mnem in _FIXED or ops.endswith("%gs") or mnem.startswith("lgs"):
-                return 0, None  # Python decides these functions (decode.py, classify.context_refusals)
+            if ops.endswith("%gs") or mnem.startswith("lgs"):
+                return 0, None  # Python decides these functions (classify.context_refusals)
+            if mnem in _FIXED:
+                size = _fixed_length(code, 0, size)  # decode.py's length, not capstone's
             got = self.seen.get((mnem, ops))
             if got is None:
                 got = self.seen[(mnem, ops)] = self.named(mnem.encode(), ops.encode())
@@ -120,20 +124,12 @@ class _Prober:
         return self.kind.value, self.reason.value
 
     def probe(self, head: bytes, tail: bytes) -> Tuple[int, Optional[int], Optional[Tuple[int, int]]]:
-        """(capstone's length, the reason code by mnemonic, the core's verdict (kind, reason) if the
-        ``VARIANTS`` do not change it) of ``head + tail``; (0, None, None) where the table must not decide."""
+        """(capstone's length, the reason code by mnemonic, the core's verdict (kind, reason)) of ``head +
+        tail``; (0, None, None) where the table must not decide."""
         size, named = self._named(head + tail)
         if named is None:
             return 0, None, None
-        verdict = self._verdict((head + tail)[:size], named)
-        for extra in VARIANTS:
-            code = bytes(extra) + head + tail
-            got, got_named = self._named(code)
-            if got == 0 or got > 15:
-                continue  # no such instruction: nothing to decide for it
-            if got != size + len(extra) or got_named != named or self._verdict(code[:got], named) != verdict:
-                verdict = None
-        return size, named, verdict
+        return size, named, self._verdict((head + tail)[:size], named)
 
 
 def _cell(probes: Sequence[Tuple[int, int, int, Optional[int], Optional[Tuple[int, int]]]]) -> int:

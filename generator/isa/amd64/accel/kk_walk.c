@@ -13,9 +13,9 @@
  * this file adds what needs capstone's text: the refusals by mnemonic
  * (generator/isa/amd64/tables.py's REFUSED, handed over by kk_init()),
  * the check that capstone sees the same %rip-relative operand, and the
- * function-wide facts Python decides (undecodable bytes, capstone's
- * lengths that decode.py corrects, the %gs regions), which send the whole
- * function to Python (KK_DEFER).
+ * function-wide facts Python decides (undecodable bytes, the %gs regions,
+ * a length decode.py corrects that the table does not know), which send
+ * the whole function to Python (KK_DEFER).
  */
 
 #include <stdlib.h>
@@ -74,6 +74,7 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 {
 	size_t i;
 	unsigned b, map, modrm, mod, pfx, rex, lock, opsize, rep, key, top;
+	int extra;
 
 	lock = opsize = rep = rex = 0;
 	for (i = 0;; i++) {
@@ -92,6 +93,11 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 		    b != 0x64 && b != 0x65)
 			break;
 	}
+	/*
+	 * The table's verdict holds for the prefixes a class is keyed on,
+	 * each once (opmap.py's probes); with others the core decides.
+	 */
+	extra = i != 0 && i != lock + (rep != 0) + opsize;
 	if ((b & 0xf0) == 0x40) {
 		rex = (b & 0x08) != 0 ? 2 : 1;
 		if (++i >= limit)
@@ -133,6 +139,8 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 	    (modrm & 0xc7) == 0x05)] : top;
 	if ((*attr & KK_KNOWN) == 0)
 		return (0);
+	if (extra)
+		*attr &= ~KK_VERDICT;
 	if ((*attr & KK_HAS_MODRM) != 0) {
 		if (i >= limit)
 			return (0);
@@ -250,6 +258,24 @@ kk_base(const char *mnemonic)
 	return (sp == NULL ? mnemonic : sp + 1);
 }
 
+/* Kinds whose row holds a direct target (KK_R_TARGET). */
+static inline int
+kk_has_target(unsigned kind)
+{
+
+	return (kind == KINST_K_JMP32 || kind == KINST_K_JCC32 ||
+	    kind == KINST_K_JMP_WIDEN || kind == KINST_K_JCC_WIDEN ||
+	    kind == KINST_K_CALL_DIRECT);
+}
+
+/* Kinds with a %rip-relative operand (the core's km_disp, km_dispoff). */
+static inline int
+kk_is_riprel(unsigned kind)
+{
+
+	return (kind == KINST_K_RIPREL || kind == KINST_K_CALL_RIPREL);
+}
+
 /*
  * The row of b[0, len) at 'address' whose reason code by mnemonic is
  * 'named' (0: none): kinst_core_dissect()'s metadata, the refusal (the
@@ -273,11 +299,7 @@ kk_row_of(const uint8_t *b, size_t len, uint64_t address, unsigned named,
 		return (KK_ERROR);
 	row->kr_reason = (uint8_t)(named != 0 ? named : (unsigned)rc);
 	row->kr_target = kinst_core_branch_target(&row->kr_md, address);
-	if (row->kr_md.km_kind == KINST_K_JMP32 ||
-	    row->kr_md.km_kind == KINST_K_JCC32 ||
-	    row->kr_md.km_kind == KINST_K_JMP_WIDEN ||
-	    row->kr_md.km_kind == KINST_K_JCC_WIDEN ||
-	    row->kr_md.km_kind == KINST_K_CALL_DIRECT)
+	if (kk_has_target(row->kr_md.km_kind))
 		row->kr_flags = KK_R_TARGET;
 	return (KK_NEXT);
 }
@@ -335,8 +357,7 @@ kk_isa_classify(const uint8_t *b, size_t len, uint64_t address,
 	named = kk_amd64_named(mnemonic, operands);
 	if (kk_row_of(b, len, address, named, row) != KK_NEXT)
 		return (KK_ERROR);
-	rip = row->kr_md.km_kind == KINST_K_RIPREL ||
-	    row->kr_md.km_kind == KINST_K_CALL_RIPREL;
+	rip = kk_is_riprel(row->kr_md.km_kind);
 	if ((rip || strstr(operands, "ip)") != NULL) &&
 	    !kk_cross_check(operands, rip, row->kr_md.km_disp))
 		return (KK_ERROR);
@@ -358,42 +379,27 @@ kk_is_fixed(const char *mnemonic)
 	return (0);
 }
 
-/* The ISA's step (kk_host.h). */
-int
-kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
-    uint64_t address, int text, struct kk_row *row)
+/*
+ * The step where the table's verdict alone does not do (kk_isa_step()'s
+ * rare path): the core's rule with the table's length and refusal, a row
+ * cached by its bytes, or capstone.  Out of line, so that the common path
+ * needs few registers.
+ */
+static int KK_NOINLINE
+kk_step_slow(const struct kk_fn *fn, size_t off, size_t tlen, unsigned attr,
+    struct kk_row *row)
 {
 	const cs_insn *insn;
 	const uint8_t *p;
-	size_t tlen;
-	unsigned attr;
+	int text;
 
-	p = code + off;
-	tlen = kk_table_length(p, limit - off, &attr);
-	if (tlen != 0 && text != KK_TEXT_ALL && (attr & KK_VERDICT) != 0 &&
-	    (text == KK_TEXT_NONE || ((attr >> KK_REASON_SHIFT) == 0 &&
-	    (attr & KK_KIND) >> KK_KIND_SHIFT != KINST_K_RIPREL))) {
-		/*
-		 * The core's verdict on every instruction of the class, as
-		 * opmap.py found it, and no metadata: a summary needs none,
-		 * a table a riprel rel32's place (km_dispoff), which the
-		 * core says.
-		 */
-		row->kr_off = (uint32_t)off;
-		row->kr_len = (uint8_t)tlen;
-		row->kr_reason = (uint8_t)(attr >> KK_REASON_SHIFT);
-		row->kr_md.km_kind = (uint8_t)((attr & KK_KIND) >> KK_KIND_SHIFT);
-		row->kr_md.km_dispoff = 0;
-		row->kr_flags = 0;
-		row->kr_text = KK_NO_TEXT;
-		row->kr_cache = 0;
-		return (KK_NEXT);
-	}
+	p = fn->kn_code + off;
+	text = fn->kn_text;
 	if (tlen != 0 && text != KK_TEXT_ALL) {
 		/* The table's length and refusal by name; the core's rule. */
-		if (kk_row_of(p, tlen, address + off, attr >> KK_REASON_SHIFT,
-		    row) == KK_NEXT && (text == KK_TEXT_NONE ||
-		    row->kr_reason == 0)) {
+		if (kk_row_of(p, tlen, fn->kn_address + off,
+		    attr >> KK_REASON_SHIFT, row) == KK_NEXT &&
+		    (text == KK_TEXT_NONE || row->kr_reason == 0)) {
 			row->kr_off = (uint32_t)off;
 			return (KK_NEXT);
 		}
@@ -403,13 +409,58 @@ kk_isa_step(const uint8_t *code, size_t len, size_t off, size_t limit,
 	}
 	/* capstone: text, or what the table does not know. */
 	kk_decoded++;
-	if ((insn = kk_decode(code, len, off, address)) == NULL ||
-	    kk_is_fixed(insn->mnemonic) || kk_ends(insn->op_str, "%gs") ||
+	if ((insn = kk_decode(fn->kn_code, fn->kn_len, off,
+	    fn->kn_address)) == NULL || kk_ends(insn->op_str, "%gs") ||
 	    strncmp(insn->mnemonic, "lgs", 3) == 0)
 		return (KK_DEFER);
+	if (kk_is_fixed(insn->mnemonic)) {
+		/*
+		 * capstone's length is wrong; the table's is decode.py's
+		 * correction (opmap.py), and capstone's text is what Python
+		 * prints with it.
+		 */
+		if (tlen == 0)
+			return (KK_DEFER);
+		return (kk_decoded_row(fn->kn_code, off, tlen, fn->kn_address,
+		    text, 0, insn->mnemonic, insn->op_str, row));
+	}
 	/* Kept by its bytes where the table reads the same length. */
-	return (kk_decoded_row(code, off, insn->size, address, text,
-	    tlen == insn->size, insn->mnemonic, insn->op_str, row));
+	return (kk_decoded_row(fn->kn_code, off, insn->size, fn->kn_address,
+	    text, tlen == insn->size, insn->mnemonic, insn->op_str, row));
+}
+
+/* The ISA's step (kk_host.h). */
+int
+kk_isa_step(const struct kk_fn *fn, size_t off, struct kk_row *row)
+{
+	size_t tlen;
+	unsigned attr;
+
+	attr = 0;	/* unset where the table does not know the encoding */
+	tlen = kk_table_length(fn->kn_code + off, fn->kn_limit - off, &attr);
+	if (tlen != 0 && fn->kn_text != KK_TEXT_ALL &&
+	    (attr & KK_VERDICT) != 0 && (fn->kn_text == KK_TEXT_NONE ||
+	    ((attr >> KK_REASON_SHIFT) == 0 &&
+	    !kk_is_riprel((attr & KK_KIND) >> KK_KIND_SHIFT) &&
+	    !kk_has_target((attr & KK_KIND) >> KK_KIND_SHIFT)))) {
+		/*
+		 * The core's verdict on every instruction of the class, as
+		 * opmap.py found it, and no metadata: a summary needs none;
+		 * a table and the jump proof a %rip-relative operand's place
+		 * and a direct branch's target, which the core says.
+		 */
+		row->kr_off = (uint32_t)off;
+		row->kr_len = (uint8_t)tlen;
+		row->kr_reason = (uint8_t)(attr >> KK_REASON_SHIFT);
+		row->kr_md.km_kind = (uint8_t)((attr & KK_KIND) >>
+		    KK_KIND_SHIFT);
+		row->kr_md.km_dispoff = 0;
+		row->kr_flags = 0;
+		row->kr_text = KK_NO_TEXT;
+		row->kr_cache = 0;
+		return (KK_NEXT);
+	}
+	return (kk_step_slow(fn, off, tlen, attr, row));
 }
 
 /*
