@@ -98,8 +98,12 @@ def test_a_tree_before_must_be_importable(tmp_path: Path) -> None:
 
 
 def test_startup_is_measured() -> None:
+    """Both start-up lines run (``_timed`` raises on a failing command, so a broken import line fails here)
+    and give a time.  Which is the longer is not asserted: with bytecode warm the two differ by a few
+    milliseconds, less than a loaded machine's jitter, and timings belong in the bench, not in tests."""
     st = analysis.bench_startup()
-    assert 0 < st["python"] < st["python_and_imports"]
+    assert set(st) == {"python", "python_and_imports"}
+    assert st["python"] > 0 and st["python_and_imports"] > 0
 
 
 def test_capstone_floor_counts_what_the_walk_counts() -> None:
