@@ -12,7 +12,6 @@ exactly what FreeBSD's kinst would store for the instruction, except where
 docs/refusals.md lists a deliberate correction.
 """
 
-from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional, Tuple
 

@@ -8,7 +8,6 @@ at one address and size into one ``Function`` (it needs the image's
 section layout for that).
 """
 
-from __future__ import annotations
 
 import functools
 import gc

@@ -22,7 +22,7 @@ An ISA provides:
 - its oracle quirks: how GNU objdump and valgrind see its instructions.
 """
 
-from __future__ import annotations
+
 
 import functools
 import re
@@ -438,7 +438,7 @@ class Isa(NamedTuple):
     skip_md: Callable[[int], Any]  # the probe metadata of an instruction of this length that is refused
     table_row: Callable[[Any], Dict[str, object]]  # probe metadata -> the generated table's fields
     stream_record: Callable[[int, Optional[str], int, Sequence[Tuple[int, int]]], bytes]  # length, kind, dispoff, masks
-    stream_decode: Callable[[bytes, Optional[int]], Iterator["StreamInsn"]]  # a function's records, read back
+    stream_decode: Callable[[bytes, Optional[int]], Iterator[StreamInsn]]  # a function's records, read back
     stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
     # A function's records from columns of its rows (isa/hostcore.py): lengths, kind indexes (0xff: refused), dispoffs.
     stream_records: Optional[Callable[[bytes, bytes, bytes], bytes]] = None
