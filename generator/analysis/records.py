@@ -12,7 +12,6 @@ exactly what FreeBSD's kinst would store for the instruction, except where
 docs/refusals.md lists a deliberate correction.
 """
 
-
 from typing import Any, NamedTuple, Optional, Tuple
 
 from ..isa.contract import KIND_SKIP, STATUS_OK, STATUS_SKIP

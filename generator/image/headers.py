@@ -7,7 +7,6 @@ headers is a ``_Malformed`` in plain words; ``elf.KernelImage`` turns it
 into the one-line UserError.
 """
 
-
 import struct
 from typing import List, NamedTuple, Sequence
 

@@ -5,7 +5,6 @@ Which types exist and how they are applied is the ISA's (``Isa.reloc_type``,
 defines and keeps the rest as unresolved records.
 """
 
-
 from typing import NamedTuple, Sequence
 
 

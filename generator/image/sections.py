@@ -6,7 +6,6 @@ SHF_ALLOC ones out one after another from ``REL_BASE``, as FreeBSD's
 the loaded module will have.
 """
 
-
 from typing import NamedTuple
 
 

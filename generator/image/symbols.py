@@ -8,7 +8,6 @@ at one address and size into one ``Function`` (it needs the image's
 section layout for that).
 """
 
-
 import functools
 import gc
 import itertools

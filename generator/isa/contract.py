@@ -22,8 +22,6 @@ An ISA provides:
 - its oracle quirks: how GNU objdump and valgrind see its instructions.
 """
 
-
-
 import functools
 import re
 from pathlib import Path

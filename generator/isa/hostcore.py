@@ -20,7 +20,6 @@ has one owner.  A C compiler and capstone's headers (the wheel ships them)
 are required: without them the analysis stops with one line saying so.
 """
 
-
 import ctypes
 import functools
 import os

@@ -17,7 +17,6 @@ The immediate's top bit is its sign; bits below its lowest piece are zero
 field (AArch64 counts words, adrp pages).
 """
 
-
 import functools
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 

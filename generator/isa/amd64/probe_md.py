@@ -5,7 +5,6 @@ from ``FLAG_BITS`` and ``TABLE_KINDS`` (the rows of ``kinds.txt``), and
 nothing else defines them.
 """
 
-
 import enum
 from pathlib import Path
 from typing import Any, Dict, NamedTuple
