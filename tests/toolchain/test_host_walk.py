@@ -155,6 +155,36 @@ def test_a_table_record_needs_no_capstone_text():
     assert sorted(rows.reasons) == [1, 3] and rows.reasons[1].startswith("sti: ") and rows.reasons[3].startswith("hlt: ")
 
 
+_LAZY_CAPSTONE = """
+import sys
+from generator.isa import by_name, hostcore
+
+def mapped():
+    return "libcapstone" in open("/proc/self/maps").read()
+
+lib = hostcore.for_isa(by_name("amd64"))
+lay = lib.summary_layout()
+code = bytes.fromhex("554889e55dc3")  # push; mov; pop; ret: the table knows every one
+counts = lib.summarise(code + b"\\xcc" * 15, 0, [0], [len(code)])
+print(counts[lay.n], mapped())
+code = bytes.fromhex("55fb5dc3")  # sti is refused by name: its reason needs capstone's mnemonic
+rows = lib.rows(code + b"\\xcc" * 15, len(code), 0x1000)
+print(rows.reasons[1].split(":")[0], mapped())
+"""
+
+
+def test_capstone_is_loaded_only_when_a_walk_needs_it():
+    """The library is not linked to capstone: a summary the table does alone never maps it (9.6 MB, 2 ms of
+    start-up), and the first instruction that needs its text loads it.  A fresh process, read from
+    /proc/self/maps, since this one may have capstone's Python binding loaded."""
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("needs /proc/self/maps (Linux) to see what a process has mapped")
+    _lib()  # built here, so the child only loads it
+    proc = subprocess.run([sys.executable, "-c", _LAZY_CAPSTONE], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["4 False", "sti True"]
+
+
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
 @pytest.mark.parametrize("arch", ["amd64", "arm64", "riscv"])
 def test_compiles_cleanly(cc, arch, tmp_path):

@@ -61,10 +61,11 @@ kk_dbp_any_kind(const char *mnemonic)
 }
 
 int
-kk_isa_open(csh *cs)
+kk_isa_open(const struct kk_capstone *api, csh *cs)
 {
 
-	return (cs_open(kk_dbp_arch, kk_dbp_mode, cs) == CS_ERR_OK ? 0 : -1);
+	return (api->kcs_open(kk_dbp_arch, kk_dbp_mode, cs) == CS_ERR_OK ?
+	    0 : -1);
 }
 
 int

@@ -10,6 +10,7 @@
  * records have (generator/analysis/report.py).
  */
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,14 @@
 
 static int kk_words(void);
 
-/* capstone, opened for the ISA (kk_isa_open()), and its one instruction. */
+/*
+ * capstone, bound and opened for the ISA on first need (kk_decode()), and
+ * its one instruction; kk_cs_failed once it could not be.
+ */
+static struct kk_capstone kk_csapi;
 static csh kk_cs;
 static cs_insn *kk_insn;
+static int kk_cs_failed;
 
 /* A refusal's reason: what the ISA's step puts first (the mnemonic), this, the text. */
 #define	KK_REASON_JOIN	": "
@@ -130,9 +136,8 @@ kk_layout(unsigned i, uint32_t *rowsize)
 
 /*
  * Set the walk up with the ISA's vocabulary (Python keeps it alive): 0,
- * KK_INIT_LAYOUT when *v is not the struct this file was built with
- * (or holds more JSON fields than it has room for), or
- * KK_INIT_CAPSTONE when capstone cannot be opened for the ISA.
+ * or KK_INIT_LAYOUT when *v is not the struct this file was built with
+ * (or holds more JSON fields than it has room for).
  */
 int
 kk_init(const struct kk_vocab *v)
@@ -163,9 +168,6 @@ kk_init(const struct kk_vocab *v)
 		;
 	if (kk_words() != 0)
 		return (KK_INIT_LAYOUT);
-	if (kk_insn == NULL && (kk_isa_open(&kk_cs) != 0 ||
-	    (kk_insn = cs_malloc(kk_cs)) == NULL))
-		return (KK_INIT_CAPSTONE);
 	return (0);
 }
 
@@ -418,9 +420,37 @@ kk_cache_add(const uint8_t *b, size_t len, struct kk_row *row)
 }
 
 /*
+ * Load capstone from kv_capstone, bind its entry points and open it for
+ * the ISA: 0, or -1 (for good) when any of that fails.
+ */
+static int
+kk_capstone_open(void)
+{
+	void *h;
+
+	if (kk_cs_failed || kk_v.kv_capstone == NULL ||
+	    (h = dlopen(kk_v.kv_capstone, RTLD_NOW | RTLD_LOCAL)) == NULL)
+		goto fail;
+	/* POSIX's way to a function pointer from dlsym(). */
+	*(void **)&kk_csapi.kcs_open = dlsym(h, "cs_open");
+	*(void **)&kk_csapi.kcs_option = dlsym(h, "cs_option");
+	*(void **)&kk_csapi.kcs_malloc = dlsym(h, "cs_malloc");
+	*(void **)&kk_csapi.kcs_disasm_iter = dlsym(h, "cs_disasm_iter");
+	if (kk_csapi.kcs_open == NULL || kk_csapi.kcs_option == NULL ||
+	    kk_csapi.kcs_malloc == NULL || kk_csapi.kcs_disasm_iter == NULL ||
+	    kk_isa_open(&kk_csapi, &kk_cs) != 0 ||
+	    (kk_insn = kk_csapi.kcs_malloc(kk_cs)) == NULL)
+		goto fail;
+	return (0);
+fail:
+	kk_cs_failed = 1;
+	return (-1);
+}
+
+/*
  * capstone's reading of the instruction at code[off, len), of a function
  * at 'address' (valid until the next call), or NULL when it cannot decode
- * it.
+ * it (or capstone cannot be loaded: the function is then Python's).
  */
 const cs_insn *
 kk_decode(const uint8_t *code, size_t len, size_t off, uint64_t address)
@@ -429,10 +459,13 @@ kk_decode(const uint8_t *code, size_t len, size_t off, uint64_t address)
 	size_t n;
 	uint64_t a;
 
+	if (kk_insn == NULL && kk_capstone_open() != 0)
+		return (NULL);
 	p = code + off;
 	n = len - off;
 	a = address + off;
-	return (cs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ? kk_insn : NULL);
+	return (kk_csapi.kcs_disasm_iter(kk_cs, &p, &n, &a, kk_insn) ?
+	    kk_insn : NULL);
 }
 
 /*

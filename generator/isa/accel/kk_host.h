@@ -83,11 +83,11 @@ struct kk_vocab {
 	const char	*kv_kind_skip;
 	const struct kk_jfield *kv_jfields; /* the JSON record, in order */
 	unsigned	kv_njfields;
+	const char	*kv_capstone;	/* libcapstone, loaded on first need */
 };
 
 /* What kk_init() says besides 0. */
 #define	KK_INIT_LAYOUT		1	/* another struct, or too big */
-#define	KK_INIT_CAPSTONE	2	/* cs_open() failed */
 
 int	kk_init(const struct kk_vocab *);
 
@@ -131,6 +131,20 @@ struct kk_fn {
 };
 
 /*
+ * capstone's entry points, bound from kv_capstone the first time a walk
+ * needs capstone (kk_decode()).  The tables alone walk most code, and a
+ * process that never meets an encoding they do not know never loads it:
+ * 9.6 MB, 2 ms of a summary's start-up.
+ */
+struct kk_capstone {
+	cs_err	(*kcs_open)(cs_arch, cs_mode, csh *);
+	cs_err	(*kcs_option)(csh, cs_opt_type, size_t);
+	cs_insn	*(*kcs_malloc)(csh);
+	bool	(*kcs_disasm_iter)(csh, const uint8_t **, size_t *, uint64_t *,
+		    cs_insn *);
+};
+
+/*
  * The ISA's step (<arch>/accel/kk_walk.c): opening capstone for it; the
  * instruction at offset off of a function into *row, with or without text:
  * KK_NEXT, KK_DEFER or KK_ERROR; one instruction with capstone's text for
@@ -138,7 +152,7 @@ struct kk_fn {
  * limit) of n rows passes, bit i the ISA's rule i (Isa.prologue_reasons,
  * in order).
  */
-int	kk_isa_open(csh *);
+int	kk_isa_open(const struct kk_capstone *, csh *);
 int	kk_isa_step(const struct kk_fn *, size_t, struct kk_row *);
 int	kk_isa_classify(const uint8_t *, size_t, uint64_t, const char *,
 	    const char *, struct kk_row *);

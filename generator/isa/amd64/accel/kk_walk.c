@@ -55,11 +55,11 @@ kk_amd64_init(unsigned ss_reason, int prologue_opcode,
 
 /* capstone for x86-64, in AT&T syntax (what tables.py's names are in). */
 int
-kk_isa_open(csh *cs)
+kk_isa_open(const struct kk_capstone *api, csh *cs)
 {
 
-	if (cs_open(CS_ARCH_X86, CS_MODE_64, cs) != CS_ERR_OK ||
-	    cs_option(*cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK)
+	if (api->kcs_open(CS_ARCH_X86, CS_MODE_64, cs) != CS_ERR_OK ||
+	    api->kcs_option(*cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK)
 		return (-1);
 	return (0);
 }
