@@ -32,8 +32,10 @@ def content_key(parts: Iterable[Part]) -> str:
     crc, adler, length = 0, 1, 0  # the two checksums' own starting values
     for part in parts:
         data = part.encode() if isinstance(part, str) else part
-        data += b"\0"  # ("ab", "c") and ("a", "bc") differ
-        crc, adler, length = zlib.crc32(data, crc), zlib.adler32(data, adler), length + len(data)
+        # Each part is followed by a NUL, so ("ab", "c") and ("a", "bc") differ; summed on, not appended (a
+        # copy of the 350 kB opcode map).
+        crc, adler = zlib.crc32(b"\0", zlib.crc32(data, crc)), zlib.adler32(b"\0", zlib.adler32(data, adler))
+        length += len(data) + 1
     return f"{crc:08x}{adler:08x}{length & 0xFFFF:04x}"
 
 
