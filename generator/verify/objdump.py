@@ -301,7 +301,7 @@ def _add_insn(sec: _ObjSection, m: "re.Match[str]", quirks: OracleQuirks) -> int
     sec.starts.append(addr)
     if _is_bad(text, quirks):
         sec.bad.add(addr)
-    elif quirks.lone_prefix is not None and quirks.lone_prefix.match(text):
+    elif quirks.lone_prefix is not None and quirks.lone_prefix(text):
         sec.lone_prefix.add(addr)
     else:
         target = _branch_operand(text, quirks)

@@ -33,6 +33,11 @@ def test_rows_give_the_kinds_their_enumerators_and_docs_in_order(tmp_path: Path)
 @pytest.mark.parametrize("text, says", [
     ("trampoline | copied\nriprel copied\n", ":2: not a table kind row"),  # no doc column
     ("Trampoline | copied\n", ":1: not a table kind row"),  # a kind is lower case
+    ("1jmp | a jump\n", ":1: not a table kind row"),  # a kind starts with a letter
+    ("jmp Jmp_X | a jump\n", ":1: not a table kind row"),  # an enumerator is upper case
+    ("jmp JMP X | a jump\n", ":1: not a table kind row"),  # a name and an enumerator at most
+    ("jmp |  \n", ":1: not a table kind row"),  # an empty doc
+    (" jmp | a jump\n", ":1: not a table kind row"),  # a row starts at the margin
     ("jmp JMP | a jump\n", ":1: JMP is what jmp derives: drop it"),  # the enumerator stated twice
     ("b | b\nbl | bl\nb | again\n", ":3: b or KINST_K_B is named twice"),
     ("c.j | c.j\nc-j | c-j\n", ":2: c-j or KINST_K_C_J is named twice"),  # two kinds, one enumerator

@@ -27,7 +27,6 @@
 
 from __future__ import annotations
 
-import re
 
 from .probe_md import TABLE_KINDS
 from ..contract import OracleQuirks
@@ -58,17 +57,26 @@ def is_branch_mnemonic(mnem: str) -> bool:
     return mnem.startswith(("j", "call", "loop")) or mnem == "xbegin"
 
 
+# objdump's names of a REX prefix: rex (0x40) and its bits, W R X B in that order.
+_REX_WORDS = frozenset("rex" + s for s in ("", ".W", ".R", ".X", ".B", ".WR", ".WX", ".WB", ".RX", ".RB", ".XB",
+                                           ".WRX", ".WRB", ".WXB", ".RXB", ".WRXB"))
+
+
+def lone_rex(text: str) -> bool:
+    """objdump's line for a REX prefix it prints alone (one the CPU ignores): its name and nothing after."""
+    return text.rstrip(" ") in _REX_WORDS
+
+
 QUIRKS = OracleQuirks(
     branch_mnemonic=is_branch_mnemonic,
     prefix_words=frozenset(
         {"bnd", "notrack", "data16", "data32", "addr32", "addr16", "cs", "ds", "es", "ss", "fs", "gs", "lock", "rep",
          "repz", "repe", "repnz", "repne", "xacquire", "xrelease"}
-        | {"rex" + s for s in ("", ".W", ".R", ".X", ".B", ".WR", ".WX", ".WB", ".RX", ".RB", ".XB", ".WRX",
-                               ".WRB", ".WXB", ".RXB", ".WRXB")}
+        | _REX_WORDS
     ),
     no_target_branches=frozenset({"loop", "loope", "loopne", "jrcxz", "jecxz", "xbegin"}),
     pcrel32_relocs=("R_X86_64_PC32", "R_X86_64_PLT32"),
-    lone_prefix=re.compile(r"^rex(\.W?R?X?B?)? *$"),
+    lone_prefix=lone_rex,
     lone_prefix_note="redundant REX",
     repeats_in_place=rep_string,
     conditional_kinds=TABLE_KINDS.names("jcc-widen", "jcc-rel32"),
