@@ -15,15 +15,17 @@ import gc
 import io
 import os
 import shutil
-from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import report, summary
 from .exclusions import for_image
-from .fastjson import ImageJson
 from .probes import analyse
 from ..common.errors import UserError
 from ..image.elf import Function, KernelImage
 from ..isa import hostcore
+
+if TYPE_CHECKING:
+    from .fastjson import ImageJson
 
 # Functions per work item, between these bounds: at least eight items per
 # worker, so the workers end together, and no more than needed, because the
@@ -96,6 +98,8 @@ _JSON: Dict[Tuple[int, str], ImageJson] = {}
 
 
 def _json_writer(img: KernelImage, rule: str) -> ImageJson:
+    from .fastjson import ImageJson  # here: a summary never writes full JSON
+
     key = (id(img), rule)
     if key not in _JSON:
         _JSON[key] = ImageJson(img, rule)

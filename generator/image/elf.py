@@ -12,7 +12,8 @@ The file is read by concept, as pyelftools splits it: ``headers`` (the ELF,
 program and section headers), ``sections`` (the ``Section`` record and the
 ET_REL layout base), ``relocations`` (``Reloc``) and ``symbols`` (symbol
 tables, ``Function``); this module is ``KernelImage``, which holds the bytes
-and answers through them, and it re-exports their records.  pyelftools
+and answers through them, and it re-exports their records (but ``Reloc``,
+read only where there are relocations: a library's summary has none).  pyelftools
 reads only the DWARF: importing its ``ELFFile`` (which brings its DWARF and
 construct modules) costs 20 ms, a fifth of summarising a 1 MB library, so
 ``ELFFile`` is made, and imported, only when DWARF is asked for.
@@ -43,7 +44,7 @@ import mmap
 import operator
 import os
 import struct
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from elftools.common.exceptions import ELFError
 
@@ -54,14 +55,16 @@ from .headers import (_PT_LOAD, _PT_NOTE, _SHF_ALLOC, _SHF_EXECINSTR, _SHT_DYNSY
                       _SHT_REL, _SHT_RELA, _SHT_SYMTAB, EM_NAMES, ET_NAMES, ElfIdent, Segment, _check_ident,
                       _elf_header, _Malformed, _program_headers, _section_headers, _Shdr, machine_description,
                       read_ident, type_description)
-from .relocations import Reloc, _implicit_addend
 from .sections import REL_BASE, Section
 from .symbols import (_NOT_HERE, _SHN_ABS, _SHN_COMMON, _SHN_UNDEF, _STB_NAMES, _STT_FILE, _STT_FUNC, _STT_SECTION,
                       Function, _Sym, _symbol_name, _symbol_table_bytes, _unpack_symbols, _without_gc,
                       corrupt_function)
 
+if TYPE_CHECKING:  # read where relocations are (an ET_REL file, or check-ko's ET_DYN): a library's summary has none
+    from .relocations import Reloc
+
 # The records and readers of the modules above are this module's too: every stage imports them from here.
-__all__ = ["EM_NAMES", "ET_NAMES", "REL_BASE", "ElfIdent", "Function", "KernelImage", "Reloc", "Section", "Segment",
+__all__ = ["EM_NAMES", "ET_NAMES", "REL_BASE", "ElfIdent", "Function", "KernelImage", "Section", "Segment",
            "corrupt_function", "machine_description", "read_ident", "type_description"]
 
 
@@ -428,6 +431,8 @@ class KernelImage:
     def _raw_relocs_for(self, s: Section) -> Iterator[Tuple[Reloc, int, bool, int]]:
         """Each relocation of ``s`` we understand, with its width, pc-relativity
         and ``S + A``.  SHT_REL keeps its addend in the unrelocated field."""
+        from .relocations import Reloc, _implicit_addend
+
         syms = self.symbols()
         reloc_type = self.isa.reloc_type
         raw = b"" if s.nobits else self._data[s.offset : s.offset + s.size]
@@ -500,6 +505,8 @@ class KernelImage:
         resolves at load.  ``resolved`` is True for a symbol defined in the
         file (``*_RELATIVE`` has none: its addend alone is the address).
         """
+        from .relocations import Reloc
+
         out: Dict[int, Reloc] = {}
         if self.e_type != "ET_DYN":
             return out

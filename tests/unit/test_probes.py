@@ -15,7 +15,8 @@ import pytest
 from generator.analysis import exclusions, probes
 from generator.analysis import records as R
 from generator.common.errors import UserError
-from generator.image.elf import Function, Reloc
+from generator.image.elf import Function
+from generator.image.relocations import Reloc
 from generator.isa.amd64 import ISA as amd64
 from generator.isa.amd64 import tables as T
 from helpers.textimage import BASE, TextImage
