@@ -12,7 +12,7 @@ exactly what FreeBSD's kinst would store for the instruction, except where
 docs/refusals.md lists a deliberate correction.
 """
 
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional
 
 from ..isa.contract import KIND_SKIP, STATUS_OK, STATUS_SKIP
 
@@ -45,5 +45,5 @@ class FunctionReport(NamedTuple):
     size: int
     eligible: bool
     reason: str  # why the whole function is refused ("" when eligible)
-    probes: Tuple[Probe, ...]
+    probes: tuple[Probe, ...]
     walk_error: str  # decode walk that did not end at the symbol's end

@@ -8,7 +8,8 @@ into the one-line UserError.
 """
 
 import struct
-from typing import List, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from .. import isa
 from ..common.errors import UserError
@@ -149,7 +150,7 @@ _PN_XNUM = 0xFFFF
 _PHDR = struct.Struct("<IIQQQQQQ")
 
 
-def _program_headers(data: Sequence[int], hdr: _Ehdr, shdrs: List["_Shdr"]) -> List[_Phdr]:
+def _program_headers(data: Sequence[int], hdr: _Ehdr, shdrs: list["_Shdr"]) -> list[_Phdr]:
     """Every program header (none in an ET_REL file), extended numbering included."""
     phnum = hdr.e_phnum
     if phnum == _PN_XNUM and shdrs:
@@ -164,7 +165,7 @@ def _program_headers(data: Sequence[int], hdr: _Ehdr, shdrs: List["_Shdr"]) -> L
     return [_Phdr(*_PHDR.unpack_from(data, hdr.e_phoff + i * _PHDR.size)) for i in range(phnum)]
 
 
-def _section_headers(data: Sequence[int], hdr: _Ehdr) -> List[_Shdr]:
+def _section_headers(data: Sequence[int], hdr: _Ehdr) -> list[_Shdr]:
     """Every section header, read with ``struct`` (extended numbering included)."""
     shoff, shnum, shentsize, shstrndx = hdr.e_shoff, hdr.e_shnum, hdr.e_shentsize, hdr.e_shstrndx
     if shoff == 0:

@@ -14,7 +14,8 @@ import itertools
 import struct
 import sys
 from array import array
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, Optional, TypeVar
 
 from ..common.errors import UserError
 from .headers import _Malformed, _Shdr
@@ -53,7 +54,7 @@ class Function(NamedTuple):
     binding: str  # "global", "local" or "weak"
     file: Optional[str]  # STT_FILE that precedes a local symbol
     section: str
-    aliases: Tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
 
     @property
     def qualified(self) -> str:
@@ -96,7 +97,7 @@ def _without_gc(fn: Callable[..., _T]) -> Callable[..., _T]:
     return wrapper
 
 
-def _symbol_table_bytes(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> Tuple[bytes, bytes]:
+def _symbol_table_bytes(raw: Sequence[int], shdrs: list[_Shdr], sec: _Shdr) -> tuple[bytes, bytes]:
     """(string table, entries) of the symbol table ``sec``."""
     if not 0 <= sec.sh_link < len(shdrs):
         raise _Malformed(f"symbol table {sec.name or '(unnamed)'} names string table section {sec.sh_link}, "
@@ -106,7 +107,7 @@ def _symbol_table_bytes(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> T
     return bytes(raw[st.sh_offset : st.sh_offset + st.sh_size]), data[: len(data) // 24 * 24]
 
 
-def _symbol_columns(data: bytes) -> Tuple[Sequence[int], bytes, Sequence[int], Sequence[int], Sequence[int]]:
+def _symbol_columns(data: bytes) -> tuple[Sequence[int], bytes, Sequence[int], Sequence[int], Sequence[int]]:
     """The entries of an ELF64 little-endian symbol table, column by column, one item per entry: st_name,
     st_info, st_shndx, st_value, st_size.
 
@@ -131,11 +132,11 @@ def _symbol_name(strtab: bytes, offset: int) -> str:
 
 
 @_without_gc
-def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[_Sym]:
+def _unpack_symbols(raw: Sequence[int], shdrs: list[_Shdr], sec: _Shdr) -> list[_Sym]:
     """Every entry of the symbol table ``sec``."""
     strtab, data = _symbol_table_bytes(raw, shdrs, sec)
     names = _string_starts(strtab)
-    out: List[_Sym] = []
+    out: list[_Sym] = []
     file: Optional[str] = None
     for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack("<IBBHQQ", data):
         name = names.get(st_name)
@@ -149,7 +150,7 @@ def _unpack_symbols(raw: Sequence[int], shdrs: List[_Shdr], sec: _Shdr) -> List[
     return out
 
 
-def _string_starts(strtab: bytes) -> Dict[int, str]:
+def _string_starts(strtab: bytes) -> dict[int, str]:
     """Every string of a string table by its offset, decoded in one pass.
 
     A kernel has over 100,000 symbols; one split beats a find, a slice and a

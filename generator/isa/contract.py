@@ -23,8 +23,9 @@ An ISA provides:
 """
 
 import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional
 
 from .immediates import ImmLayout
 
@@ -60,7 +61,7 @@ class StreamInsn(NamedTuple):
     length: int
     kind: Optional[str]  # one of the ISA's table kinds; None: refused, no probe
     dispoff: int  # riprel: where the rel32 is in the instruction (0 otherwise)
-    masks: Tuple[Tuple[int, int], ...]  # (offset, width) of fields a relocation fills
+    masks: tuple[tuple[int, int], ...]  # (offset, width) of fields a relocation fills
 
 
 # A probe's JSON record (``report.probe_dict``, and the host walk's formatter): the keys before the ISA's
@@ -77,7 +78,7 @@ class TableKind(NamedTuple):
     doc: str
 
 
-class TableKinds(Tuple[TableKind, ...]):
+class TableKinds(tuple[TableKind, ...]):
     """An ISA's table kinds in the order of their C enum values: the rows of its ``kinds.txt`` (``load_kinds``).
 
     Python code names a kind through ``names`` or ``code``, which fail on a
@@ -86,7 +87,7 @@ class TableKinds(Tuple[TableKind, ...]):
     """
 
     @functools.cached_property
-    def _codes(self) -> Dict[str, int]:
+    def _codes(self) -> dict[str, int]:
         """kind -> its C enum value."""
         return {k.kind: i for i, k in enumerate(self)}
 
@@ -97,7 +98,7 @@ class TableKinds(Tuple[TableKind, ...]):
         except KeyError:
             raise KeyError(f"no table kind {kind!r}: the ISA's kinds.txt has {', '.join(self._codes)}") from None
 
-    def names(self, *kinds: str) -> Tuple[str, ...]:
+    def names(self, *kinds: str) -> tuple[str, ...]:
         """``kinds``, each checked to be one of these."""
         for kind in kinds:
             self.code(kind)
@@ -112,7 +113,7 @@ _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789.-")
 _CNAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
-def _kind_row(line: str) -> Optional[Tuple[str, Optional[str], str]]:
+def _kind_row(line: str) -> Optional[tuple[str, Optional[str], str]]:
     """(NAME, CNAME or None, DOC) of a kinds.txt row: NAME of ``[a-z][a-z0-9.-]*``, CNAME of
     ``[A-Z][A-Z0-9_]*``, a DOC; None for a line that is not one."""
     head, bar, doc = line.partition("|")
@@ -136,7 +137,7 @@ def load_kinds(path: Path) -> TableKinds:
     derive anyway, or the refused instructions' ``skip``, stops the import
     with the file and line.
     """
-    rows: List[TableKind] = []
+    rows: list[TableKind] = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -173,7 +174,7 @@ class ByteSet(NamedTuple):
     """A set of byte values the portable core tests (an opcode fact), rendered into kinst_encoding.h."""
 
     c_name: str  # the initialiser's macro: KINST_SET_PREFIX
-    members: FrozenSet[int]
+    members: frozenset[int]
     doc: str
 
 
@@ -182,7 +183,7 @@ class WordSet(NamedTuple):
     as an initialiser ``{ a, b, ... }`` and its length ``<c_name>_N``."""
 
     c_name: str  # the initialiser's macro: KINST_EXC_SYSREGS
-    members: Tuple[int, ...]  # in the order the core reports an index of
+    members: tuple[int, ...]  # in the order the core reports an index of
     doc: str
 
 
@@ -231,8 +232,8 @@ def reloc_table(path: Path) -> RelocTable:
     prefix the table's names share: nothing is applied, and a table refuses a
     function holding one (it cannot tell which bytes the loader will change).
     """
-    known: Dict[int, Optional[RelocType]] = {}
-    fields: Dict[str, str] = {}
+    known: dict[int, Optional[RelocType]] = {}
+    fields: dict[str, str] = {}
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
@@ -265,23 +266,23 @@ class Accelerator(NamedTuple):
     """
 
     walk_c: Path  # generator/isa/<arch>/accel/kk_walk.c: the ISA's step
-    headers: Tuple[Path, ...]  # other files of the ISA's it includes (a generated opcode table)
-    reasons: Tuple[str, ...]  # reason texts by code from 1: the core's refusals (Isa.refusals), then the step's
+    headers: tuple[Path, ...]  # other files of the ISA's it includes (a generated opcode table)
+    reasons: tuple[str, ...]  # reason texts by code from 1: the core's refusals (Isa.refusals), then the step's
     names: Mapping[str, int]  # capstone mnemonics refused by name -> their reason code
     undecodable: str  # the reason of bytes capstone cannot decode
-    prologue_rules: Tuple[str, ...]  # the prologue rules, in the order of the step's bits (kk_isa_prologue())
-    md_fields: Tuple[str, ...]  # the row fields the probe metadata is made from
-    md_record: Callable[[Dict[str, Any]], Any]  # those fields -> the ISA's probe-metadata record
-    md_json: Tuple[Tuple[str, str, str], ...]  # the metadata in a probe's JSON: (key, row field, how written)
-    byte_fields: FrozenSet[str] = frozenset()  # row fields that are bytes, not numbers
+    prologue_rules: tuple[str, ...]  # the prologue rules, in the order of the step's bits (kk_isa_prologue())
+    md_fields: tuple[str, ...]  # the row fields the probe metadata is made from
+    md_record: Callable[[dict[str, Any]], Any]  # those fields -> the ISA's probe-metadata record
+    md_json: tuple[tuple[str, str, str], ...]  # the metadata in a probe's JSON: (key, row field, how written)
+    byte_fields: frozenset[str] = frozenset()  # row fields that are bytes, not numbers
     # row fields read as signed numbers: a C signed field, or a byte whose 0xff means "none" (-1)
-    signed_fields: FrozenSet[str] = frozenset()
-    classes: Tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
-    init: Callable[[Any], List[Any]] = lambda lib: []  # the step's own set-up with the loaded library
-    sources: Tuple[Path, ...] = ()  # other C the step is built with: a step ISAs share (isa/accel/kk_dbp.c), its header
+    signed_fields: frozenset[str] = frozenset()
+    classes: tuple[str, ...] = ()  # names of the step's kr_class values, for JSON
+    init: Callable[[Any], list[Any]] = lambda lib: []  # the step's own set-up with the loaded library
+    sources: tuple[Path, ...] = ()  # other C the step is built with: a step ISAs share (isa/accel/kk_dbp.c), its header
 
     @property
-    def json_fields(self) -> Tuple[Tuple[str, str, str], ...]:
+    def json_fields(self) -> tuple[tuple[str, str, str], ...]:
         """A probe's whole JSON record: (key, where its value comes from, how a row field is written)."""
         return (tuple((k, k if k != "target_symbol" else "null", "") for k in PROBE_JSON_HEAD) + self.md_json
                 + tuple((k, k if k != "target_symbol" else "null", "") for k in PROBE_JSON_TAIL))
@@ -300,11 +301,11 @@ class OracleQuirks(NamedTuple):
     """
 
     branch_mnemonic: Callable[[str], bool]  # objdump's mnemonics of (possibly) direct branches
-    pcrel32_relocs: Tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
+    pcrel32_relocs: tuple[str, ...]  # relocations whose rel32 field makes a branch target S + A - P
     reloc_target_bias: int  # a branch relocation's target is S + A + this (x86's rel32 ends the instruction)
-    conditional_kinds: Tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
-    prefix_words: FrozenSet[str] = frozenset()  # words objdump may print before a mnemonic
-    no_target_branches: FrozenSet[str] = frozenset()  # direct branches classify gives no target for (refused)
+    conditional_kinds: tuple[str, ...]  # table kinds of conditional branches (both ways get checked)
+    prefix_words: frozenset[str] = frozenset()  # words objdump may print before a mnemonic
+    no_target_branches: frozenset[str] = frozenset()  # direct branches classify gives no target for (refused)
     lone_prefix: Optional[Callable[[str], bool]] = None  # is objdump's text a prefix the CPU ignores, printed alone?
     lone_prefix_note: str = ""  # what that tolerance is called in the verify-decoder report
     repeats_in_place: Callable[[bytes], bool] = lambda orig: False  # valgrind counts each iteration; the CPU traps once
@@ -312,7 +313,7 @@ class OracleQuirks(NamedTuple):
     fused: Callable[[bytes], int] = lambda code: 0
     fused_note: str = ""  # what that tolerance is called in the verify-decoder report
     # objdump's text after "ADDR:\t" -> ("mnemonic operands", inline relocations); None: split at the first tab
-    insn_text: Optional[Callable[[str], Tuple[str, str]]] = None
+    insn_text: Optional[Callable[[str], tuple[str, str]]] = None
     # objdump's "mnemonic operands" -> a direct branch's target; None: the first operand, in hex
     branch_target: Optional[Callable[[str], Optional[int]]] = None
     qemu: str = ""  # the qemu-user emulator that runs this ISA's programs on the host; "": they run natively
@@ -354,13 +355,13 @@ class Kmod(NamedTuple):
     machine_cpuarch: str  # MACHINE_CPUARCH ("amd64", "aarch64", "riscv")
     clang_arch: str  # clang --target=<clang_arch>-unknown-freebsdX.Y
     ld_emulation: str  # ld -m, as kern.mk's LD_EMULATION_<arch> names it
-    cflags: Tuple[str, ...]  # kern.mk's machine flags (code model, no FPU), before CWARNFLAGS
-    include_links: Tuple[Tuple[str, str], ...]  # kmod.mk's _ILINKS: (link name, the sys/ folder whose include/)
-    kinst_dirs: Tuple[str, ...]  # folders of sys/modules/kinst/ holding this ISA's C, its own first
+    cflags: tuple[str, ...]  # kern.mk's machine flags (code model, no FPU), before CWARNFLAGS
+    include_links: tuple[tuple[str, str], ...]  # kmod.mk's _ILINKS: (link name, the sys/ folder whose include/)
+    kinst_dirs: tuple[str, ...]  # folders of sys/modules/kinst/ holding this ISA's C, its own first
     shared: bool = False  # __KLD_SHARED: ld -r into a .kld, then -Bshareable into an ET_DYN .ko; False: ld -r
-    ld_flags: Tuple[str, ...] = ()  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
-    clang_cflags: Tuple[str, ...] = ()  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
-    gcc_spelling: Tuple[Tuple[str, str], ...] = ()  # (clang's flag, gcc's name for it, "": none) where they differ
+    ld_flags: tuple[str, ...] = ()  # what kmod.mk adds to every link for this ISA (arm64: --no-relax)
+    clang_cflags: tuple[str, ...] = ()  # kern.mk's CFLAGS.clang for this ISA, after CWARNFLAGS
+    gcc_spelling: tuple[tuple[str, str], ...] = ()  # (clang's flag, gcc's name for it, "": none) where they differ
     ldscript: str = ""  # sys/conf/<ldscript> the module link uses, "" for none
 
     @property
@@ -402,7 +403,7 @@ class CodeTable(NamedTuple):
     len_field: int = -1  # offset of a byte giving each site's length (then site_len is ignored; -1: none)
     # Where a linked kernel keeps the table when its linker script merged the section into another: the
     # symbols at its start and end (Linux's vmlinux: __start___jump_table, __stop___jump_table).
-    bounds: Tuple[str, str] = ("", "")
+    bounds: tuple[str, str] = ("", "")
     # When the kernel rewrites a site: "run" at any moment (a static key flips), "load" once as the image
     # loads (at boot for a vmlinux, whose live text shows it done; at module load for a .ko, whose file does
     # not), "" never.  A digest of text that holds a rewritten site masks it.
@@ -416,18 +417,18 @@ class JumpFacts(NamedTuple):
     addresses, for the proof that no one enters the bytes the jump overwrites (docs/jump-probes.md)."""
 
     size: int  # bytes the jump overwrites (amd64: jmp rel32, 5)
-    call_kinds: FrozenSet[str]  # table kinds that push a return address
-    riprel_kinds: FrozenSet[str]  # table kinds whose disp32 names an address relative to the next instruction
-    rel32_opcodes: Tuple[bytes, ...]  # opcodes followed by a rel32 that ends the instruction (direct branches)
-    riprel_modrm: Tuple[int, int]  # (mask, value) of a ModR/M byte followed by a %rip-relative disp32
+    call_kinds: frozenset[str]  # table kinds that push a return address
+    riprel_kinds: frozenset[str]  # table kinds whose disp32 names an address relative to the next instruction
+    rel32_opcodes: tuple[bytes, ...]  # opcodes followed by a rel32 that ends the instruction (direct branches)
+    riprel_modrm: tuple[int, int]  # (mask, value) of a ModR/M byte followed by a %rip-relative disp32
     riprel_imm_max: int  # bytes of immediate that may follow a %rip-relative disp32
     abs_code_width: int  # bytes of a sign-extended absolute address in an instruction (0: none)
     indirect_jump: Callable[[bytes], str]  # an instruction's bytes -> "reg" or "mem" for an indirect jump, else ""
-    code_tables: Tuple[CodeTable, ...]  # tables of code addresses a kernel may have, read by the proof
+    code_tables: tuple[CodeTable, ...]  # tables of code addresses a kernel may have, read by the proof
     unread_tables: Mapping[str, str]  # sections naming code that the proof does not read -> what they are
     # call kinds a detour may run as its last displaced instruction: those whose target is known when the detour
     # is filled (the harness's jump part emulates them with the core's call rule)
-    detour_calls: FrozenSet[str] = frozenset()
+    detour_calls: frozenset[str] = frozenset()
 
 
 class Isa(NamedTuple):
@@ -440,31 +441,31 @@ class Isa(NamedTuple):
     tramp_size: int  # bytes per trampoline
     md_excluded: Mapping[str, str]  # kinst_md_excluded(): function name -> reason
     table_kinds: TableKinds  # in the order of their C enum values
-    flag_bits: Tuple[FlagBit, ...]  # per-probe flag bits of the probe metadata
-    record_codes: Tuple[CConst, ...]  # the compact table's record codes beyond the table kinds
+    flag_bits: tuple[FlagBit, ...]  # per-probe flag bits of the probe metadata
+    record_codes: tuple[CConst, ...]  # the compact table's record codes beyond the table kinds
     prologue_reasons: Mapping[str, str]  # prologue rule -> why a function fails it
     reloc_type: Callable[[int], Optional[RelocType]]  # r_type -> its record; None for R_*_NONE
     oracle: OracleQuirks
     kmod: Kmod  # how FreeBSD builds this ISA's modules, and where its kinst C is
-    decode: Callable[[bytes, int, Optional[int]], Tuple[List[Insn], str]]
+    decode: Callable[[bytes, int, Optional[int]], tuple[list[Insn], str]]
     classify: Callable[[bytes, int, str, str], Verdict]
-    context_refusals: Callable[[Sequence[Insn], bytes], Dict[int, str]]  # the function's insns and code
+    context_refusals: Callable[[Sequence[Insn], bytes], dict[int, str]]  # the function's insns and code
     frame_verdict: Callable[[Sequence[Insn], bytes, str], str]
     skip_md: Callable[[int], Any]  # the probe metadata of an instruction of this length that is refused
-    table_row: Callable[[Any], Dict[str, object]]  # probe metadata -> the generated table's fields
-    stream_record: Callable[[int, Optional[str], int, Sequence[Tuple[int, int]]], bytes]  # length, kind, dispoff, masks
+    table_row: Callable[[Any], dict[str, object]]  # probe metadata -> the generated table's fields
+    stream_record: Callable[[int, Optional[str], int, Sequence[tuple[int, int]]], bytes]  # length, kind, dispoff, masks
     stream_decode: Callable[[bytes, Optional[int]], Iterator[StreamInsn]]  # a function's records, read back
-    stream_masks: Callable[[bytes, Sequence[Tuple[int, int]]], bytes]  # records naming the relocated fields
+    stream_masks: Callable[[bytes, Sequence[tuple[int, int]]], bytes]  # records naming the relocated fields
     # A function's records from columns of its rows (isa/hostcore.py): lengths, kind indexes (0xff: refused), dispoffs.
     stream_records: Optional[Callable[[bytes, bytes, bytes], bytes]] = None
     accelerator: Optional[Accelerator] = None  # the host walk around the ISA's portable core
-    byte_sets: Tuple[ByteSet, ...] = ()  # opcode facts the portable core tests, as byte sets
-    refusals: Tuple[CoreRefusal, ...] = ()  # what the portable core refuses by itself, in KINST_RF_* order
+    byte_sets: tuple[ByteSet, ...] = ()  # opcode facts the portable core tests, as byte sets
+    refusals: tuple[CoreRefusal, ...] = ()  # what the portable core refuses by itself, in KINST_RF_* order
     # Encoding facts the portable core tests, as constants (a word's mask and match) and lists of field values.
-    core_consts: Tuple[CConst, ...] = ()
-    word_sets: Tuple[WordSet, ...] = ()
+    core_consts: tuple[CConst, ...] = ()
+    word_sets: tuple[WordSet, ...] = ()
     # The immediate fields of its instruction words (isa/immediates.py): the core reads them, relocations write them.
-    imm_layouts: Tuple[ImmLayout, ...] = ()
+    imm_layouts: tuple[ImmLayout, ...] = ()
     # The ELF mapping symbols ($d data, $x/$a/$t code) mark data inside code on this ISA (AAELF64, the
     # RISC-V psABI): bytes kinst must not patch as instructions.
     mapping_symbols: bool = False
@@ -473,12 +474,12 @@ class Isa(NamedTuple):
     reloc_insert: Optional[Callable[[str, bytes, int], Optional[bytes]]] = None
     # Instruction length -> (where in it the relocation naming a direct branch's target starts, what to add
     # to that relocation's addend to get the target's offset from its symbol); None: no such relocation.
-    branch_reloc: Optional[Callable[[int], Optional[Tuple[int, int]]]] = None
+    branch_reloc: Optional[Callable[[int], Optional[tuple[int, int]]]] = None
     # The registers a variable's DWARF location may name that kinst's regs[] holds (source-level --vars).
-    dwarf_regs: Tuple[DwarfReg, ...] = ()
+    dwarf_regs: tuple[DwarfReg, ...] = ()
     # Functions that run only in NMI context, and why a breakpoint there is unsafe: whatever they call
     # directly is refused too (generator/analysis/exclusions.py).  (): the ISA's kernel has no such path.
-    nmi_entries: Tuple[str, ...] = ()
+    nmi_entries: tuple[str, ...] = ()
     nmi_reason: str = ""
     # The trap-free jump probe's facts (docs/jump-probes.md); None: the ISA has no jump probes.
     jump: Optional[JumpFacts] = None
@@ -491,7 +492,7 @@ class Isa(NamedTuple):
         return self.table_kinds.code(kind)
 
 
-def package_parts(decode: Any, classify: Any, probe_md: Any, table: Any) -> Dict[str, Any]:
+def package_parts(decode: Any, classify: Any, probe_md: Any, table: Any) -> dict[str, Any]:
     """The ``Isa`` fields an ISA package fills from its modules of the conventional names -- ``decode``,
     ``classify``, ``probe_md`` and ``table`` (see the module docstring): the convention is written once, and
     an ISA's record lists only what is its own (``classify`` and ``frame_verdict`` among it: amd64's are the

@@ -26,8 +26,9 @@ import os
 import shutil
 import struct
 from array import array
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional
 
 from ..common.defaults import PROLOGUE_NONE
 from ..common.errors import ClassifierError, UserError
@@ -56,7 +57,7 @@ def render_encoding(isa: Isa, out_dir: Path) -> Path:
     return path
 
 
-def md_fields(isa: Isa) -> List[Dict[str, Any]]:
+def md_fields(isa: Isa) -> list[dict[str, Any]]:
     """The fields of the core's ``struct kinst_md`` Python reads from a row: the table kind, then the
     ``Accelerator.md_fields`` of the struct, each read signed (1) or not (0)."""
     acc = isa.accelerator
@@ -88,7 +89,7 @@ def _compiler() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _capstone() -> Tuple[Path, Path]:
+def _capstone() -> tuple[Path, Path]:
     """(include, lib) of the capstone library the Python binding ships: the decoder of record, called from C.
     Found once a process (its key and its loading both ask)."""
     import importlib.util
@@ -102,7 +103,7 @@ def _capstone() -> Tuple[Path, Path]:
     return root / "include", root / "lib"
 
 
-def _sources(isa: Isa) -> List[Path]:
+def _sources(isa: Isa) -> list[Path]:
     """The generic walk, the ISA's step, and the portable core in the ISA's C folders (``Kmod.kinst_dirs``:
     its own, then what it shares, e.g. ``dbp/kinst_core_dbp.c``)."""
     acc = isa.accelerator
@@ -116,7 +117,7 @@ def _sources(isa: Isa) -> List[Path]:
 FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
 
 
-def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLAGS) -> List[str]:
+def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLAGS) -> list[str]:
     """The command that builds ``isa``'s library into ``out_dir`` (which must hold the rendered headers,
     ``render_headers``): the generic walk, the ISA's step and its portable core.  It is not linked to capstone:
     the walk loads capstone the first time it meets an encoding its tables do not know (``kk_decode()``)."""
@@ -132,7 +133,7 @@ def library_path(isa: Isa) -> Path:
     from ..common.ccache import compile_cached, content_key
 
     cc = _compiler()
-    parts: List[Any] = [" ".join(compile_command(isa, cc, Path("."))),
+    parts: list[Any] = [" ".join(compile_command(isa, cc, Path("."))),
                         (TEMPLATE_DIR / "kinst" / ENCODING_TEMPLATE).read_bytes(),
                         repr(sorted(encoding.context(isa).items())),
                         (TEMPLATE_DIR / "accel" / FIELDS_TEMPLATE).read_bytes(), repr(md_fields(isa))]
@@ -196,8 +197,8 @@ class Host:
         self.lib = ctypes.CDLL(str(path))
         self._bind()
         self.rowsize, self.fields = self._layout()
-        self._keep: List[Any] = []
-        self._json_args: Dict[Tuple[str, Tuple[str, ...]], Tuple[Any, ...]] = {}  # summary_json()'s C arrays
+        self._keep: list[Any] = []
+        self._json_args: dict[tuple[str, tuple[str, ...]], tuple[Any, ...]] = {}  # summary_json()'s C arrays
         self._init()
         self._reader, self._read_names, self._read_at = self._row_reader()
         self.row = ctypes.create_string_buffer(self.rowsize)
@@ -239,9 +240,9 @@ class Host:
             fn = getattr(lib, name)
             fn.argtypes, fn.restype = args, res
 
-    def _layout(self) -> Tuple[int, Dict[str, Field]]:
+    def _layout(self) -> tuple[int, dict[str, Field]]:
         size = ctypes.c_uint32()
-        fields: Dict[str, Field] = {}
+        fields: dict[str, Field] = {}
         i = 0
         while True:
             f = self.lib.kk_layout(i, ctypes.byref(size))
@@ -282,7 +283,7 @@ class Host:
 
     # -- one row, read out ----------------------------------------------------
 
-    def _row_reader(self) -> Tuple[struct.Struct, Tuple[str, ...], int]:
+    def _row_reader(self) -> tuple[struct.Struct, tuple[str, ...], int]:
         """One ``struct`` format that reads every field ``verdict`` needs from a row at once (a field at a time
         was most of a per-instruction report's time): the format, the names in its order, where it starts."""
         want = dict.fromkeys([*self.acc.md_fields, "kr_reason", "kr_target", "kr_flags", "km_kind"])
@@ -345,7 +346,7 @@ class Host:
                                   out.buffer_info()[0])
         return out
 
-    def summary_json(self, counts: array, rule_bit: int, reason: str, kinds: Sequence[str]) -> List[str]:
+    def summary_json(self, counts: array, rule_bit: int, reason: str, kinds: Sequence[str]) -> list[str]:
         """Each function's ``--summary --json`` line from ``"eligible"`` on, made by ``kk_summary_json()`` of
         ``summarise()``'s ``counts``; "" for a deferred function.  ``reason`` (a failed prologue rule) and
         ``kinds`` (``Isa.table_kinds``' names) come as JSON strings; the kinds are listed in name order."""
@@ -407,7 +408,7 @@ class Rows(NamedTuple):
     data: bytes  # ``n`` rows of ``host.rowsize`` bytes
     n: int
     prologue: int  # the prologue rules it passes (bit i: Accelerator.prologue_rules[i])
-    reasons: Dict[int, str]  # row index -> the reason of a refused instruction
+    reasons: dict[int, str]  # row index -> the reason of a refused instruction
 
     def column(self, name: str) -> bytes:
         return self.host.column(self.data, name)
@@ -423,7 +424,7 @@ class Rows(NamedTuple):
         """The function's table records (``Isa.stream_records``), with no relocated fields."""
         return self.host.isa.stream_records(self.column("kr_len"), self.kinds(), self.column("km_dispoff"))
 
-    def offsets(self) -> List[int]:
+    def offsets(self) -> list[int]:
         f = self.host.fields["kr_off"]
         return [int.from_bytes(self.data[i : i + f.size], "little")
                 for i in range(f.offset, len(self.data), self.host.rowsize)]
@@ -485,8 +486,8 @@ class JsonChunk:
     def __init__(self, rule_bit: int, head_ok: str, prologue_head: str, prologue_rec: str):
         self.rule_bit = rule_bit
         self.head_ok, self.prologue_head, self.prologue_rec = head_ok.encode(), prologue_head.encode(), prologue_rec.encode()
-        self.codes: List[bytes] = []
-        self.texts: List[str] = []
+        self.codes: list[bytes] = []
+        self.texts: list[str] = []
         self.pos = self.text_pos = 0
         # start, len, limit, address; head, excluded head, excluded records (string offsets, -1: none)
         self.arrays = (array("Q"), array("Q"), array("Q"), array("Q"), array("q"), array("q"), array("q"))

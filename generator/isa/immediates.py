@@ -18,7 +18,8 @@ field (AArch64 counts words, adrp pages).
 """
 
 import functools
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Optional
 
 
 class ImmPiece(NamedTuple):
@@ -33,25 +34,25 @@ class ImmLayout(NamedTuple):
     """One immediate field of an ISA: where its bits lie in the word, and what it counts."""
 
     name: str  # the manual's name of the format ("j", "imm26"); relocation tables name it
-    pieces: Tuple[ImmPiece, ...]  # in the manual's order
+    pieces: tuple[ImmPiece, ...]  # in the manual's order
     bits: int  # the immediate's width; its bit (bits - 1) is the sign
     scale: int  # the field counts units of this many bytes
-    kinds: Tuple[str, ...]  # the table kinds whose km_imm the core takes from it
+    kinds: tuple[str, ...]  # the table kinds whose km_imm the core takes from it
     doc: str  # which instructions hold it, for the C comment
     manual: str  # the groups as the manual writes them, "31:12=20|10:1|11|19:12", for the C comment
 
 
-def _bit_range(text: str) -> Tuple[int, int]:
+def _bit_range(text: str) -> tuple[int, int]:
     """``"h:l"`` or ``"b"`` -> (high, low)."""
     hi, _, lo = text.partition(":")
     return int(hi), int(lo or hi)
 
 
-def layout(name: str, *groups: Tuple[str, str], scale: int = 1, kinds: Sequence[str] = (),
+def layout(name: str, *groups: tuple[str, str], scale: int = 1, kinds: Sequence[str] = (),
            doc: str) -> ImmLayout:
     """The layout a manual writes as groups ``(instruction bits "h:l", immediate bits "a|b:c|...")``: the
     instruction's bits from ``h`` down hold the immediate's bits in the order listed."""
-    pieces: List[ImmPiece] = []
+    pieces: list[ImmPiece] = []
     for insn_bits, imm_bits in groups:
         top, bottom = _bit_range(insn_bits)
         cursor = top
@@ -73,7 +74,7 @@ def layout(name: str, *groups: Tuple[str, str], scale: int = 1, kinds: Sequence[
                      " ".join(f"{i}={m}" for i, m in groups))
 
 
-def for_kinds(table_kinds: Sequence[Any], *layouts: ImmLayout) -> Tuple[ImmLayout, ...]:
+def for_kinds(table_kinds: Sequence[Any], *layouts: ImmLayout) -> tuple[ImmLayout, ...]:
     """``layouts``, every kind they name checked against ``table_kinds`` (the ISA's ``TableKind`` records):
     a misspelt kind, or one given two fields, stops the import of the ISA's tables."""
     named = [k for lay in layouts for k in lay.kinds]
@@ -100,7 +101,7 @@ def inserter(fields: Mapping[str, str], layouts: Sequence[ImmLayout],
              writers: Optional[Mapping[str, FieldWriter]] = None) -> Callable[[str, bytes, int], Optional[bytes]]:
     """``Isa.reloc_insert`` over a relocation table's ``fields`` (type name -> the layout, or one of the ISA's
     own ``writers``, its value goes in): None for a type that is a plain little-endian store."""
-    how: Dict[str, FieldWriter] = {lay.name: functools.partial(insert, lay) for lay in layouts}
+    how: dict[str, FieldWriter] = {lay.name: functools.partial(insert, lay) for lay in layouts}
     how.update(writers or {})
     unknown = sorted(set(fields.values()) - set(how))
     if unknown:
@@ -115,14 +116,14 @@ def inserter(fields: Mapping[str, str], layouts: Sequence[ImmLayout],
     return reloc_insert
 
 
-def c_layouts(layouts: Sequence[ImmLayout], table_kinds: Sequence[Any]) -> List[Dict[str, object]]:
+def c_layouts(layouts: Sequence[ImmLayout], table_kinds: Sequence[Any]) -> list[dict[str, object]]:
     """The rows of ``KINST_IMM_LAYOUTS`` (``kinst_encoding.h``): one per table kind, in the order of
     ``table_kinds`` (the ISA's ``TableKind`` records, by C enum value), so that the core indexes it by the
     kind; a kind with no immediate has no pieces.  None at all for an ISA without immediate layouts."""
     if not layouts:
         return []
     by_kind = {k: lay for lay in layouts for k in lay.kinds}
-    rows: List[Dict[str, object]] = []
+    rows: list[dict[str, object]] = []
     for k in table_kinds:
         lay = by_kind.get(k.kind)
         if lay is None:

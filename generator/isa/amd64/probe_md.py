@@ -7,7 +7,7 @@ nothing else defines them.
 
 import enum
 from pathlib import Path
-from typing import Any, Dict, NamedTuple
+from typing import Any, NamedTuple
 
 from ...common.cstring import c_bytes
 from ..contract import FlagBit, load_kinds
@@ -54,7 +54,7 @@ class ProbeMd(NamedTuple):
     reg2: int  # call operand index
     scale: int  # call operand scale (a shift)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         d = self._asdict()
         d["template"] = self.template.hex()
         return d
@@ -65,7 +65,7 @@ def skip_md(length: int) -> ProbeMd:
     return ProbeMd(0, length, length, bytes(16), 0, 0, 0, 0, 0)
 
 
-def table_row(md: ProbeMd) -> Dict[str, object]:
+def table_row(md: ProbeMd) -> dict[str, object]:
     """The fields of ``struct kinst_entry`` for this metadata, formatted for C."""
     return {
         "flags": f"{md.flags:#04x}",

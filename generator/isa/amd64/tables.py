@@ -21,12 +21,11 @@ Nothing here is an if-chain: ``kinst_core.c`` and ``accel/kk_walk.c`` look
 these up.
 """
 
-from typing import Dict, FrozenSet
 
 from ..contract import ByteSet, CoreRefusal
 
 
-def _bytes(*ranges: object) -> FrozenSet[int]:
+def _bytes(*ranges: object) -> frozenset[int]:
     out = set()
     for r in ranges:
         if isinstance(r, tuple):
@@ -108,7 +107,7 @@ _VMENTRY = (
     "VM entry: the guest's %cr2 (not part of the VMCS) is already loaded and any L1D/MDS flush already done; "
     "a #BP here runs DTrace in between, clobbering %cr2 on any fault and refilling the caches the flush emptied"
 )
-REFUSED: Dict[str, str] = {
+REFUSED: dict[str, str] = {
     "popf": _IRQ,
     "popfq": _IRQ,
     "popfw": _IRQ,
