@@ -445,6 +445,30 @@ def test_functions_read_from_function_entries_alone_equal_the_full_table(name):
     assert any(f.aliases for f in fast)
 
 
+def _function_entries(path: Path, count: int) -> List[tuple]:
+    """(file offset of the entry, name, value) of the first ``count`` defined, sized STT_FUNC symbols of the
+    dynamic symbol table, as pyelftools reads it (not the reader under test), in address order."""
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        sec = elf.get_section_by_name(".dynsym")
+        found = [(sec["sh_offset"] + i * sec["sh_entsize"], s.name, s["st_value"])
+                 for i, s in enumerate(sec.iter_symbols())
+                 if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] and s["st_shndx"] != "SHN_UNDEF"]
+    return sorted(found, key=lambda e: e[2])[:count]
+
+
+def test_a_function_outside_its_section_is_found_at_open(tmp_path):
+    """A function symbol whose size runs past its section's end, or whose address is in no section, makes
+    open() fail in one line naming it; with two, the first in address order."""
+    lib = require_system_library("libz.so.1")
+    (off1, name1, _), (off2, name2, _) = _function_entries(lib, 2)
+    huge = struct.pack("<Q", 1 << 40)  # st_size, at 16 in an Elf64_Sym
+    one = _patched(lib, tmp_path / "one.so", {off2 + 16: huge})
+    assert _assert_user_error(one, f"function {name2} lies outside its section", "re-copy")
+    both = _patched(lib, tmp_path / "both.so", {off1 + 8: struct.pack("<Q", 1 << 62), off2 + 16: huge})
+    assert f"function {name2} lies" in _assert_user_error(both, "lies outside its section")  # name1 moved last
+
+
 def test_functions_read_in_one_pass_keep_local_files(sample_kernel):
     """The sample kernel's .symtab has STT_FILE entries and two local functions of one name in different
     files: the one-pass read of a linked image keeps them apart, with their files, as folding every entry
