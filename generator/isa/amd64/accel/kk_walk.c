@@ -26,8 +26,6 @@
 #include "kk_host.h"
 #include "kk_opmap.inc"
 
-static void kk_modrm_init(void);
-
 static unsigned long kk_decoded;	/* instructions capstone decoded here */
 
 /* From tables.py (kk_amd64_init()). */
@@ -60,7 +58,6 @@ int
 kk_isa_open(csh *cs)
 {
 
-	kk_modrm_init();
 	if (cs_open(CS_ARCH_X86, CS_MODE_64, cs) != CS_ERR_OK ||
 	    cs_option(*cs, CS_OPT_SYNTAX, CS_OPT_SYNTAX_ATT) != CS_ERR_OK)
 		return (-1);
@@ -98,37 +95,36 @@ static const unsigned char kk_lead[256] = {
 };
 
 /*
- * What a ModR/M byte says (kk_modrm[], from kk_modrm_init()): the column
- * of its form in a kk_cells row (per reg field: memory, %rip-relative,
- * register r/m 0-7), and how many bytes it and what it brings (SIB,
- * displacement) take, less the 4 of a displacement a SIB byte asks for.
+ * What a ModR/M byte m says, one table entry each (kk_modrm[], kk_col[]):
+ * how many bytes it and what it brings (SIB, displacement) take, less the
+ * 4 of a displacement a SIB byte's base 5 asks for; the column of its form
+ * in a kk_cells row (per reg field: memory, %rip-relative, register r/m
+ * 0-7).
  */
 #define	KK_M_LEN	0x07	/* ModR/M, SIB and displacement bytes */
 #define	KK_M_SIB	0x08	/* a SIB byte follows */
 #define	KK_M_SIB_DISP	0x10	/* ... whose base 5 brings a disp32 */
 
-static unsigned char kk_modrm[256], kk_col[256];
+#define	KK_MOD(m)	((m) >> 6)
+#define	KK_HAS_SIB(m)	(KK_MOD(m) != 3 && ((m) & 7) == 4)
+#define	KK_MODRM(m)	(1 + KK_HAS_SIB(m) +				\
+	(KK_MOD(m) == 1 ? 1 : KK_MOD(m) == 2 ||				\
+	(KK_MOD(m) == 0 && ((m) & 7) == 5) ? 4 : 0) +			\
+	(KK_HAS_SIB(m) ? KK_M_SIB : 0) +				\
+	(KK_HAS_SIB(m) && KK_MOD(m) == 0 ? KK_M_SIB_DISP : 0))
+#define	KK_COL(m)	(((m) >> 3 & 7) * (KK_CELLS / 8) +		\
+	(KK_MOD(m) == 3 ? 2 + ((m) & 7) : ((m) & 0xc7) == 0x05))
 
-static void
-kk_modrm_init(void)
-{
-	unsigned m, mod, rm, n;
+#define	KK_4(f, m)	f(m), f((m) + 1), f((m) + 2), f((m) + 3)
+#define	KK_16(f, m)	KK_4(f, m), KK_4(f, (m) + 4), KK_4(f, (m) + 8),	\
+	KK_4(f, (m) + 12)
+#define	KK_64(f, m)	KK_16(f, m), KK_16(f, (m) + 16),		\
+	KK_16(f, (m) + 32), KK_16(f, (m) + 48)
+#define	KK_256(f)	KK_64(f, 0), KK_64(f, 64), KK_64(f, 128),	\
+	KK_64(f, 192)
 
-	for (m = 0; m < 256; m++) {
-		mod = m >> 6;
-		rm = m & 7;
-		kk_col[m] = (unsigned char)(((m >> 3) & 7) * 10 +
-		    (mod == 3 ? 2 + rm : (m & 0xc7) == 0x05));
-		n = 1;
-		if (mod != 3 && rm == 4)
-			n |= KK_M_SIB | (mod == 0 ? KK_M_SIB_DISP : 0);
-		if (mod == 1)
-			n += 1;
-		else if (mod == 2 || (mod == 0 && rm == 5))
-			n += 4;
-		kk_modrm[m] = (unsigned char)(n + ((n & KK_M_SIB) != 0));
-	}
-}
+static const unsigned char kk_modrm[256] = { KK_256(KK_MODRM) };
+static const unsigned char kk_col[256] = { KK_256(KK_COL) };
 
 /*
  * One instruction in the table: its length, and the attribute of its
