@@ -114,7 +114,7 @@ def _sources(isa: Isa) -> list[Path]:
             SYS_MODULES / "kinst" / "kinst_funcs.c", SYS_MODULES / "kinst" / "kinst_funcs.h"]
 
 
-FLAGS = ("-std=c99", "-O2", "-shared", "-fPIC")
+FLAGS = ("-std=c99", "-O2", "-flto", "-shared", "-fPIC")
 
 
 def compile_command(isa: Isa, cc: str, out_dir: Path, flags: Sequence[str] = FLAGS) -> list[str]:

@@ -146,6 +146,36 @@ def test_prefixes_the_table_is_not_keyed_on(hexcode):
     assert not _mismatches(img, funcs, "any")
 
 
+def test_every_prefix_and_modrm_form_at_capstones_length():
+    """The step reads prefixes, REX and the ModR/M, SIB and displacement bytes through tables of its own
+    (``kk_lead[]``, ``kk_modrm[]``): ``mov r/m, reg`` (8b /r) under each legacy prefix the table is keyed on, a
+    few it is not, and REX, with every ModR/M byte and SIB bytes with and without base 5, walks at
+    capstone's lengths (the Python binding's), and the table gives every one of them (capstone decodes none)."""
+    import capstone
+
+    cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    code, sizes = bytearray(), []
+    for pfx in ("", "66", "f2", "f3", "66f3", "f066", "2e", "36", "3e", "26", "64", "65", "2e2e"):
+        for rex in ("", "48", "4c"):
+            for modrm in range(256):
+                sibs = (0x24, 0x25, 0x65, 0xE5) if modrm >> 6 != 3 and modrm & 7 == 4 else (None,)
+                for sib in sibs:
+                    b = bytes.fromhex(pfx + rex) + bytes([0x8B, modrm]) + bytes([sib] if sib is not None else []) + \
+                        bytes(range(0x11, 0x21))
+                    insn = next(cs.disasm(b, 0x1000), None)
+                    if insn is not None:
+                        code += b[: insn.size]
+                        sizes.append(insn.size)
+    lib = _lib()
+    decoded = lib.lib.kk_amd64_decoded
+    decoded.restype = ctypes.c_ulong
+    before = decoded()
+    rows = lib.rows(bytes(code) + b"\xcc" * 15, len(code), 0x1000, hostcore.TEXT_NONE)
+    assert rows is not None and rows.n == len(sizes) > 10000
+    assert list(rows.data[lib.fields["kr_len"].offset :: lib.rowsize]) == sizes
+    assert decoded() == before
+
+
 def test_a_table_record_needs_no_capstone_text():
     """A table walk keeps the reasons of refused instructions, which need capstone's mnemonic: the walk asks
     capstone for those alone."""

@@ -498,18 +498,34 @@ static struct kk_row *kk_rows;
 static size_t kk_nrows, kk_rcap;
 
 /*
+ * A summary's counters per function (kk_summarise()): how many
+ * instructions (KK_DEFERRED when Python must do the function), the
+ * prologue rules it passes (bit i: the ISA's rule i), how many are
+ * refused, and how many of each table kind can be probed.
+ */
+#define	KK_DEFERRED	0xffffffffu
+#define	KK_COL_N	0
+#define	KK_COL_PROLOGUE	1
+#define	KK_COL_REFUSED	2
+#define	KK_COL_KIND	3
+
+/*
  * Walk the function code[0, limit) at 'address' (code[limit, len) is the
  * section's tail, for an instruction that straddles the end) into
  * kk_rows: KK_NEXT when every instruction is classified, else KK_DEFER or
- * KK_ERROR.
+ * KK_ERROR.  col, unless NULL, receives a summary's counts of refused
+ * rows and of each kind, as each row is made: a second pass over the rows
+ * would read them all again.
  */
-static int
+static inline int
 kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
-    int text)
+    int text, uint32_t *col)
 {
 	struct kk_row *p, *row;
 	struct kk_fn fn;
 	size_t off, n;
+	uint32_t refused;
+	unsigned nkinds;
 	int rv;
 
 	fn.kn_code = code;
@@ -520,6 +536,8 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 	kk_text_reset();
 	kk_epoch++;
 	/* In locals: the step, in another file, could change any global. */
+	nkinds = kk_v.kv_nkinds;
+	refused = 0;
 	rv = KK_NEXT;
 	for (off = n = 0, row = kk_rows; off < limit; off += row->kr_len,
 	    row++, n++) {
@@ -540,7 +558,15 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 			rv = KK_DEFER;	/* past the symbol's end */
 			break;
 		}
+		if (col == NULL)
+			continue;
+		if (row->kr_reason != 0)
+			refused++;
+		else if (row->kr_md.km_kind < nkinds)
+			col[KK_COL_KIND + row->kr_md.km_kind]++;
 	}
+	if (col != NULL)
+		col[KK_COL_REFUSED] = refused;
 	kk_nrows = n;
 	return (rv);
 }
@@ -548,17 +574,9 @@ kk_walk(const uint8_t *code, size_t len, size_t limit, uint64_t address,
 /*
  * The summary of nfunc functions of buf, which is at address 'base':
  * function k is buf[start[k], start[k] + limit[k]), with the section's
- * bytes after it to buf's end.
- * out[] receives kk_summary_columns() counters per function: how many
- * instructions (KK_DEFERRED when Python must do the function), the
- * prologue rules it passes (bit i: the ISA's rule i), how many are
- * refused, and how many of each table kind can be probed.
+ * bytes after it to buf's end.  out[] receives kk_summary_columns()
+ * counters (KK_COL_*) per function.
  */
-#define	KK_DEFERRED	0xffffffffu
-#define	KK_COL_N	0
-#define	KK_COL_PROLOGUE	1
-#define	KK_COL_REFUSED	2
-#define	KK_COL_KIND	3
 
 unsigned
 kk_summary_columns(void)
@@ -584,34 +602,22 @@ void
 kk_summarise(const uint8_t *buf, size_t buflen, uint64_t base, size_t nfunc,
     const uint64_t *start, const uint64_t *limit, uint32_t *out)
 {
-	const struct kk_row *r, *end;
-	uint32_t *col, refused;
+	uint32_t *col;
 	size_t k, ncol;
-	unsigned nkinds;
 
 	ncol = kk_summary_columns();
-	/* In locals: a store to col[] could change any unsigned global. */
-	nkinds = kk_v.kv_nkinds;
 	for (k = 0; k < nfunc; k++) {
 		col = out + k * ncol;
 		memset(col, 0, ncol * sizeof(*col));
 		if (kk_walk(buf + start[k], buflen - start[k], limit[k],
-		    base + start[k], KK_TEXT_NONE) != KK_NEXT) {
+		    base + start[k], KK_TEXT_NONE, col) != KK_NEXT) {
+			memset(col, 0, ncol * sizeof(*col));
 			col[KK_COL_N] = KK_DEFERRED;
 			continue;
 		}
 		col[KK_COL_N] = (uint32_t)kk_nrows;
 		col[KK_COL_PROLOGUE] = kk_isa_prologue(buf + start[k],
-		    buflen - start[k], limit[k],
-		    kk_rows, kk_nrows);
-		refused = 0;
-		for (r = kk_rows, end = r + kk_nrows; r < end; r++) {
-			if (r->kr_reason != 0)
-				refused++;
-			else if (r->kr_md.km_kind < nkinds)
-				col[KK_COL_KIND + r->kr_md.km_kind]++;
-		}
-		col[KK_COL_REFUSED] = refused;
+		    buflen - start[k], limit[k], kk_rows, kk_nrows);
 	}
 }
 
@@ -627,7 +633,7 @@ kk_function_rows(const uint8_t *code, size_t len, size_t limit,
 {
 	int rv;
 
-	rv = kk_walk(code, len, limit, address, text);
+	rv = kk_walk(code, len, limit, address, text, NULL);
 	if (rv != KK_NEXT)
 		return (rv);
 	*rows = kk_rows;
@@ -1280,7 +1286,8 @@ kk_function(struct kk_out *o, const uint8_t *code, size_t len, size_t limit,
 	uint32_t off;
 	int rv, wraps;
 
-	if ((rv = kk_walk(code, len, limit, address, KK_TEXT_ALL)) != KK_NEXT)
+	if ((rv = kk_walk(code, len, limit, address, KK_TEXT_ALL, NULL)) !=
+	    KK_NEXT)
 		return (rv);
 	refused = excluded;
 	if (refused == NULL &&

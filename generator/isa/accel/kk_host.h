@@ -51,6 +51,17 @@ struct kk_row {
 #define	KK_NOINLINE
 #endif
 
+/*
+ * What the walk and the ISA's step call of each other, which Python never
+ * does: kept out of the library's exported symbols, so that a call is
+ * direct rather than through the procedure linkage table.
+ */
+#ifdef __GNUC__
+#define	KK_INTERNAL	__attribute__((__visibility__("hidden")))
+#else
+#define	KK_INTERNAL
+#endif
+
 /* What a step or a walk says. */
 #define	KK_NEXT		0	/* one more row */
 #define	KK_DEFER	1	/* Python must do this function */
@@ -108,13 +119,14 @@ struct kk_field {
  * the mnemonics refused by name (kk_init()), and the rows of instructions
  * already classified, by their bytes.
  */
-uint32_t kk_text_add(const char *, const char *, const char *);
-unsigned kk_name_reason(const char *);
-int	kk_cache_get(const uint8_t *, size_t, int, struct kk_row *);
-void	kk_cache_add(const uint8_t *, size_t, struct kk_row *);
-const cs_insn *kk_decode(const uint8_t *, size_t, size_t, uint64_t);
-int	kk_decoded_row(const uint8_t *, size_t, size_t, uint64_t, int, int,
-	    const char *, const char *, struct kk_row *);
+KK_INTERNAL uint32_t kk_text_add(const char *, const char *, const char *);
+KK_INTERNAL unsigned kk_name_reason(const char *);
+KK_INTERNAL int kk_cache_get(const uint8_t *, size_t, int, struct kk_row *);
+KK_INTERNAL void kk_cache_add(const uint8_t *, size_t, struct kk_row *);
+KK_INTERNAL const cs_insn *kk_decode(const uint8_t *, size_t, size_t,
+	    uint64_t);
+KK_INTERNAL int kk_decoded_row(const uint8_t *, size_t, size_t, uint64_t,
+	    int, int, const char *, const char *, struct kk_row *);
 
 
 /*
@@ -152,11 +164,11 @@ struct kk_capstone {
  * limit) of n rows passes, bit i the ISA's rule i (Isa.prologue_reasons,
  * in order).
  */
-int	kk_isa_open(const struct kk_capstone *, csh *);
-int	kk_isa_step(const struct kk_fn *, size_t, struct kk_row *);
-int	kk_isa_classify(const uint8_t *, size_t, uint64_t, const char *,
-	    const char *, struct kk_row *);
-unsigned kk_isa_prologue(const uint8_t *, size_t, size_t,
+KK_INTERNAL int kk_isa_open(const struct kk_capstone *, csh *);
+KK_INTERNAL int kk_isa_step(const struct kk_fn *, size_t, struct kk_row *);
+KK_INTERNAL int kk_isa_classify(const uint8_t *, size_t, uint64_t,
+	    const char *, const char *, struct kk_row *);
+KK_INTERNAL unsigned kk_isa_prologue(const uint8_t *, size_t, size_t,
 	    const struct kk_row *, size_t);
 
 #endif

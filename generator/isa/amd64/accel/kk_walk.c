@@ -65,57 +65,122 @@ kk_isa_open(const struct kk_capstone *api, csh *cs)
 }
 
 /*
+ * What a byte is where an instruction starts (kk_lead[]): a legacy prefix
+ * (of which kind), REX, an escape to another opcode map, an encoding the
+ * table does not hold (capstone decides), or 0, a one-byte opcode.  One
+ * lookup a byte rather than a chain of compares.
+ */
+#define	KK_L_LOCK	0x01	/* f0 */
+#define	KK_L_REP	0x02	/* f2, f3 */
+#define	KK_L_OPSIZE	0x04	/* 66 */
+#define	KK_L_SEG	0x08	/* 26 2e 36 3e 64 65 */
+#define	KK_L_PREFIX	0x0f	/* the legacy prefixes the table is keyed on */
+#define	KK_L_REX	0x10	/* 40-4f */
+#define	KK_L_ESC	0x20	/* 0f: the two- and three-byte maps */
+#define	KK_L_NONE	0x40	/* 67, VEX (c4, c5), EVEX (62): capstone */
+
+static const unsigned char kk_lead[256] = {
+	[0x26] = KK_L_SEG, [0x2e] = KK_L_SEG, [0x36] = KK_L_SEG,
+	[0x3e] = KK_L_SEG, [0x64] = KK_L_SEG, [0x65] = KK_L_SEG,
+	[0xf0] = KK_L_LOCK, [0xf2] = KK_L_REP, [0xf3] = KK_L_REP,
+	[0x66] = KK_L_OPSIZE, [0x0f] = KK_L_ESC,
+	[0x67] = KK_L_NONE, [0xc4] = KK_L_NONE, [0xc5] = KK_L_NONE,
+	[0x62] = KK_L_NONE,
+	[0x40] = KK_L_REX, [0x41] = KK_L_REX, [0x42] = KK_L_REX,
+	[0x43] = KK_L_REX, [0x44] = KK_L_REX, [0x45] = KK_L_REX,
+	[0x46] = KK_L_REX, [0x47] = KK_L_REX, [0x48] = KK_L_REX,
+	[0x49] = KK_L_REX, [0x4a] = KK_L_REX, [0x4b] = KK_L_REX,
+	[0x4c] = KK_L_REX, [0x4d] = KK_L_REX, [0x4e] = KK_L_REX,
+	[0x4f] = KK_L_REX,
+};
+
+/*
+ * What a ModR/M byte m says, one table entry each (kk_modrm[], kk_col[]):
+ * how many bytes it and what it brings (SIB, displacement) take, less the
+ * 4 of a displacement a SIB byte's base 5 asks for; the column of its form
+ * in a kk_cells row (per reg field: memory, %rip-relative, register r/m
+ * 0-7).
+ */
+#define	KK_M_LEN	0x07	/* ModR/M, SIB and displacement bytes */
+#define	KK_M_SIB	0x08	/* a SIB byte follows */
+#define	KK_M_SIB_DISP	0x10	/* ... whose base 5 brings a disp32 */
+
+#define	KK_MOD(m)	((m) >> 6)
+#define	KK_HAS_SIB(m)	(KK_MOD(m) != 3 && ((m) & 7) == 4)
+#define	KK_MODRM(m)	(1 + KK_HAS_SIB(m) +				\
+	(KK_MOD(m) == 1 ? 1 : KK_MOD(m) == 2 ||				\
+	(KK_MOD(m) == 0 && ((m) & 7) == 5) ? 4 : 0) +			\
+	(KK_HAS_SIB(m) ? KK_M_SIB : 0) +				\
+	(KK_HAS_SIB(m) && KK_MOD(m) == 0 ? KK_M_SIB_DISP : 0))
+#define	KK_COL(m)	(((m) >> 3 & 7) * (KK_CELLS / 8) +		\
+	(KK_MOD(m) == 3 ? 2 + ((m) & 7) : ((m) & 0xc7) == 0x05))
+
+#define	KK_4(f, m)	f(m), f((m) + 1), f((m) + 2), f((m) + 3)
+#define	KK_16(f, m)	KK_4(f, m), KK_4(f, (m) + 4), KK_4(f, (m) + 8),	\
+	KK_4(f, (m) + 12)
+#define	KK_64(f, m)	KK_16(f, m), KK_16(f, (m) + 16),		\
+	KK_16(f, (m) + 32), KK_16(f, (m) + 48)
+#define	KK_256(f)	KK_64(f, 0), KK_64(f, 64), KK_64(f, 128),	\
+	KK_64(f, 192)
+
+static const unsigned char kk_modrm[256] = { KK_256(KK_MODRM) };
+static const unsigned char kk_col[256] = { KK_256(KK_COL) };
+
+/*
  * One instruction in the table: its length, and the attribute of its
  * encoding (kk_opmap.inc); 0 where the table does not know it (capstone
  * decides).  p[0, limit) holds it.
  */
-static size_t
+static inline size_t
 kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 {
-	size_t i;
-	unsigned b, map, modrm, mod, pfx, rex, lock, opsize, rep, key, top;
+	size_t i, n;
+	unsigned a, b, c, m, map, modrm, pfx, rex, seen, rep, key, top;
 	int extra;
 
-	lock = opsize = rep = rex = 0;
-	for (i = 0;; i++) {
-		if (i >= limit)
-			return (0);
-		b = p[i];
-		if (b == 0xf0)
-			lock = 1;
-		else if (b == 0xf2 || b == 0xf3)
-			rep = b;
-		else if (b == 0x66)
-			opsize = 1;
-		else if (b == 0x67)
-			return (0);
-		else if (b != 0x26 && b != 0x2e && b != 0x36 && b != 0x3e &&
-		    b != 0x64 && b != 0x65)
-			break;
-	}
-	/*
-	 * The table's verdict holds for the prefixes a class is keyed on,
-	 * each once (opmap.py's probes); with others the core decides.
-	 */
-	extra = i != 0 && i != lock + (rep != 0) + opsize;
-	if ((b & 0xf0) == 0x40) {
+	if (limit == 0)
+		return (0);
+	seen = rep = rex = pfx = 0;
+	extra = 0;
+	b = p[0];
+	c = kk_lead[b];
+	if ((c & KK_L_PREFIX) != 0) {
+		for (i = 0; (c & KK_L_PREFIX) != 0; c = kk_lead[b]) {
+			seen |= c;
+			if (c == KK_L_REP)
+				rep = b;
+			if (++i >= limit)
+				return (0);
+			b = p[i];
+		}
+		/*
+		 * The table's verdict holds for the prefixes a class is keyed
+		 * on, each once (opmap.py's probes); with others the core
+		 * decides.
+		 */
+		extra = i != (seen & KK_L_LOCK) + ((seen & KK_L_REP) != 0) +
+		    ((seen & KK_L_OPSIZE) != 0);
+		/* The prefix classes of opmap.PFX. */
+		pfx = rep == 0xf3 ? 2 : rep == 0xf2 ? 3 :
+		    (seen & KK_L_OPSIZE) != 0;
+		if ((seen & KK_L_OPSIZE) != 0 && rep != 0)
+			pfx += 2;
+	} else
+		i = 0;
+	if ((c & KK_L_REX) != 0) {
 		rex = (b & 0x08) != 0 ? 2 : 1;
 		if (++i >= limit)
 			return (0);
 		b = p[i];
+		c = kk_lead[b];
 		/* A prefix after REX cancels it: capstone decides. */
-		if ((b & 0xf0) == 0x40 || b == 0xf0 || b == 0xf2 ||
-		    b == 0xf3 || b == 0x66 || b == 0x67 || b == 0x26 ||
-		    b == 0x2e || b == 0x36 || b == 0x3e || b == 0x64 ||
-		    b == 0x65)
+		if ((c & (KK_L_PREFIX | KK_L_REX)) != 0)
 			return (0);
 	}
-	/* The prefix classes of opmap.PFX. */
-	pfx = rep == 0xf3 ? 2 : rep == 0xf2 ? 3 : opsize;
-	if (opsize && rep)
-		pfx += 2;
+	if ((c & KK_L_NONE) != 0)
+		return (0);
 	map = 0;
-	if (b == 0x0f) {
+	if ((c & KK_L_ESC) != 0) {
 		if (++i >= limit)
 			return (0);
 		b = p[i];
@@ -127,39 +192,33 @@ kk_table_length(const uint8_t *p, size_t limit, unsigned *attr)
 			b = p[i];
 		} else if (b == 0x0f)
 			return (0);	/* 3DNow! */
-	} else if (b == 0xc4 || b == 0xc5 || b == 0x62)
-		return (0);		/* VEX, EVEX */
+	}
 	i++;
-	key = (((map * 256 + b) * KK_NPFX + pfx) * KK_NREX + rex) * 2 + lock;
+	key = (((map * 256 + b) * KK_NPFX + pfx) * KK_NREX + rex) * 2 +
+	    (seen & KK_L_LOCK);
 	modrm = i < limit ? p[i] : 0;
 	top = kk_top[key];
-	/* A cell per reg field: memory, %rip-relative, register r/m 0-7. */
-	*attr = (top & KK_ROW) != 0 ? kk_cells[top & ~KK_ROW][((modrm >> 3) &
-	    7) * 10 + (modrm >> 6 == 3 ? 2 + (modrm & 7) :
-	    (modrm & 0xc7) == 0x05)] : top;
-	if ((*attr & KK_KNOWN) == 0)
+	/* A cell per reg field and form of the ModR/M byte. */
+	a = (top & KK_ROW) != 0 ? kk_cells[top & ~KK_ROW][kk_col[modrm]] : top;
+	if ((a & KK_KNOWN) == 0)
 		return (0);
 	if (extra)
-		*attr &= ~KK_VERDICT;
-	if ((*attr & KK_HAS_MODRM) != 0) {
+		a &= ~KK_VERDICT;
+	if ((a & KK_HAS_MODRM) != 0) {
 		if (i >= limit)
 			return (0);
-		mod = modrm >> 6;
-		i++;
-		if (mod != 3 && (modrm & 7) == 4) {
-			if (i >= limit)
+		m = kk_modrm[modrm];
+		if ((m & KK_M_SIB) != 0) {
+			if (i + 1 >= limit)
 				return (0);
-			if (mod == 0 && (p[i] & 7) == 5)
+			if ((m & KK_M_SIB_DISP) != 0 && (p[i + 1] & 7) == 5)
 				i += 4;
-			i++;
 		}
-		if (mod == 1)
-			i += 1;
-		else if (mod == 2 || (mod == 0 && (modrm & 7) == 5))
-			i += 4;
+		i += m & KK_M_LEN;
 	}
-	i += kk_imm_size[*attr & KK_IMM];
-	return (i > KINST_MAX_INSN || i > limit ? 0 : i);
+	n = i + kk_imm_size[a & KK_IMM];
+	*attr = a;
+	return (n > KINST_MAX_INSN || n > limit ? 0 : n);
 }
 
 /*
