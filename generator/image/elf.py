@@ -805,11 +805,32 @@ def _group_functions(img: KernelImage, groups: _Groups) -> List[Function]:
             outside.append(f)
     if outside:
         raise corrupt_function(img.path, min(outside, key=operator.attrgetter("address", "name")))
-    # By (address, name).  An int key sorts in a fraction of a tuple key's time (libLLVM's 35,000 functions
-    # shuffled: 15 ms against 80), and only functions that share an address (rare) need their names, in
-    # what is then a nearly sorted list.
-    by_address = operator.attrgetter("address")
-    out.sort(key=by_address)
-    if len(set(map(by_address, out))) != len(out):
-        out.sort(key=operator.attrgetter("address", "name"))
+    _by_address_then_name(out)
     return out
+
+
+def _by_address_then_name(funcs: List[Function]) -> None:
+    """Sort ``funcs`` by (address, name).
+
+    By address alone first: an int key sorts in a fraction of a tuple key's
+    time (libLLVM's 35,000 functions shuffled: 15 ms against 80).  Then each
+    run of functions that share an address (an alias of another size, locals
+    of two files) by name: few, and short.
+    """
+    funcs.sort(key=operator.attrgetter("address"))
+    addrs = [f.address for f in funcs]
+    by_name = operator.attrgetter("name")
+    for lo, hi in _runs(addrs):
+        funcs[lo:hi] = sorted(funcs[lo:hi], key=by_name)
+
+
+def _runs(values: List[int]) -> Iterator[Tuple[int, int]]:
+    """[lo, hi) of each run of two or more equal neighbours in ``values``."""
+    hi = 0
+    for i in [i for i in range(1, len(values)) if values[i] == values[i - 1]]:
+        if i < hi:
+            continue  # inside the run found last
+        hi = i + 1
+        while hi < len(values) and values[hi] == values[i]:
+            hi += 1
+        yield i - 1, hi
