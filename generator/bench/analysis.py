@@ -198,6 +198,9 @@ def _run(name: str, cmd: List[str], out: Path, count, env: Optional[Dict[str, st
 
 
 ROUNDS = 3  # every run is repeated, the kinds taking turns, and the fastest of each kept
+# Against a tree before (``--before``), more: the first round compiles each tree's bytecode, and the two
+# trees are within a few percent of each other, less than one round's drift on this machine.
+BEFORE_ROUNDS = 5
 # An image of less text than this has its runs repeated SMALL_ROUNDS times: they take a
 # fraction of a second, where a drift of the machine's speed is a large part of the time.
 SMALL_TEXT, SMALL_ROUNDS = 2 << 20, 10
@@ -221,7 +224,8 @@ def before_tree(tree: str) -> str:
 def bench_image(path: str, full: bool = True, rounds: Optional[int] = None,
                 before: Optional[str] = None) -> Dict[str, object]:
     """Ours (summary, and full JSON when ``full``) and objdump on one image, the best of ``rounds`` each
-    (``ROUNDS``, or ``SMALL_ROUNDS`` for an image of less than ``SMALL_TEXT``); with ``before`` (a tree
+    (``ROUNDS``, ``BEFORE_ROUNDS`` with ``before``, or ``SMALL_ROUNDS`` for an image of less than
+    ``SMALL_TEXT``); with ``before`` (a tree
     ``before_tree`` checked), that tree's summary and full JSON too, in the same turns.
 
     This machine's speed drifts by a third within minutes (it shares its
@@ -231,7 +235,7 @@ def bench_image(path: str, full: bool = True, rounds: Optional[int] = None,
     """
     img = open_image(path)
     if rounds is None:
-        rounds = SMALL_ROUNDS if text_bytes(img) < SMALL_TEXT else ROUNDS
+        rounds = SMALL_ROUNDS if text_bytes(img) < SMALL_TEXT else BEFORE_ROUNDS if before else ROUNDS
     base = [sys.executable, "-m", "generator", "probes", "--kernel", path, "--all", "--json"]
     plan: List[Tuple[str, List[str], object, Optional[Dict[str, str]]]] = [
         ("ours", base + ["--summary"], _count_ours, None),
@@ -366,7 +370,8 @@ def _write(out_dir: Path, result: dict) -> None:
         "",
         f"Made by `python3 -m invoke bench` (`python -m generator bench`) on {result['date']}, "
         f"{result['cpus']} CPUs, Python {result['python']}.  Ours uses one worker per CPU, objdump one, so each ratio "
-        f"to objdump is given per wall second and per CPU-second.  Each figure is the fastest of {ROUNDS} runs "
+        f"to objdump is given per wall second and per CPU-second.  Each figure is the fastest of "
+        f"{BEFORE_ROUNDS if result.get('before') else ROUNDS} runs "
         f"({SMALL_ROUNDS} for an image of less than {SMALL_TEXT >> 20} MiB of text), the commands taking turns: this "
         "machine's speed drifts within minutes.",
         "",
