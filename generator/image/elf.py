@@ -725,12 +725,7 @@ def _fold_functions(img: KernelImage, syms: List[_Sym]) -> List[Function]:
                 continue
         # Locals of different files never alias each other, even at one address (``_Sym.file`` is None
         # for a global).
-        key = (addr, size, file)
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [(name, bind)]
-        else:
-            group.append((name, bind))
+        groups.setdefault((addr, size, file), []).append((name, bind))
     return _group_functions(img, groups)
 
 
