@@ -812,8 +812,9 @@ def _by_address_then_name(funcs: List[Function]) -> None:
     run of functions that share an address (an alias of another size, locals
     of two files) by name: few, and short.
     """
-    funcs.sort(key=operator.attrgetter("address"))
-    addrs = [f.address for f in funcs]
+    by_address = operator.attrgetter("address")
+    funcs.sort(key=by_address)
+    addrs = list(map(by_address, funcs))
     by_name = operator.attrgetter("name")
     for lo, hi in _runs(addrs):
         funcs[lo:hi] = sorted(funcs[lo:hi], key=by_name)
@@ -822,7 +823,7 @@ def _by_address_then_name(funcs: List[Function]) -> None:
 def _runs(values: List[int]) -> Iterator[Tuple[int, int]]:
     """[lo, hi) of each run of two or more equal neighbours in ``values``."""
     hi = 0
-    for i in [i for i in range(1, len(values)) if values[i] == values[i - 1]]:
+    for i in itertools.compress(range(1, len(values)), map(operator.eq, values, values[1:])):
         if i < hi:
             continue  # inside the run found last
         hi = i + 1
