@@ -1,6 +1,6 @@
 """Symbol tables: their entries unpacked, and the ``Function`` record of a function symbol.
 
-Unpacked with ``struct``: pyelftools' ``iter_symbols()`` runs at ~45 k
+Read as array columns (``_symbol_columns``): pyelftools' ``iter_symbols()`` runs at ~45 k
 symbols/s and a kernel has hundreds of thousands.  Every entry is kept
 (STT_FILE too), because relocations index the raw table.  A function is an
 STT_FUNC symbol with a size; ``KernelImage.functions()`` folds the aliases
@@ -11,7 +11,6 @@ section layout for that).
 import functools
 import gc
 import itertools
-import struct
 import sys
 from array import array
 from collections.abc import Callable, Sequence
@@ -138,7 +137,7 @@ def _unpack_symbols(raw: Sequence[int], shdrs: list[_Shdr], sec: _Shdr) -> list[
     names = _string_starts(strtab)
     out: list[_Sym] = []
     file: Optional[str] = None
-    for st_name, st_info, _other, st_shndx, st_value, st_size in struct.iter_unpack("<IBBHQQ", data):
+    for st_name, st_info, st_shndx, st_value, st_size in zip(*_symbol_columns(data)):
         name = names.get(st_name)
         if name is None:  # a shared tail ("init" inside "do_init"), or past the table
             name = _symbol_name(strtab, st_name)
